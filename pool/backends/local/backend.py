@@ -1,0 +1,510 @@
+"""The embedded local backend: Linux namespaces over overlayfs layers.
+
+See ``sandboxd.c`` for the process model. This module owns the host side:
+the snapshot store, the daemon, per-sandbox cgroups, builds and snapshots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import resource
+import secrets
+import shlex
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pool.backends.local import cgroups, hostbase, kernel, layers, native
+from pool.backends.local.daemon import DaemonClient, Fields, Op
+from pool.backends.local.sandbox import LocalSandbox
+from pool.backends.local.store import SnapshotStore, default_runtime_dir, default_store_dir
+from pool.capabilities import Capabilities, Enforcement
+from pool.digest import combine, file_sha256
+from pool.errors import (
+    BackendError,
+    BuildError,
+    ConfigError,
+    SandboxClosedError,
+    SandboxCrashedError,
+    SnapshotError,
+)
+from pool.results import ExecResult
+from pool.snapshots import Snapshot
+from pool.templates import HOST_BASE, Template
+
+_ID_RANGE = 65536
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class _Base:
+    layers: tuple[str, ...]
+    digest: str
+
+
+class LocalBackend:
+    """Sandboxes on this Linux machine, restored from snapshots in milliseconds.
+
+    Args:
+        store_dir: where snapshots and layers live (default ~/.cache/snapgym,
+            or $SNAPGYM_STORE).
+        runtime_dir: where running sandboxes keep their mount points.
+        memory_limit_mb: memory per sandbox (cgroup; per-process rlimit fallback).
+        cpus: CPU share per sandbox, e.g. 1.5 (cgroup only); None: unlimited.
+        pids_limit: processes per sandbox.
+        disk_limit_mb: size of each sandbox's writable layer.
+        max_output_bytes: default cap on each of stdout and stderr.
+        default_timeout_s: default exec timeout; None: no timeout.
+        rootless: run without host root (default: when not root).
+        id_offset: host uid that sandbox root maps to in root mode.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        store_dir: str | os.PathLike[str] | None = None,
+        runtime_dir: str | os.PathLike[str] | None = None,
+        memory_limit_mb: int | None = 2048,
+        cpus: float | None = None,
+        pids_limit: int | None = 1024,
+        disk_limit_mb: int = 1024,
+        max_output_bytes: int = _MIB,
+        default_timeout_s: float | None = 600.0,
+        rootless: bool | None = None,
+        id_offset: int = 100000,
+    ) -> None:
+        kernel.require_linux()
+        _check_positive(memory_limit_mb=memory_limit_mb, cpus=cpus, pids_limit=pids_limit,
+                        disk_limit_mb=disk_limit_mb, max_output_bytes=max_output_bytes,
+                        default_timeout_s=default_timeout_s)
+        self.rootless = os.geteuid() != 0 if rootless is None else rootless
+        if not self.rootless and os.geteuid() != 0:
+            raise ConfigError("rootless=False needs host root; run as root or leave rootless unset")
+        self.id_offset = 0 if self.rootless else id_offset
+        self.memory_limit_mb = memory_limit_mb
+        self.cpus = cpus
+        self.pids_limit = pids_limit
+        self.disk_limit_mb = disk_limit_mb
+        self.max_output_bytes = max_output_bytes
+        self.default_timeout_s = default_timeout_s
+        self.store = SnapshotStore(Path(store_dir) if store_dir else default_store_dir(),
+                                   id_offset=self.id_offset, rootless=self.rootless)
+        self._runtime_root = Path(runtime_dir) if runtime_dir else default_runtime_dir()
+        self._cgroup_controllers = cgroups.available() if not self.rootless else set()
+        self._host = hostbase.discover()
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self._sandboxes: dict[int, LocalSandbox] = {}
+        self._daemon: DaemonClient | None = None
+        self._run_dir: Path | None = None
+        self._bases: dict[str, _Base] = {}
+        self._closed = False
+        self._tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.reap_orphans()
+
+    # -- public API -----------------------------------------------------------
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend enforces on this machine."""
+        cg = self._cgroup_controllers
+        return Capabilities(
+            in_place_restore=True,
+            memory_snapshot=False,
+            fork=True,
+            gpu=False,
+            egress_control="loopback-only",
+            limits={
+                "memory": Enforcement.CGROUP if "memory" in cg else Enforcement.RLIMIT,
+                "pids": Enforcement.CGROUP if "pids" in cg else Enforcement.RLIMIT,
+                "cpu": Enforcement.CGROUP if "cpu" in cg and self.cpus else Enforcement.NONE,
+                "disk": Enforcement.TMPFS,
+            },
+            isolation=("user", "mount", "pid", "network", "ipc", "uts"),
+            rootless=self.rootless,
+        )
+
+    def build(self, template: Template) -> Snapshot:
+        """Build (or find in the store) the snapshot of a template.
+
+        Raises:
+            BuildError: a setup step or the healthcheck failed; the message
+                holds the step and its output.
+        """
+        self._check_open()
+        base = self._base(template.base)
+        snap_id = template.content_hash(base.digest)[:32]
+        if cached := self.store.find(snap_id):
+            return cached
+        with self.store.lock(snap_id):
+            if cached := self.store.find(snap_id):
+                return cached
+            start = Snapshot(id=f"base-{snap_id}", digest=base.digest, backend=self.name,
+                             layers=base.layers, base=template.base, env=dict(template.env), workdir="/")
+            sandbox = self._open(start, network=template.network)
+            try:
+                _run_setup(sandbox, template)
+                snap = self.snapshot_sandbox(sandbox, snapshot_id=snap_id, template=template)
+            finally:
+                sandbox.close()
+        return snap
+
+    def create(self, snapshot: Snapshot) -> LocalSandbox:
+        """Start a sandbox at ``snapshot``."""
+        self._check_open()
+        self._check_snapshot(snapshot)
+        return self._open(snapshot, network=False)
+
+    def fork(self, snapshot: Snapshot, n: int) -> list[LocalSandbox]:
+        """Start ``n`` sandboxes that each begin at ``snapshot``."""
+        if n < 1:
+            raise ConfigError(f"fork needs n >= 1, got {n}")
+        self._check_open()
+        self._check_snapshot(snapshot)
+        made: list[LocalSandbox] = []
+        try:
+            for _ in range(n):
+                made.append(self._open(snapshot, network=False))
+        except BaseException:
+            for sandbox in made:
+                sandbox.close()
+            raise
+        return made
+
+    def get_snapshot(self, snapshot_id: str) -> Snapshot:
+        """A stored snapshot by id."""
+        return self.store.get(snapshot_id)
+
+    def snapshots(self) -> list[Snapshot]:
+        """Every snapshot in the store."""
+        return self.store.all()
+
+    def verify(self, snapshot: Snapshot) -> bool:
+        """Recompute the digest of a snapshot's layers and compare it."""
+        self._check_snapshot(snapshot)
+        digest = self._base_digest_of(snapshot)
+        for layer_id in snapshot.layers[self._base_layer_count(snapshot):]:
+            digest = combine(digest, self.store.layers.layer_digest(layer_id))
+        return digest == snapshot.digest
+
+    def close(self) -> None:
+        """Close every sandbox and stop the daemon. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            sandboxes = list(self._sandboxes.values())
+        for sandbox in sandboxes:
+            try:
+                sandbox.close()
+            except SandboxCrashedError:
+                pass
+        if self._daemon is not None:
+            self._daemon.close()
+        if self._run_dir is not None:
+            layers.remove_tree(self._run_dir)
+
+    def __enter__(self) -> LocalBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def reap_orphans(self) -> int:
+        """Remove what crashed earlier runs left behind; returns how many runs."""
+        root = self._runtime_root
+        if not root.is_dir():
+            return 0
+
+        def alive(tag: str) -> bool:
+            pid = tag.split("-", 1)[0]
+            return pid.isdigit() and _pid_alive(int(pid))
+
+        reaped = 0
+        for run in root.iterdir():
+            if run.is_dir() and not alive(run.name):
+                layers.remove_tree(run)
+                reaped += 1
+        for group in cgroups.stale_groups(lambda name: alive(name)):
+            cgroups.kill_and_remove(group)
+        return reaped
+
+    # -- used by LocalSandbox -------------------------------------------------
+
+    @property
+    def daemon_is_alive(self) -> bool:
+        """True while the sandbox daemon runs."""
+        return self._daemon is not None and self._daemon.is_alive
+
+    def daemon_request(self, op: Op, sandbox_id: int, fields: Fields) -> str:
+        """A control request to the daemon (see daemon.DaemonClient.request)."""
+        return self._ensure_daemon().request(op, sandbox_id, fields)
+
+    def daemon_send(self, op: Op, sandbox_id: int, fields: Fields, fds: list[int]) -> None:
+        """A request answered on fds (see daemon.DaemonClient.send)."""
+        self._ensure_daemon().send(op, sandbox_id, fields, fds)
+
+    def base_env(self, snapshot: Snapshot) -> dict[str, str]:
+        """The environment every exec starts from, before the snapshot's own."""
+        path = self._host.path_env if snapshot.base == HOST_BASE else hostbase.DEFAULT_PATH
+        return {"PATH": path, "HOME": "/root", "USER": "root", "LOGNAME": "root", "SHELL": "/bin/sh",
+                "LANG": "C.UTF-8", "TERM": "dumb", "HOSTNAME": "sandbox", "TZ": "UTC"}
+
+    def snapshot_sandbox(
+        self, sandbox: LocalSandbox, *, snapshot_id: str | None = None, template: Template | None = None
+    ) -> Snapshot:
+        """Freeze a sandbox's writable layer into a new layer and record it."""
+        parent = sandbox.start_snapshot
+        upper = self._stage(sandbox.id) / "upper"
+        sandbox.freeze()
+        try:
+            if layers.is_empty_dir(upper):
+                staged = None
+            else:
+                staged = self.store.layers.staging_dir()
+                layers.copy_tree(upper, staged)
+        finally:
+            sandbox.thaw()
+        new_layers = parent.layers
+        digest = parent.digest
+        if staged is not None:
+            layer_id, layer_digest = self.store.layers.commit(staged)
+            new_layers = (*parent.layers, layer_id)
+            digest = combine(parent.digest, layer_digest)
+        snap = Snapshot(
+            id=snapshot_id or digest[:32],
+            digest=digest,
+            backend=self.name,
+            layers=new_layers,
+            base=parent.base,
+            env=dict(template.env) if template else dict(parent.env),
+            workdir=template.workdir if template else parent.workdir,
+            template=template.name if template else parent.template,
+            parent=None if template else parent.id,
+            created_at=time.time(),
+        )
+        self.store.save(snap)
+        return snap
+
+    def restart_sandbox(self, sandbox: LocalSandbox, snapshot: Snapshot) -> None:
+        """Kill a sandbox's processes and start fresh namespaces at ``snapshot``."""
+        self._check_snapshot(snapshot)
+        self.daemon_request(Op.RESTORE, sandbox.id, self._config(snapshot, network=False, sandbox=sandbox))
+
+    def release_sandbox(self, sandbox: LocalSandbox) -> None:
+        """Forget a sandbox and have the daemon kill it."""
+        with self._lock:
+            self._sandboxes.pop(sandbox.id, None)
+        if self.daemon_is_alive:
+            self.daemon_request(Op.CLOSE, sandbox.id, [])
+
+    # -- internals ------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosedError("the backend is closed; create a new LocalBackend")
+
+    def _check_snapshot(self, snapshot: Snapshot) -> None:
+        if not isinstance(snapshot, Snapshot):
+            raise ConfigError(f"expected a Snapshot, got {type(snapshot).__name__}; build a Template first")
+        if snapshot.backend != self.name:
+            raise SnapshotError(f"snapshot {snapshot.id} belongs to the {snapshot.backend!r} backend, not 'local'")
+        for layer_id in snapshot.layers:
+            self.store.layers.require(layer_id)
+
+    def _ensure_daemon(self) -> DaemonClient:
+        with self._lock:
+            if self._daemon is not None:
+                if not self._daemon.is_alive:
+                    raise SandboxCrashedError(
+                        f"the sandbox daemon died ({self._daemon.log_tail() or 'no message'}); "
+                        "create a new LocalBackend"
+                    )
+                return self._daemon
+            self._check_open()
+            binary = native.daemon_binary(self.store.root)
+            self._runtime_root.mkdir(parents=True, exist_ok=True, mode=0o755)
+            run_dir = self._runtime_root / self._tag
+            (run_dir / "stage").mkdir(parents=True, exist_ok=True)
+            self._run_dir = run_dir
+            try:
+                self._daemon = DaemonClient(binary, rootless=self.rootless, stage_dir=run_dir / "stage",
+                                            log_path=run_dir / "daemon.log")
+            except BackendError as exc:
+                raise kernel.explain_daemon_failure(str(exc), rootless=self.rootless) from None
+            return self._daemon
+
+    def _stage(self, sandbox_id: int) -> Path:
+        assert self._daemon is not None and self._run_dir is not None
+        return Path(f"/proc/{self._daemon.pid}/root") / str(self._run_dir / "stage").lstrip("/") / str(sandbox_id)
+
+    def _open(self, snapshot: Snapshot, *, network: bool) -> LocalSandbox:
+        self._ensure_daemon()
+        sandbox_id = next(self._ids)
+        group = cgroups.SandboxCgroup(f"{self._tag}-{sandbox_id}", self._limits(), self._cgroup_controllers)
+        sandbox = LocalSandbox(self, sandbox_id, snapshot, group)
+        try:
+            self.daemon_request(Op.CREATE, sandbox_id, self._config(snapshot, network=network, sandbox=sandbox))
+        except BaseException:
+            group.remove()
+            raise
+        with self._lock:
+            self._sandboxes[sandbox_id] = sandbox
+        return sandbox
+
+    def _limits(self) -> cgroups.Limits:
+        return cgroups.Limits(
+            memory_bytes=self.memory_limit_mb * _MIB if self.memory_limit_mb else None,
+            cpus=self.cpus,
+            pids=self.pids_limit,
+        )
+
+    def _config(self, snapshot: Snapshot, *, network: bool, sandbox: LocalSandbox) -> Fields:
+        fields: list[tuple[str, str]] = []
+        for layer_id in reversed(snapshot.layers):  # overlay wants the top layer first
+            fields.append(("lower", str(self.store.layers.path(layer_id))))
+        if snapshot.base == HOST_BASE:
+            for host_path, inside in self._host.binds:
+                fields.append(("bind", f"{host_path}\t{inside}\tro"))
+        fields += [
+            ("tmpfs_bytes", str(self.disk_limit_mb * _MIB)),
+            ("hostname", "sandbox"),
+            ("net", "host" if network else "none"),
+            ("root_uid", str(self.id_offset) if not self.rootless else "0"),
+        ]
+        if self.rootless:
+            fields += [("uid_map", "0 0 1"), ("gid_map", "0 0 1")]
+        else:
+            fields += [("uid_map", f"0 {self.id_offset} {_ID_RANGE}"), ("gid_map", f"0 {self.id_offset} {_ID_RANGE}")]
+        fields += [("cgroup", path) for path in sandbox._cgroup.procs_files]
+        fields += [("rlimit", spec) for spec in self._rlimits()]
+        return fields
+
+    def _rlimits(self) -> list[str]:
+        specs = [f"{resource.RLIMIT_CORE}:0:0"]
+        if "pids" not in self._cgroup_controllers and self.pids_limit:
+            specs.append(f"{resource.RLIMIT_NPROC}:{self.pids_limit}:{self.pids_limit}")
+        if "memory" not in self._cgroup_controllers and self.memory_limit_mb:
+            limit = self.memory_limit_mb * _MIB
+            specs.append(f"{resource.RLIMIT_DATA}:{limit}:{limit}")
+        return specs
+
+    # -- bases ----------------------------------------------------------------
+
+    def _base(self, spec: str) -> _Base:
+        with self._lock:
+            if spec not in self._bases:
+                self._bases[spec] = self._host_base() if spec == HOST_BASE else self._rootfs_base(spec)
+            return self._bases[spec]
+
+    def _host_base(self) -> _Base:
+        fingerprint = hostbase.fingerprint(self._host)
+        record = self.store.bases / f"host-{fingerprint[:32]}.json"
+        if record.exists():
+            data = json.loads(record.read_text())
+            if all(self.store.layers.exists(layer) for layer in data["layers"]):
+                return _Base(tuple(data["layers"]), data["digest"])
+        staged = self.store.layers.staging_dir()
+        hostbase.write_skeleton(self._host, staged)
+        layers.shift_owners(staged, self.id_offset)
+        layer_id, layer_digest = self.store.layers.commit(staged)
+        base = _Base((layer_id,), combine(f"host:{fingerprint}", layer_digest))
+        _write_json(record, {"layers": list(base.layers), "digest": base.digest})
+        return base
+
+    def _rootfs_base(self, spec: str) -> _Base:
+        source = Path(spec).expanduser()
+        if not source.exists():
+            raise ConfigError(
+                f"template base {spec!r} is neither 'host' nor an existing root filesystem "
+                "directory or tarball (make one with: docker export CONTAINER > rootfs.tar)"
+            )
+        key = _source_key(source)
+        record = self.store.bases / f"rootfs-{key[:32]}.json"
+        if record.exists():
+            data = json.loads(record.read_text())
+            if all(self.store.layers.exists(layer) for layer in data["layers"]):
+                return _Base(tuple(data["layers"]), data["digest"])
+        staged = self.store.layers.staging_dir()
+        layers.extract_rootfs(source, staged)
+        layers.shift_owners(staged, self.id_offset)
+        rootfs_id, rootfs_digest = self.store.layers.commit(staged)
+        mounts = self.store.layers.staging_dir()
+        for d in ("proc", "dev", "tmp", "root", "etc"):
+            (mounts / d).mkdir()
+        os.chmod(mounts / "tmp", 0o1777)
+        layers.shift_owners(mounts, self.id_offset)
+        mounts_id, mounts_digest = self.store.layers.commit(mounts)
+        base = _Base((rootfs_id, mounts_id), combine(f"rootfs:{rootfs_digest}", mounts_digest))
+        _write_json(record, {"layers": list(base.layers), "digest": base.digest})
+        return base
+
+    def _base_layer_count(self, snapshot: Snapshot) -> int:
+        return len(self._base(snapshot.base).layers)
+
+    def _base_digest_of(self, snapshot: Snapshot) -> str:
+        return self._base(snapshot.base).digest
+
+
+def _run_setup(sandbox: LocalSandbox, template: Template) -> None:
+    timeout = template.setup_timeout_s
+    workdir = shlex.quote(template.workdir)
+    _require_ok(sandbox.exec(f"mkdir -p {workdir}", timeout_s=timeout, cwd="/"), template, "create workdir", "")
+    for index, step in enumerate(template.setup, 1):
+        result = sandbox.exec(step, timeout_s=timeout, cwd=template.workdir)
+        _require_ok(result, template, f"setup step {index}", step)
+    for path, content in template.files.items():
+        sandbox.write_file(path, content)
+    if template.healthcheck:
+        result = sandbox.exec(template.healthcheck, timeout_s=timeout, cwd=template.workdir)
+        _require_ok(result, template, "healthcheck", template.healthcheck)
+
+
+def _require_ok(result: ExecResult, template: Template, what: str, command: str) -> None:
+    if result.ok:
+        return
+    why = f"timed out after {template.setup_timeout_s:g}s" if result.timed_out else f"exited {result.exit_code}"
+    raise BuildError(
+        f"building template {template.name!r}: {what} {why}: {command}\n"
+        f"--- stdout (end) ---\n{result.stdout[-2000:]}\n--- stderr (end) ---\n{result.stderr[-2000:]}"
+    )
+
+
+def _check_positive(**values: float | None) -> None:
+    for name, value in values.items():
+        if value is not None and not value > 0:
+            raise ConfigError(f"LocalBackend({name}=...) must be positive or None, got {value!r}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _source_key(source: Path) -> str:
+    if source.is_file():
+        return file_sha256(source)
+    h = hashlib.sha256(str(source.resolve()).encode())
+    for dirpath, dirnames, filenames in os.walk(source):
+        dirnames.sort()
+        for name in sorted(filenames):
+            st = os.lstat(os.path.join(dirpath, name))
+            h.update(f"{dirpath}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
+    return h.hexdigest()
+
+
+def _write_json(path: Path, data: object) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)

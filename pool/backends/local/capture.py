@@ -1,0 +1,121 @@
+"""Collect a command's output from its pipes: capped, and never stalling.
+
+Past the cap, output is read and thrown away, so a flood neither fills host
+memory nor blocks the writer. Output written by background processes after the
+command itself exits is not waited for.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from dataclasses import dataclass, field
+
+from pool.backends.local.daemon import STATUS_SIZE, decode_status
+
+_READ_SIZE = 1 << 16
+_DRAIN_S = 0.05
+
+
+@dataclass(slots=True)
+class CappedBuffer:
+    """Bytes up to a cap, and whether anything past it was dropped."""
+
+    cap: int
+    chunks: list[bytes] = field(default_factory=list)
+    size: int = 0
+    truncated: bool = False
+
+    def add(self, data: bytes) -> None:
+        """Keep what fits under the cap, drop the rest."""
+        room = self.cap - self.size
+        if room <= 0:
+            self.truncated = self.truncated or bool(data)
+            return
+        if len(data) > room:
+            data = data[:room]
+            self.truncated = True
+        self.chunks.append(data)
+        self.size += len(data)
+
+    def value(self) -> bytes:
+        """The kept bytes."""
+        return b"".join(self.chunks)
+
+
+@dataclass(slots=True)
+class Captured:
+    """What came back from one exec."""
+
+    stdout: CappedBuffer
+    stderr: CappedBuffer
+    status: tuple[int, bool, int] | None
+    host_deadline_hit: bool = False
+
+
+def collect(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: float | None) -> Captured:
+    """Read both streams and the status record until the status arrives.
+
+    Args:
+        out_fd, err_fd: read ends of stdout/stderr; closed on return.
+        status_fd: read end of the status pipe; closed on return.
+        cap: bytes kept per stream.
+        deadline_s: a host-side backstop (monotonic clock) in case the sandbox
+            stops answering; the sandbox enforces the real timeout itself.
+    """
+    bufs = {out_fd: CappedBuffer(cap), err_fd: CappedBuffer(cap)}
+    status_bytes = b""
+    poller = select.poll()
+    for fd in (out_fd, err_fd, status_fd):
+        os.set_blocking(fd, False)
+        poller.register(fd, select.POLLIN)
+    open_fds = {out_fd, err_fd, status_fd}
+    result = Captured(bufs[out_fd], bufs[err_fd], None)
+    try:
+        while status_fd in open_fds:
+            timeout_ms = None
+            if deadline_s is not None:
+                left = deadline_s - time.monotonic()
+                if left <= 0:
+                    result.host_deadline_hit = True
+                    break
+                timeout_ms = int(left * 1000) + 1
+            for fd, _ in poller.poll(timeout_ms):
+                chunk = _read(fd)
+                if chunk is None:
+                    continue
+                if fd == status_fd:
+                    status_bytes += chunk
+                    if not chunk or len(status_bytes) >= STATUS_SIZE:
+                        poller.unregister(fd)
+                        open_fds.discard(fd)
+                else:
+                    if chunk:
+                        bufs[fd].add(chunk)
+                    else:
+                        poller.unregister(fd)
+                        open_fds.discard(fd)
+        # The command has exited: take what its pipes already hold, no more
+        # (bounded in time, since a background writer may keep them full).
+        drain_until = time.monotonic() + _DRAIN_S
+        for fd in (out_fd, err_fd):
+            while fd in open_fds and time.monotonic() < drain_until:
+                chunk = _read(fd)
+                if not chunk:
+                    break
+                bufs[fd].add(chunk)
+    finally:
+        for fd in (out_fd, err_fd, status_fd):
+            os.close(fd)
+    if len(status_bytes) >= STATUS_SIZE:
+        result.status = decode_status(status_bytes[:STATUS_SIZE])
+    return result
+
+
+def _read(fd: int) -> bytes | None:
+    """Up to one chunk; b"" at end of file, None when nothing is there yet."""
+    try:
+        return os.read(fd, _READ_SIZE)
+    except BlockingIOError:
+        return None

@@ -1,0 +1,159 @@
+"""Per-sandbox cgroups for memory, CPU and process-count limits (v1 or v2).
+
+Used when the backend runs as root and a cgroup hierarchy is writable; when
+not, the backend falls back to rlimits and says so in its Capabilities.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_PARENT = "snapgym"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Resource limits of one sandbox; None means unlimited."""
+
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    pids: int | None = None
+
+
+def _v2() -> bool:
+    return (CGROUP_ROOT / "cgroup.controllers").exists()
+
+
+def _v1_controller(name: str) -> Path | None:
+    path = CGROUP_ROOT / name
+    return path if (path / "cgroup.procs").exists() else None
+
+
+def available() -> set[str]:
+    """Which limits can be enforced here: a subset of {"memory", "cpu", "pids"}."""
+    if os.geteuid() != 0:
+        return set()
+    if _v2():
+        controllers = (CGROUP_ROOT / "cgroup.controllers").read_text().split()
+        return {c for c in ("memory", "cpu", "pids") if c in controllers}
+    return {c for c in ("memory", "cpu", "pids") if _v1_controller(c)}
+
+
+class SandboxCgroup:
+    """The cgroup(s) of one sandbox, created with its limits applied."""
+
+    def __init__(self, name: str, limits: Limits, enabled: set[str]) -> None:
+        self.dirs: list[Path] = []
+        if not enabled:
+            return
+        if _v2():
+            parent = CGROUP_ROOT / _PARENT
+            parent.mkdir(exist_ok=True)
+            _enable_v2_controllers(parent, enabled)
+            path = parent / name
+            path.mkdir(exist_ok=True)
+            self.dirs.append(path)
+            _apply_v2(path, limits, enabled)
+            return
+        for controller in sorted(enabled):
+            base = _v1_controller(controller)
+            if base is None:
+                continue
+            path = base / _PARENT / name
+            path.mkdir(parents=True, exist_ok=True)
+            self.dirs.append(path)
+            _apply_v1(controller, path, limits)
+
+    @property
+    def procs_files(self) -> list[str]:
+        """The cgroup.procs files the daemon writes a new init's pid into."""
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def memory_bytes(self) -> int | None:
+        """Current memory charge of the sandbox, when a memory cgroup exists."""
+        for d in self.dirs:
+            for name in ("memory.current", "memory.usage_in_bytes"):
+                f = d / name
+                if f.exists():
+                    return int(f.read_text())
+        return None
+
+    def remove(self) -> None:
+        """Kill anything left inside and delete the cgroup directories."""
+        for d in self.dirs:
+            kill_and_remove(d)
+        self.dirs = []
+
+
+def _enable_v2_controllers(parent: Path, enabled: set[str]) -> None:
+    wanted = " ".join(f"+{c}" for c in sorted(enabled))
+    for directory in (CGROUP_ROOT, parent):
+        try:
+            (directory / "cgroup.subtree_control").write_text(wanted)
+        except OSError:
+            pass  # already enabled, or delegated differently; limits still apply where possible
+
+
+def _apply_v2(path: Path, limits: Limits, enabled: set[str]) -> None:
+    if "memory" in enabled and limits.memory_bytes:
+        (path / "memory.max").write_text(str(limits.memory_bytes))
+        swap = path / "memory.swap.max"
+        if swap.exists():
+            swap.write_text("0")
+    if "pids" in enabled and limits.pids:
+        (path / "pids.max").write_text(str(limits.pids))
+    if "cpu" in enabled and limits.cpus:
+        (path / "cpu.max").write_text(f"{int(limits.cpus * 100000)} 100000")
+
+
+def _apply_v1(controller: str, path: Path, limits: Limits) -> None:
+    if controller == "memory" and limits.memory_bytes:
+        (path / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
+        memsw = path / "memory.memsw.limit_in_bytes"
+        if memsw.exists():
+            memsw.write_text(str(limits.memory_bytes))
+    elif controller == "pids" and limits.pids:
+        (path / "pids.max").write_text(str(limits.pids))
+    elif controller == "cpu" and limits.cpus:
+        (path / "cpu.cfs_period_us").write_text("100000")
+        (path / "cpu.cfs_quota_us").write_text(str(int(limits.cpus * 100000)))
+
+
+def kill_and_remove(path: Path) -> None:
+    """SIGKILL every process in a cgroup directory, then remove it."""
+    for _ in range(50):
+        try:
+            pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        except OSError:
+            break
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def stale_groups(is_alive: Callable[[str], bool]) -> list[Path]:
+    """Cgroup directories of sandboxes whose owner is gone."""
+    parents = [CGROUP_ROOT / _PARENT] if _v2() else [
+        base / _PARENT for c in ("memory", "cpu", "pids") if (base := _v1_controller(c))
+    ]
+    found = []
+    for parent in parents:
+        if not parent.is_dir():
+            continue
+        for child in parent.iterdir():
+            if child.is_dir() and not is_alive(child.name):
+                found.append(child)
+    return found

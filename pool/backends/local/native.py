@@ -1,0 +1,53 @@
+"""Build the sandbox daemon from its C source on first use, cached by hash."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from pool.errors import CompilerMissingError
+
+SOURCE = Path(__file__).with_name("sandboxd.c")
+_CFLAGS = ("-O2", "-Wall", "-Wno-format-truncation")
+
+
+def find_compiler() -> str:
+    """The C compiler to use: $CC, else cc, gcc or clang on PATH."""
+    candidates = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    for name in candidates:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise CompilerMissingError(
+        "the local backend builds a small C daemon on first use, but no C compiler was found; "
+        "install one (Debian/Ubuntu: apt-get install gcc; Fedora: dnf install gcc) or set CC"
+    )
+
+
+def daemon_binary(cache_dir: Path) -> Path:
+    """Path of the compiled daemon for the current source, compiling if needed."""
+    source = SOURCE.read_bytes()
+    tag = hashlib.sha256(source + " ".join(_CFLAGS).encode()).hexdigest()[:16]
+    target = cache_dir / "bin" / f"snapgym-sandboxd-{tag}"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    compiler = find_compiler()
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / "sandboxd"
+        proc = subprocess.run(
+            [compiler, *_CFLAGS, "-o", str(out), str(SOURCE)],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise CompilerMissingError(
+                f"compiling the sandbox daemon with {compiler} failed "
+                f"(are the C library headers installed? Debian: apt-get install libc6-dev):\n{proc.stderr[-2000:]}"
+            )
+        os.replace(out, target)
+    return target

@@ -1,0 +1,305 @@
+"""One sandbox of the local backend: exec, files, snapshot, restore."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from pool.backends.local import capture
+from pool.backends.local.cgroups import SandboxCgroup
+from pool.backends.local.daemon import Op, read_status
+from pool.errors import (
+    CommandRejectedError,
+    FileOperationError,
+    SandboxClosedError,
+    SandboxCrashedError,
+)
+from pool.results import ExecResult, decode_output
+from pool.snapshots import Snapshot
+
+if TYPE_CHECKING:
+    from pool.backends.local.backend import LocalBackend
+
+# execve() refuses a single argument longer than this (MAX_ARG_STRLEN).
+MAX_COMMAND_BYTES = 128 * 1024 - 1
+_HOST_GRACE_S = 10.0
+
+
+class LocalSandbox:
+    """A sandbox in its own namespaces over a snapshot's read-only layers."""
+
+    def __init__(self, backend: LocalBackend, sandbox_id: int, snapshot: Snapshot, cgroup: SandboxCgroup) -> None:
+        self._backend = backend
+        self.id = sandbox_id
+        self._snapshot = snapshot
+        self._cgroup = cgroup
+        self._closed = False
+
+    # -- identity ---------------------------------------------------------
+
+    @property
+    def start_snapshot(self) -> Snapshot:
+        """The snapshot this sandbox last started from (at create or restore)."""
+        return self._snapshot
+
+    @property
+    def start_digest(self) -> str:
+        """Digest of the state this sandbox started from (equal digests: identical starts)."""
+        return self._snapshot.digest
+
+    @property
+    def is_closed(self) -> bool:
+        """True after close()."""
+        return self._closed
+
+    @property
+    def is_alive(self) -> bool:
+        """True while the sandbox's init runs and can take commands."""
+        if self._closed or not self._backend.daemon_is_alive:
+            return False
+        pid = self._backend.daemon_request(Op.PING, self.id, [])
+        return pid != "pid=0"
+
+    def memory_bytes(self) -> int | None:
+        """Memory charged to the sandbox right now, where a memory cgroup exists."""
+        return self._cgroup.memory_bytes()
+
+    # -- commands -----------------------------------------------------------
+
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run ``command`` with ``/bin/sh -c`` as root inside the sandbox.
+
+        Args:
+            command: shell source; at most 128 KiB (pass data with ``stdin``).
+            timeout_s: kill the command and everything it started after this
+                long (default: the backend's ``default_timeout_s``).
+            cwd: working directory (default: the snapshot's workdir).
+            env: variables added to the snapshot's environment.
+            stdin: data on standard input (default: empty).
+            max_output_bytes: cap per stream (default: the backend's).
+
+        Returns:
+            The ExecResult; a non-zero exit or a timeout is data, not an error.
+
+        Raises:
+            CommandRejectedError: the command, env or cwd cannot be passed on.
+            SandboxClosedError: the sandbox was closed.
+            SandboxCrashedError: the sandbox died; restore() brings it back.
+        """
+        self._check_open()
+        fields = self._exec_fields(command, timeout_s, cwd, env)
+        cap = max_output_bytes if max_output_bytes is not None else self._backend.max_output_bytes
+        timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
+        started = time.monotonic()
+        stdin_fd = self._stdin_fd(stdin)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        st_r, st_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self._backend.daemon_send(Op.EXEC, self.id, fields, [stdin_fd, out_w, err_w, st_w])
+        except BaseException:
+            for fd in (out_r, err_r, st_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (stdin_fd, out_w, err_w, st_w):
+                os.close(fd)
+        deadline = started + timeout + _HOST_GRACE_S if timeout else None
+        got = capture.collect(out_r, err_r, st_r, cap=cap, deadline_s=deadline)
+        duration = time.monotonic() - started
+        if got.status is None:
+            self._explain_missing_status(got.host_deadline_hit, command)
+            code, timed_out = 137, False  # the command killed its own runner (e.g. kill -9 -1)
+        else:
+            code, timed_out, _ = got.status
+        return ExecResult(
+            exit_code=code,
+            stdout=decode_output(got.stdout.value()),
+            stderr=decode_output(got.stderr.value()),
+            duration_s=duration,
+            timed_out=timed_out,
+            stdout_truncated=got.stdout.truncated,
+            stderr_truncated=got.stderr.truncated,
+        )
+
+    def _exec_fields(
+        self, command: str, timeout_s: float | None, cwd: str | None, env: Mapping[str, str] | None
+    ) -> list[tuple[str, str]]:
+        if not isinstance(command, str):
+            raise CommandRejectedError(f"a command must be a str, got {type(command).__name__}")
+        if "\0" in command:
+            raise CommandRejectedError("the command contains a NUL byte, which no shell can receive")
+        if len(command.encode("utf-8", "surrogateescape")) > MAX_COMMAND_BYTES:
+            raise CommandRejectedError(
+                f"the command is {len(command.encode('utf-8', 'surrogateescape'))} bytes; the limit is "
+                f"{MAX_COMMAND_BYTES}: write large scripts with write_file() or pass data on stdin"
+            )
+        if timeout_s is not None and not timeout_s > 0:
+            raise CommandRejectedError(f"timeout_s must be positive, got {timeout_s}")
+        timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
+        merged = dict(self._backend.base_env(self._snapshot))
+        merged.update(self._snapshot.env)
+        merged.update(env or {})
+        fields = [("cmd", command), ("cwd", self._resolve(cwd or self._snapshot.workdir))]
+        fields.append(("timeout_ms", str(int(timeout * 1000)) if timeout else "0"))
+        for key, value in merged.items():
+            if not key or "=" in key or "\0" in key or "\0" in str(value):
+                raise CommandRejectedError(f"environment variable {key!r} has an invalid name or value")
+            fields.append(("env", f"{key}={value}"))
+        return fields
+
+    def _stdin_fd(self, stdin: str | bytes | None) -> int:
+        if stdin is None:
+            return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+        fd = os.memfd_create("snapgym-stdin", os.MFD_CLOEXEC)
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+
+    def _explain_missing_status(self, deadline_hit: bool, command: str) -> None:
+        if not self._backend.daemon_is_alive:
+            raise SandboxCrashedError("the sandbox daemon died; create a new backend")
+        if not self.is_alive:
+            raise SandboxCrashedError(
+                "the sandbox's init died (out of memory, or killed from the host); "
+                "restore() starts it again from its snapshot"
+            )
+        if deadline_hit:
+            raise SandboxCrashedError(f"the sandbox stopped answering while running {command[:80]!r}")
+
+    # -- files --------------------------------------------------------------
+
+    def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The bytes of a file inside the sandbox.
+
+        Raises:
+            FileOperationError: missing, a directory, unreadable, or larger
+                than ``max_bytes``; ``.errno`` says which.
+        """
+        self._check_open()
+        out = os.memfd_create("snapgym-read", os.MFD_CLOEXEC)
+        try:
+            fields = [("path", self._resolve(path)), ("max", str(max_bytes or 0))]
+            self._file_op(Op.READ, fields, out, path)
+            os.lseek(out, 0, os.SEEK_SET)
+            chunks = []
+            while chunk := os.read(out, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(out)
+
+    def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
+        """Write a file inside the sandbox, creating parent directories.
+
+        Raises:
+            FileOperationError: the path cannot be written; ``.errno`` says why.
+        """
+        self._check_open()
+        content = data.encode() if isinstance(data, str) else bytes(data)
+        src = os.memfd_create("snapgym-write", os.MFD_CLOEXEC)
+        try:
+            os.write(src, content)
+            fields = [("path", self._resolve(path))]
+            if mode is not None:
+                fields.append(("mode", f"{mode:o}"))
+            self._file_op(Op.WRITE, fields, src, path)
+        finally:
+            os.close(src)
+
+    def _file_op(self, op: Op, fields: list[tuple[str, str]], data_fd: int, path: str) -> None:
+        st_r, st_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            try:
+                self._backend.daemon_send(op, self.id, fields, [data_fd, st_w])
+            finally:
+                os.close(st_w)
+            status = read_status(st_r)
+        finally:
+            os.close(st_r)
+        if status is None:
+            self._explain_missing_status(False, f"file operation on {path}")
+            raise SandboxCrashedError(f"the sandbox did not complete the file operation on {path}")
+        _, _, err = status
+        if err:
+            verb = "read" if op is Op.READ else "write"
+            raise FileOperationError(err, f"cannot {verb} {path} in the sandbox: {os.strerror(err)}", path)
+
+    def _resolve(self, path: str) -> str:
+        if not isinstance(path, str) or "\0" in path or not path:
+            raise CommandRejectedError(f"invalid sandbox path {path!r}")
+        return posixpath.normpath(posixpath.join(self._snapshot.workdir, path))
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """Freeze the current files into an immutable Snapshot (processes are not kept)."""
+        self._check_open()
+        return self._backend.snapshot_sandbox(self)
+
+    def restore(self, snapshot: Snapshot | None = None) -> None:
+        """Kill every process and go back to ``snapshot`` (default: the last start).
+
+        Nothing of the snapshot is copied: the writable layer is discarded and
+        fresh namespaces start over the same read-only layers.
+        """
+        self._check_open()
+        target = snapshot or self._snapshot
+        self._backend.restart_sandbox(self, target)
+        self._snapshot = target
+
+    def freeze(self) -> None:
+        """Stop every process of the sandbox (SIGSTOP) until thaw()."""
+        self._signal_all(Op.FREEZE)
+
+    def thaw(self) -> None:
+        """Let the processes stopped by freeze() run again."""
+        self._signal_all(Op.THAW)
+
+    def _signal_all(self, op: Op) -> None:
+        self._check_open()
+        st_r, st_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            try:
+                self._backend.daemon_send(op, self.id, [], [st_w])
+            finally:
+                os.close(st_w)
+            if read_status(st_r) is None:
+                self._explain_missing_status(False, op.name.lower())
+        finally:
+            os.close(st_r)
+
+    def close(self) -> None:
+        """Kill the sandbox and free its writable layer and cgroup. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._backend.release_sandbox(self)
+        self._cgroup.remove()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosedError(f"sandbox {self.id} is closed; create a new one from the backend")
+
+    def __enter__(self) -> LocalSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<LocalSandbox {self.id} {state} snapshot={self._snapshot.id[:12]}>"

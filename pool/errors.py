@@ -1,0 +1,75 @@
+"""Every error snapgym raises, as one tree under :class:`SnapgymError`.
+
+Each message says what failed and what to do about it. Provider and OS errors
+are translated at the backend boundary and never escape it.
+
+::
+
+    SnapgymError
+    ├── ConfigError                      bad options or template (ValueError)
+    ├── UnsupportedError                 the kernel or machine lacks a feature
+    │   └── CompilerMissingError         no C compiler for the sandbox daemon
+    ├── BuildError                       a template's setup step or healthcheck failed
+    ├── SnapshotError                    a snapshot is missing, corrupt or foreign
+    │   └── SnapshotNotFoundError        (LookupError)
+    ├── SandboxError                     a sandbox could not do what was asked
+    │   ├── SandboxClosedError           used after close()
+    │   ├── SandboxCrashedError          its init or the daemon died
+    │   ├── CommandRejectedError         the command itself is unusable (ValueError)
+    │   └── FileOperationError           read_file/write_file failed (OSError)
+    └── BackendError                     the backend itself failed
+"""
+
+from __future__ import annotations
+
+
+class SnapgymError(Exception):
+    """Base class of every snapgym error."""
+
+
+class ConfigError(SnapgymError, ValueError):
+    """An option, template field or argument is invalid."""
+
+
+class UnsupportedError(SnapgymError):
+    """This machine or kernel lacks a feature the backend needs."""
+
+
+class CompilerMissingError(UnsupportedError):
+    """No C compiler is available to build the sandbox daemon."""
+
+
+class BuildError(SnapgymError):
+    """Building a template into a snapshot failed."""
+
+
+class SnapshotError(SnapgymError):
+    """A snapshot is missing, corrupt, or belongs to another backend."""
+
+
+class SnapshotNotFoundError(SnapshotError, LookupError):
+    """No snapshot with that id is in the store."""
+
+
+class SandboxError(SnapgymError):
+    """A sandbox could not do what was asked."""
+
+
+class SandboxClosedError(SandboxError):
+    """The sandbox was used after close()."""
+
+
+class SandboxCrashedError(SandboxError):
+    """The sandbox's init process or the daemon hosting it died."""
+
+
+class CommandRejectedError(SandboxError, ValueError):
+    """The command, environment or working directory cannot be passed to a sandbox."""
+
+
+class FileOperationError(SandboxError, OSError):
+    """Reading or writing a file inside the sandbox failed."""
+
+
+class BackendError(SnapgymError):
+    """The backend itself failed (daemon start, store, cleanup)."""
