@@ -92,8 +92,12 @@ def _copy_etc_entry(src: Path, dst: Path) -> None:
     if src.is_symlink():
         os.symlink(os.readlink(src), dst)
     elif src.is_dir():
-        shutil.copytree(src, dst, symlinks=True, ignore_dangling_symlinks=True)
-    elif src.is_file():
+        # /etc/ssl/private holds host keys: never copied. Unreadable entries are skipped.
+        try:
+            shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns("private"))
+        except shutil.Error:
+            pass
+    elif src.is_file() and os.access(src, os.R_OK):
         shutil.copy2(src, dst)
 
 

@@ -364,9 +364,11 @@ static void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) {
         off += snprintf(opts + off, sizeof opts - off, "%s%s", first ? "" : ":", cfg->val[i]);
         first = 0;
     }
-    off += snprintf(opts + off, sizeof opts - off,
-                    ",upperdir=%s/upper,workdir=%s/work,redirect_dir=off,index=off,metacopy=off%s",
-                    stage, stage, user_mode ? ",userxattr" : "");
+    /* Redirects, index and metacopy would make the writable layer depend on
+     * the layers under it; without them it can be frozen into a layer as is.
+     * In a user namespace the kernel refuses those options but keeps them off. */
+    off += snprintf(opts + off, sizeof opts - off, ",upperdir=%s/upper,workdir=%s/work,%s", stage, stage,
+                    user_mode ? "userxattr" : "redirect_dir=off,index=off,metacopy=off");
     if (off >= sizeof opts) { errno = E2BIG; child_fail("overlay options (too many layers)"); }
     if (mount("overlay", root, "overlay", 0, opts) < 0) child_fail("mount overlay root filesystem");
 

@@ -1,0 +1,165 @@
+"""The conformance suite every backend must pass, like Gymnasium's ``check_env``.
+
+>>> from pool import LocalBackend
+>>> from pool.testing import check_backend
+>>> check_backend(LocalBackend())   # raises ConformanceError naming the failed check
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pool.capabilities import Capabilities
+from pool.contract import Backend, Sandbox
+from pool.errors import BuildError, FileOperationError, SandboxClosedError, SnapgymError
+from pool.snapshots import Snapshot
+from pool.templates import Template
+
+
+class ConformanceError(AssertionError):
+    """A backend broke the sandbox contract; the message names the check."""
+
+
+def _expect(condition: bool, check: str, detail: str = "") -> None:
+    if not condition:
+        raise ConformanceError(f"{check}: {detail}" if detail else check)
+
+
+CONFORMANCE_TEMPLATE = Template(
+    name="snapgym-conformance",
+    setup=["echo hi > /workspace/a", "date +%s%N > /workspace/stamp"],
+    workdir="/workspace",
+    env={"SNAPGYM_CONFORMANCE": "1"},
+    healthcheck="test -f /workspace/a",
+)
+
+
+def check_backend(backend: Backend, *, template: Template = CONFORMANCE_TEMPLATE) -> None:
+    """Run every conformance check against ``backend``; raise on the first failure.
+
+    The template must produce ``/workspace/a`` containing ``hi`` and a
+    ``/workspace/stamp`` that differs between two real builds.
+    """
+    _expect(isinstance(backend.capabilities, Capabilities), "capabilities", "must be a Capabilities")
+    snap = check_build_cache(backend, template)
+    check_build_failure(backend)
+    with backend.create(snap) as sandbox:
+        for check in (check_exec, check_files, check_episode_isolation):
+            check(sandbox)
+        check_snapshot_restore(backend, sandbox, snap)
+    check_fork(backend, snap)
+    check_close(backend, snap)
+
+
+def check_build_cache(backend: Backend, template: Template) -> Snapshot:
+    """A second build of the same template is a cache hit: same id, same content."""
+    first = backend.build(template)
+    second = backend.build(template)
+    _expect(first.id == second.id, "build cache", "the same template gave two snapshot ids")
+    _expect(first.digest == second.digest, "build cache", "setup ran again on the second build")
+    _expect(bool(first.digest), "snapshot digest", "a snapshot must carry a digest")
+    return first
+
+
+def check_build_failure(backend: Backend) -> None:
+    """A failing setup step fails the build, with the step's output in the error."""
+    marker = f"conformance-failure-{time.time_ns()}"
+    try:
+        backend.build(Template(name="snapgym-conformance-broken", setup=[f"echo {marker}; exit 7"]))
+    except BuildError as exc:
+        _expect(marker in str(exc), "build failure", "the error must hold the failing step's output")
+        return
+    raise ConformanceError("build failure: a setup step exiting 7 did not fail the build")
+
+
+def check_exec(sandbox: Sandbox) -> None:
+    """Exit codes, separate streams, env, cwd, stdin, timeouts, caps, bytes-safety."""
+    r = sandbox.exec("cat a; echo oops >&2; exit 3", timeout_s=10)
+    _expect((r.exit_code, r.stdout, r.stderr) == (3, "hi\n", "oops\n"), "exec streams", repr(r))
+    _expect(not r.timed_out and r.duration_s >= 0, "exec result", repr(r))
+    r = sandbox.exec("echo $SNAPGYM_CONFORMANCE $EXTRA; pwd", env={"EXTRA": "x"}, cwd="/tmp")
+    _expect(r.stdout == "1 x\n/tmp\n", "exec env/cwd", repr(r.stdout))
+    r = sandbox.exec("cat", stdin=b"piped\n")
+    _expect(r.stdout == "piped\n", "exec stdin", repr(r.stdout))
+    r = sandbox.exec("cat")
+    _expect(r.ok and r.stdout == "", "exec without stdin gets EOF", repr(r))
+    started = time.monotonic()
+    r = sandbox.exec("(setsid sleep 60 &) ; sleep 60", timeout_s=0.5)
+    _expect(r.timed_out and time.monotonic() - started < 10, "exec timeout", repr(r))
+    r = sandbox.exec("ps -eo args 2>/dev/null | grep -c '^sleep 60' || true")
+    _expect(r.stdout.strip() in ("0", ""), "timeout kills setsid children", r.stdout)
+    r = sandbox.exec("head -c 100000 /dev/zero | tr '\\0' x", max_output_bytes=1000)
+    _expect(len(r.stdout) == 1000 and r.stdout_truncated, "output cap", f"{len(r.stdout)} chars")
+    r = sandbox.exec("printf 'ok\\377\\376\\n'")
+    _expect(r.stdout.startswith("ok") and r.exit_code == 0, "invalid UTF-8", repr(r.stdout))
+
+
+def check_files(sandbox: Sandbox) -> None:
+    """Binary-safe files in and out; parents created; missing files are errors."""
+    payload = bytes(range(256)) * 3
+    sandbox.write_file("/workspace/sub/dir/bin", payload)
+    _expect(sandbox.read_file("/workspace/sub/dir/bin") == payload, "file round trip")
+    sandbox.write_file("rel.txt", "text")
+    _expect(sandbox.exec("cat /workspace/rel.txt").stdout == "text", "relative paths use workdir")
+    _expect_raises(lambda: sandbox.read_file("/no/such/file"), FileOperationError, "missing file")
+    _expect_raises(lambda: sandbox.read_file("/workspace"), FileOperationError, "reading a directory")
+
+
+def check_episode_isolation(sandbox: Sandbox) -> None:
+    """Files, processes and shell state of one episode are gone after restore."""
+    sandbox.exec(
+        "echo x > /tmp/leak; echo x > /dev/shm/leak; echo x > /workspace/leak; "
+        "echo 'export LEAK=1' >> /root/.profile; (setsid sleep 1000 >/dev/null 2>&1 &)"
+    )
+    sandbox.restore()
+    r = sandbox.exec(
+        "ls /tmp/leak /dev/shm/leak /workspace/leak 2>/dev/null; "
+        "sh -lc 'echo LEAK=$LEAK'; ps -eo args 2>/dev/null | grep '^sleep 1000' || true"
+    )
+    _expect(r.stdout == "LEAK=\n", "episode isolation", f"state survived restore: {r.stdout!r}")
+
+
+def check_snapshot_restore(backend: Backend, sandbox: Sandbox, snap: Snapshot) -> None:
+    """Mid-episode snapshots are immutable; restore goes to exactly the chosen one."""
+    _expect(sandbox.start_digest == snap.digest, "start digest", "must equal the snapshot's digest")
+    sandbox.write_file("/workspace/b", b"\x00\xff")
+    mid = sandbox.snapshot()
+    _expect(mid.digest != snap.digest, "snapshot digest", "a changed state must change the digest")
+    sandbox.write_file("/workspace/c", b"after")
+    sandbox.restore(snap)
+    _expect(sandbox.exec("ls /workspace").stdout == "a\nstamp\n", "restore", "files of the episode remain")
+    sandbox.restore(mid)
+    _expect(sandbox.exec("ls /workspace").stdout == "a\nb\nstamp\n", "restore to a mid snapshot")
+    _expect(sandbox.start_digest == mid.digest, "start digest after restore")
+
+
+def check_fork(backend: Backend, snap: Snapshot) -> None:
+    """n forks start at the same state and do not see each other's changes."""
+    children = backend.fork(snap, 3)
+    try:
+        _expect(len(children) == 3, "fork count")
+        _expect(len({c.start_digest for c in children}) == 1, "fork digests")
+        children[0].write_file("/workspace/only-here", b"1")
+        seen = [c.exec("ls /workspace/only-here 2>/dev/null").stdout for c in children[1:]]
+        _expect(seen == ["", ""], "fork isolation", repr(seen))
+    finally:
+        for child in children:
+            child.close()
+
+
+def check_close(backend: Backend, snap: Snapshot) -> None:
+    """close() is idempotent and a closed sandbox refuses work."""
+    sandbox = backend.create(snap)
+    sandbox.close()
+    sandbox.close()
+    _expect(sandbox.is_closed and not sandbox.is_alive, "closed state")
+    _expect_raises(lambda: sandbox.exec("true"), SandboxClosedError, "exec after close")
+
+
+def _expect_raises(action: Callable[[], object], error: type[SnapgymError], check: str) -> None:
+    try:
+        action()
+    except error:
+        return
+    raise ConformanceError(f"{check}: expected {error.__name__}")
