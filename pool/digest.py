@@ -13,7 +13,12 @@ import os
 import stat
 
 _CHUNK = 1 << 20
-_OVERLAY_XATTR_PREFIXES = ("trusted.overlay.", "user.overlay.")
+# Extended attributes that are part of a layer's content: whiteout/opaque
+# markers and file capabilities. Overlay bookkeeping (uuid, origin, impure)
+# belongs to one mount and is not content.
+CONTENT_XATTRS = frozenset(
+    f"{ns}.overlay.{name}" for ns in ("trusted", "user") for name in ("opaque", "whiteout", "whiteouts")
+) | {"security.capability"}
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -63,13 +68,13 @@ def _entry_digest(path: str, name: str, id_offset: int) -> str:
 
 def _overlay_xattrs(path: str) -> bytes:
     try:
-        names = sorted(n for n in os.listxattr(path, follow_symlinks=False) if n.startswith(_OVERLAY_XATTR_PREFIXES))
+        names = sorted(n for n in os.listxattr(path, follow_symlinks=False) if n in CONTENT_XATTRS)
     except OSError:
         return b""
     out = b""
     for n in names:
         # Which namespace (trusted/user) depends on rootless mode, not content.
-        out += n.split(".", 1)[1].encode() + b"=" + os.getxattr(path, n, follow_symlinks=False) + b"\0"
+        out += n.removeprefix("trusted.").removeprefix("user.").encode() + b"=" + os.getxattr(path, n, follow_symlinks=False) + b"\0"
     return out
 
 

@@ -16,10 +16,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from pool.digest import tree_digest
+from pool.digest import CONTENT_XATTRS, tree_digest
 from pool.errors import SnapshotError
 
-_XATTR_PREFIXES = ("trusted.overlay.", "user.overlay.", "security.capability")
 
 
 class LayerStore:
@@ -134,7 +133,7 @@ def _copy_meta(src: str, dst: str, st: os.stat_result) -> None:
         os.lchown(dst, st.st_uid, st.st_gid)
     try:
         for name in os.listxattr(src, follow_symlinks=False):
-            if name.startswith(_XATTR_PREFIXES):
+            if name in CONTENT_XATTRS:
                 os.setxattr(dst, name, os.getxattr(src, name, follow_symlinks=False), follow_symlinks=False)
     except OSError as exc:
         if exc.errno not in (errno.ENOTSUP, errno.EPERM):

@@ -671,6 +671,7 @@ static void init_loop(int sock) {
             close(sock);
             close(sfd);
             sigprocmask(SIG_UNBLOCK, &chld, NULL);
+            set_title(m.op == OP_EXEC ? "snapgym-exec" : "snapgym-file");
             if (m.op == OP_EXEC) run_reaper(&m);
             else run_file_op(&m);
             _exit(0);
