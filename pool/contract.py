@@ -58,6 +58,12 @@ class Sandbox(Protocol):
     def close(self) -> None:
         """Release the sandbox. Idempotent."""
 
+    def __enter__(self) -> Sandbox:
+        """Use as a context manager; closes on exit."""
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the sandbox."""
+
 
 @runtime_checkable
 class Backend(Protocol):

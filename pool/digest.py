@@ -74,7 +74,12 @@ def _overlay_xattrs(path: str) -> bytes:
     out = b""
     for n in names:
         # Which namespace (trusted/user) depends on rootless mode, not content.
-        out += n.removeprefix("trusted.").removeprefix("user.").encode() + b"=" + os.getxattr(path, n, follow_symlinks=False) + b"\0"
+        out += (
+            n.removeprefix("trusted.").removeprefix("user.").encode()
+            + b"="
+            + os.getxattr(path, n, follow_symlinks=False)
+            + b"\0"
+        )
     return out
 
 

@@ -56,6 +56,4 @@ class Snapshot:
             data["layers"] = tuple(data["layers"])
             return cls(**data)
         except (ValueError, KeyError, TypeError) as exc:
-            raise SnapshotError(
-                f"snapshot record is corrupt ({exc}); delete it and build again"
-            ) from exc
+            raise SnapshotError(f"snapshot record is corrupt ({exc}); delete it and build again") from exc

@@ -70,8 +70,7 @@ class Template:
             "base": self.base,
             "setup": list(self.setup),
             "files": {
-                path: hashlib.sha256(_as_bytes(content)).hexdigest()
-                for path, content in sorted(self.files.items())
+                path: hashlib.sha256(_as_bytes(content)).hexdigest() for path, content in sorted(self.files.items())
             },
             "env": dict(sorted(self.env.items())),
             "workdir": self.workdir,
@@ -81,9 +80,7 @@ class Template:
 
     def content_hash(self, base_identity: str) -> str:
         """A hex digest naming the snapshot this template builds over a base."""
-        payload = json.dumps(
-            {"template": self.fingerprint(), "base": base_identity}, sort_keys=True
-        )
+        payload = json.dumps({"template": self.fingerprint(), "base": base_identity}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
 
 

@@ -54,7 +54,7 @@ def test_sigkill_of_the_host_process_kills_sandboxes_and_is_reaped(tmp_path: Pat
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from pool import LocalBackend, Template
-        b = LocalBackend(store_dir={str(tmp_path / 'store')!r}, runtime_dir={str(runtime)!r})
+        b = LocalBackend(store_dir={str(tmp_path / "store")!r}, runtime_dir={str(runtime)!r})
         s = b.create(b.build(Template(name="crash", setup=["true"])))
         s.exec("({marker} >/dev/null 2>&1 &)")
         print("ready", flush=True)

@@ -97,9 +97,7 @@ def test_host_ports_are_unreachable(sandbox: LocalSandbox) -> None:
     port = server.getsockname()[1]
     try:
         probe = (
-            "import socket,sys\n"
-            f"s=socket.socket(); s.settimeout(2)\n"
-            f"sys.exit(s.connect_ex(('127.0.0.1', {port})))\n"
+            f"import socket,sys\ns=socket.socket(); s.settimeout(2)\nsys.exit(s.connect_ex(('127.0.0.1', {port})))\n"
         )
         sandbox.write_file("/tmp/probe.py", probe)
         assert sandbox.exec("python3 /tmp/probe.py").exit_code != 0

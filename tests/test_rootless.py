@@ -37,8 +37,15 @@ SCRIPT = textwrap.dedent(
 def _interpreter_for_nobody() -> str | None:
     for candidate in (sys.executable, "/usr/bin/python3"):
         probe = subprocess.run(
-            ["setpriv", f"--reuid={USER.split(':')[0]}", f"--regid={USER.split(':')[1]}", "--clear-groups",
-             candidate, "-c", "import sys; assert sys.version_info >= (3, 11)"],
+            [
+                "setpriv",
+                f"--reuid={USER.split(':')[0]}",
+                f"--regid={USER.split(':')[1]}",
+                "--clear-groups",
+                candidate,
+                "-c",
+                "import sys; assert sys.version_info >= (3, 11)",
+            ],
             capture_output=True,
         )
         if probe.returncode == 0:
@@ -63,7 +70,9 @@ def test_unprivileged_user_passes_check_backend() -> None:
     uid, gid = USER.split(":")
     proc = subprocess.run(
         ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", python, str(script)],
-        capture_output=True, text=True, timeout=240,
+        capture_output=True,
+        text=True,
+        timeout=240,
         env={"PATH": os.environ["PATH"], "HOME": str(home), "XDG_RUNTIME_DIR": str(home)},
     )
     shutil.rmtree(tmp_path, ignore_errors=True)

@@ -21,7 +21,8 @@ PROBE = """
 for f in /tmp/leak /dev/shm/leak /workspace/leak /etc/profile.d/leak.sh; do test -e $f && echo "file $f"; done
 bash -lc 'test -n "$LEAKED_VAR" && echo "login env"'
 bash -ic 'test -n "$LEAKED_VAR" && echo "interactive env"' 2>/dev/null
-ps -eo pid,args | awk 'NR>1 && $1 != 1' | grep -v -e 'ps -eo' -e awk -e grep -e '^ *[0-9]* sh -c' -e bash -e snapgym- || true
+ps -eo pid,args | awk 'NR>1 && $1 != 1' \\
+  | grep -v -e 'ps -eo' -e awk -e grep -e '^ *[0-9]* sh -c' -e bash -e snapgym- || true
 """
 
 

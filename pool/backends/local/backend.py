@@ -6,6 +6,7 @@ the snapshot store, the daemon, per-sandbox cgroups, builds and snapshots.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -80,9 +81,14 @@ class LocalBackend:
         id_offset: int = 100000,
     ) -> None:
         kernel.require_linux()
-        _check_positive(memory_limit_mb=memory_limit_mb, cpus=cpus, pids_limit=pids_limit,
-                        disk_limit_mb=disk_limit_mb, max_output_bytes=max_output_bytes,
-                        default_timeout_s=default_timeout_s)
+        _check_positive(
+            memory_limit_mb=memory_limit_mb,
+            cpus=cpus,
+            pids_limit=pids_limit,
+            disk_limit_mb=disk_limit_mb,
+            max_output_bytes=max_output_bytes,
+            default_timeout_s=default_timeout_s,
+        )
         self.rootless = os.geteuid() != 0 if rootless is None else rootless
         if not self.rootless and os.geteuid() != 0:
             raise ConfigError("rootless=False needs host root; run as root or leave rootless unset")
@@ -93,8 +99,9 @@ class LocalBackend:
         self.disk_limit_mb = disk_limit_mb
         self.max_output_bytes = max_output_bytes
         self.default_timeout_s = default_timeout_s
-        self.store = SnapshotStore(Path(store_dir) if store_dir else default_store_dir(),
-                                   id_offset=self.id_offset, rootless=self.rootless)
+        self.store = SnapshotStore(
+            Path(store_dir) if store_dir else default_store_dir(), id_offset=self.id_offset, rootless=self.rootless
+        )
         self._runtime_root = Path(runtime_dir) if runtime_dir else default_runtime_dir()
         self._cgroup_controllers = cgroups.available() if not self.rootless else set()
         self._host = hostbase.discover()
@@ -145,8 +152,15 @@ class LocalBackend:
         with self.store.lock(snap_id):
             if cached := self.store.find(snap_id):
                 return cached
-            start = Snapshot(id=f"base-{snap_id}", digest=base.digest, backend=self.name,
-                             layers=base.layers, base=template.base, env=dict(template.env), workdir="/")
+            start = Snapshot(
+                id=f"base-{snap_id}",
+                digest=base.digest,
+                backend=self.name,
+                layers=base.layers,
+                base=template.base,
+                env=dict(template.env),
+                workdir="/",
+            )
             sandbox = self._open(start, network=template.network)
             try:
                 _run_setup(sandbox, template)
@@ -189,7 +203,7 @@ class LocalBackend:
         """Recompute the digest of a snapshot's layers and compare it."""
         self._check_snapshot(snapshot)
         digest = self._base_digest_of(snapshot)
-        for layer_id in snapshot.layers[self._base_layer_count(snapshot):]:
+        for layer_id in snapshot.layers[self._base_layer_count(snapshot) :]:
             digest = combine(digest, self.store.layers.layer_digest(layer_id))
         return digest == snapshot.digest
 
@@ -201,10 +215,8 @@ class LocalBackend:
             self._closed = True
             sandboxes = list(self._sandboxes.values())
         for sandbox in sandboxes:
-            try:
+            with contextlib.suppress(SandboxCrashedError):
                 sandbox.close()
-            except SandboxCrashedError:
-                pass
         if self._daemon is not None:
             self._daemon.close()
         if self._run_dir is not None:
@@ -253,8 +265,17 @@ class LocalBackend:
     def base_env(self, snapshot: Snapshot) -> dict[str, str]:
         """The environment every exec starts from, before the snapshot's own."""
         path = self._host.path_env if snapshot.base == HOST_BASE else hostbase.DEFAULT_PATH
-        return {"PATH": path, "HOME": "/root", "USER": "root", "LOGNAME": "root", "SHELL": "/bin/sh",
-                "LANG": "C.UTF-8", "TERM": "dumb", "HOSTNAME": "sandbox", "TZ": "UTC"}
+        return {
+            "PATH": path,
+            "HOME": "/root",
+            "USER": "root",
+            "LOGNAME": "root",
+            "SHELL": "/bin/sh",
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            "HOSTNAME": "sandbox",
+            "TZ": "UTC",
+        }
 
     def snapshot_sandbox(
         self, sandbox: LocalSandbox, *, snapshot_id: str | None = None, template: Template | None = None
@@ -334,8 +355,9 @@ class LocalBackend:
             (run_dir / "stage").mkdir(parents=True, exist_ok=True)
             self._run_dir = run_dir
             try:
-                self._daemon = DaemonClient(binary, rootless=self.rootless, stage_dir=run_dir / "stage",
-                                            log_path=run_dir / "daemon.log")
+                self._daemon = DaemonClient(
+                    binary, rootless=self.rootless, stage_dir=run_dir / "stage", log_path=run_dir / "daemon.log"
+                )
             except BackendError as exc:
                 raise kernel.explain_daemon_failure(str(exc), rootless=self.rootless) from None
             return self._daemon

@@ -6,6 +6,7 @@ not, the backend falls back to rlimits and says so in its Capabilities.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Callable
@@ -93,10 +94,9 @@ class SandboxCgroup:
 def _enable_v2_controllers(parent: Path, enabled: set[str]) -> None:
     wanted = " ".join(f"+{c}" for c in sorted(enabled))
     for directory in (CGROUP_ROOT, parent):
-        try:
+        # Already enabled, or delegated differently: limits still apply where possible.
+        with contextlib.suppress(OSError):
             (directory / "cgroup.subtree_control").write_text(wanted)
-        except OSError:
-            pass  # already enabled, or delegated differently; limits still apply where possible
 
 
 def _apply_v2(path: Path, limits: Limits, enabled: set[str]) -> None:
@@ -134,21 +134,19 @@ def kill_and_remove(path: Path) -> None:
         if not pids:
             break
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    try:
+    with contextlib.suppress(OSError):
         path.rmdir()
-    except OSError:
-        pass
 
 
 def stale_groups(is_alive: Callable[[str], bool]) -> list[Path]:
     """Cgroup directories of sandboxes whose owner is gone."""
-    parents = [CGROUP_ROOT / _PARENT] if _v2() else [
-        base / _PARENT for c in ("memory", "cpu", "pids") if (base := _v1_controller(c))
-    ]
+    parents = (
+        [CGROUP_ROOT / _PARENT]
+        if _v2()
+        else [base / _PARENT for c in ("memory", "cpu", "pids") if (base := _v1_controller(c))]
+    )
     found = []
     for parent in parents:
         if not parent.is_dir():

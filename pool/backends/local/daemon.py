@@ -112,9 +112,7 @@ class DaemonClient:
             except OSError as exc:
                 raise SandboxCrashedError(f"the sandbox daemon is gone ({exc}); create a new backend") from None
         if not reply:
-            raise SandboxCrashedError(
-                f"the sandbox daemon exited; its log says: {self.log_tail() or '(nothing)'}"
-            )
+            raise SandboxCrashedError(f"the sandbox daemon exited; its log says: {self.log_tail() or '(nothing)'}")
         code, _, nfields = struct.unpack_from("=III", reply)
         text = ""
         if nfields:

@@ -8,6 +8,7 @@ socket, Ray session), /var, or the host environment.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -17,14 +18,51 @@ from pathlib import Path
 
 _USERLAND = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _ETC_COPIED = (
-    "alternatives", "ssl", "ca-certificates", "ca-certificates.conf", "ld.so.cache", "ld.so.conf",
-    "ld.so.conf.d", "nsswitch.conf", "resolv.conf", "localtime", "timezone", "os-release",
-    "debian_version", "lsb-release", "profile", "profile.d", "bash.bashrc", "inputrc", "mime.types",
-    "protocols", "services", "shells", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}",
-    "gitconfig", "magic", "login.defs",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "nsswitch.conf",
+    "resolv.conf",
+    "localtime",
+    "timezone",
+    "os-release",
+    "debian_version",
+    "lsb-release",
+    "profile",
+    "profile.d",
+    "bash.bashrc",
+    "inputrc",
+    "mime.types",
+    "protocols",
+    "services",
+    "shells",
+    "python3",
+    f"python{sys.version_info.major}.{sys.version_info.minor}",
+    "gitconfig",
+    "magic",
+    "login.defs",
 )
-_EMPTY_DIRS = ("proc", "dev", "sys", "tmp", "root", "home", "run", "var/tmp", "var/log", "var/cache",
-               "var/lib", "opt", "mnt", "srv", "etc")
+_EMPTY_DIRS = (
+    "proc",
+    "dev",
+    "sys",
+    "tmp",
+    "root",
+    "home",
+    "run",
+    "var/tmp",
+    "var/log",
+    "var/cache",
+    "var/lib",
+    "opt",
+    "mnt",
+    "srv",
+    "etc",
+)
 _PASSWD = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 _GROUP = "root:x:0:\nnogroup:x:65534:\n"
 _HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
@@ -93,10 +131,8 @@ def _copy_etc_entry(src: Path, dst: Path) -> None:
         os.symlink(os.readlink(src), dst)
     elif src.is_dir():
         # /etc/ssl/private holds host keys: never copied. Unreadable entries are skipped.
-        try:
+        with contextlib.suppress(shutil.Error):
             shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns("private"))
-        except shutil.Error:
-            pass
     elif src.is_file() and os.access(src, os.R_OK):
         shutil.copy2(src, dst)
 
@@ -110,8 +146,13 @@ def fingerprint(view: HostView) -> str:
     h = hashlib.sha256()
     h.update(repr(view).encode())
     h.update(sys.version.encode())
-    for marker in ("/var/lib/dpkg/status", "/var/lib/rpm/rpmdb.sqlite", "/lib/apk/db/installed",
-                   "/etc/os-release", "/usr/lib/os-release"):
+    for marker in (
+        "/var/lib/dpkg/status",
+        "/var/lib/rpm/rpmdb.sqlite",
+        "/lib/apk/db/installed",
+        "/etc/os-release",
+        "/usr/lib/os-release",
+    ):
         try:
             h.update(hashlib.sha256(Path(marker).read_bytes()).digest())
         except OSError:

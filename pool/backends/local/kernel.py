@@ -7,9 +7,7 @@ from pathlib import Path
 
 from pool.errors import UnsupportedError
 
-_ALTERNATIVES = (
-    "Alternatives: run as root, or use another backend (docker, e2b, daytona, modal)."
-)
+_ALTERNATIVES = "Alternatives: run as root, or use another backend (docker, e2b, daytona, modal)."
 
 
 def require_linux() -> None:
@@ -24,8 +22,7 @@ def require_linux() -> None:
         filesystems = ""
     if "overlay" not in filesystems:
         raise UnsupportedError(
-            "the kernel has no overlayfs (not in /proc/filesystems); load it with 'modprobe overlay'. "
-            + _ALTERNATIVES
+            "the kernel has no overlayfs (not in /proc/filesystems); load it with 'modprobe overlay'. " + _ALTERNATIVES
         )
 
 

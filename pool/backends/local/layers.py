@@ -20,7 +20,6 @@ from pool.digest import CONTENT_XATTRS, tree_digest
 from pool.errors import SnapshotError
 
 
-
 class LayerStore:
     """The directory holding every layer of one snapshot store."""
 

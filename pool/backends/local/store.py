@@ -71,9 +71,7 @@ class SnapshotStore:
         """The snapshot with that id, or SnapshotNotFoundError."""
         snap = self.find(snapshot_id)
         if snap is None:
-            raise SnapshotNotFoundError(
-                f"no snapshot {snapshot_id!r} in {self.root}; build its template first"
-            )
+            raise SnapshotNotFoundError(f"no snapshot {snapshot_id!r} in {self.root}; build its template first")
         return snap
 
     def save(self, snapshot: Snapshot) -> None:
