@@ -428,10 +428,8 @@ class LocalBackend:
     def _host_base(self) -> _Base:
         fingerprint = hostbase.fingerprint(self._host)
         record = self.store.bases / f"host-{fingerprint[:32]}.json"
-        if record.exists():
-            data = json.loads(record.read_text())
-            if all(self.store.layers.exists(layer) for layer in data["layers"]):
-                return _Base(tuple(data["layers"]), data["digest"])
+        if cached := self._cached_base(record):
+            return cached
         staged = self.store.layers.staging_dir()
         hostbase.write_skeleton(self._host, staged)
         layers.shift_owners(staged, self.id_offset)
@@ -449,10 +447,8 @@ class LocalBackend:
             )
         key = _source_key(source)
         record = self.store.bases / f"rootfs-{key[:32]}.json"
-        if record.exists():
-            data = json.loads(record.read_text())
-            if all(self.store.layers.exists(layer) for layer in data["layers"]):
-                return _Base(tuple(data["layers"]), data["digest"])
+        if cached := self._cached_base(record):
+            return cached
         staged = self.store.layers.staging_dir()
         layers.extract_rootfs(source, staged)
         layers.shift_owners(staged, self.id_offset)
@@ -466,6 +462,14 @@ class LocalBackend:
         base = _Base((rootfs_id, mounts_id), combine(f"rootfs:{rootfs_digest}", mounts_digest))
         _write_json(record, {"layers": list(base.layers), "digest": base.digest})
         return base
+
+    def _cached_base(self, record: Path) -> _Base | None:
+        if not record.exists():
+            return None
+        data = json.loads(record.read_text())
+        if not all(self.store.layers.exists(layer) for layer in data["layers"]):
+            return None
+        return _Base(tuple(data["layers"]), data["digest"])
 
     def _base_layer_count(self, snapshot: Snapshot) -> int:
         return len(self._base(snapshot.base).layers)

@@ -424,6 +424,21 @@ static void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) {
 
 /* ------------------------------------------------------------- reaper */
 
+/* State and parent pid of a process, from /proc/PID/stat. */
+static int read_proc_stat(const char *pid, char *state, int *ppid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t k = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (k <= 0) return -1;
+    buf[k] = 0;
+    char *rp = strrchr(buf, ')'); /* the command name may hold spaces and parens */
+    if (!rp || sscanf(rp + 2, "%c %d", state, ppid) != 2) return -1;
+    return 0;
+}
+
 /* Every process an exec started, found through the parent links in /proc:
  * the reaper is a child subreaper, so orphans (setsid, double fork) come back
  * to it and stay in the tree. */
@@ -435,19 +450,9 @@ static int collect_descendants(pid_t self, pid_t *out, int max) {
     struct dirent *e;
     while ((e = readdir(d)) && n < 65536) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        char path[64], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t k = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (k <= 0) continue;
-        buf[k] = 0;
-        char *rp = strrchr(buf, ')');
-        if (!rp) continue;
         char state;
         int ppid;
-        if (sscanf(rp + 2, "%c %d", &state, &ppid) != 2) continue;
+        if (read_proc_stat(e->d_name, &state, &ppid) < 0) continue;
         pids[n] = atoi(e->d_name);
         ppids[n] = ppid;
         n++;
@@ -620,16 +625,10 @@ static void signal_all(int sig, int st) {
             struct dirent *e;
             while (d && (e = readdir(d))) {
                 if (e->d_name[0] < '0' || e->d_name[0] > '9' || strcmp(e->d_name, "1") == 0) continue;
-                char path[64], buf[512];
-                snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-                int fd = open(path, O_RDONLY | O_CLOEXEC);
-                if (fd < 0) continue;
-                ssize_t k = read(fd, buf, sizeof buf - 1);
-                close(fd);
-                if (k <= 0) continue;
-                buf[k] = 0;
-                char *rp = strrchr(buf, ')');
-                if (rp && rp[2] != 'T' && rp[2] != 't' && rp[2] != 'Z' && rp[2] != 'X') running++;
+                char state;
+                int ppid;
+                if (read_proc_stat(e->d_name, &state, &ppid) < 0) continue;
+                if (state != 'T' && state != 't' && state != 'Z' && state != 'X') running++;
             }
             if (d) closedir(d);
             if (!running) break;
