@@ -1,0 +1,159 @@
+"""Config schemas of the benchmark runner, registered with Hydra's ConfigStore.
+
+Every YAML file under ``configs/`` names one of these schemas first in its
+defaults list, so Hydra checks names and types of every key while composing,
+before any sandbox starts. Hydra's ``+key=value`` slips past that check, so
+the runner also calls ``reject_unknown_keys`` before it starts anything.
+
+The schemas are plain (mutable) dataclasses, not the frozen ones the style
+guide asks for: OmegaConf marks a frozen dataclass read-only, which would
+reject every command-line override.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from pool import ConfigError
+
+
+@dataclass
+class LocalBackendConfig:
+    """Options of ``pool.LocalBackend``; everything but ``name`` is passed as a keyword."""
+
+    name: str = "local"
+    """Backend name in ``pool.backends.BACKENDS``."""
+    store_dir: str | None = None
+    """Snapshot store; None: ~/.cache/snapgym (or $SNAPGYM_STORE)."""
+    runtime_dir: str | None = None
+    """Mount points of running sandboxes; None: the backend's default."""
+    memory_limit_mb: int | None = 2048
+    """Memory per sandbox."""
+    cpus: float | None = None
+    """CPU share per sandbox; None: unlimited."""
+    pids_limit: int | None = 1024
+    """Processes per sandbox."""
+    disk_limit_mb: int = 1024
+    """Size of each sandbox's writable layer."""
+    max_output_bytes: int = 1 << 20
+    """Default cap on each of stdout and stderr."""
+    default_timeout_s: float | None = 600.0
+    """Default exec timeout."""
+    rootless: bool | None = None
+    """Run without host root; None: when not root."""
+
+
+@dataclass
+class WorkspaceConfig:
+    """The deterministic workspace every method of reset_latency starts from."""
+
+    n_files: int = 1000
+    """Number of files, spread over subdirectories of 100."""
+    mean_file_bytes: int = 50_000
+    """Mean file size; sizes are drawn uniformly from 0.5x to 1.5x of it."""
+    seed: int = 0
+    """Seed of ``random.Random`` that draws sizes and contents."""
+
+
+@dataclass
+class ResetLatencyRepetitions:
+    """Timed iterations per method (warm-up iterations come on top)."""
+
+    restore: int = 200
+    """Dirty the sandbox, then time ``sandbox.restore()``."""
+    create: int = 30
+    """Time ``backend.create(snapshot)``."""
+    exec_true: int = 200
+    """Time ``sandbox.exec("true")``."""
+    fork16: int = 10
+    """Time ``backend.fork(snapshot, 16)``."""
+    naive_copy: int = 20
+    """Time ``shutil.copytree`` of the workspace plus one fresh process."""
+    docker_recreate: int = 10
+    """Time removing a container and creating and starting a new one."""
+
+
+@dataclass
+class ResetLatencyTargets:
+    """Thresholds reported as met or missed in summary.json."""
+
+    restore_p50_ms: float = 5.0
+    """restore p50 must be at most this."""
+    restore_p99_ms: float = 20.0
+    """restore p99 must be at most this."""
+    exec_true_p50_ms: float = 3.0
+    """exec_true p50 must be at most this."""
+    fork16_p50_ms: float = 50.0
+    """fork16 p50 must be at most this."""
+    restore_vs_docker_min: float = 30.0
+    """docker_recreate p50 / restore p50 must be at least this."""
+    restore_vs_naive_min: float = 10.0
+    """naive_copy p50 / restore p50 must be at least this."""
+
+
+@dataclass
+class DockerConfig:
+    """The Docker re-creation baseline."""
+
+    enabled: bool = True
+    """Measure it when an engine is reachable; False records it as skipped."""
+    repository: str = "snapgym-bench"
+    """Repository name of the image imported for the run (removed afterwards)."""
+
+
+@dataclass
+class ResetLatencyConfig:
+    """How fast a dirty sandbox gets back to its snapshot, against the baselines."""
+
+    name: str = "reset_latency"
+    """Scenario name; selects the module in ``benchmarks/scenarios``."""
+    warmup: int = 3
+    """Iterations run and discarded before each method's timed ones."""
+    repetitions: ResetLatencyRepetitions = field(default_factory=ResetLatencyRepetitions)
+    """Timed iterations per method."""
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
+    """The workspace baked into the snapshot, the host copy and the image."""
+    naive_tmp_dir: str | None = None
+    """Where the naive baseline copies to; None: the system temp dir."""
+    docker: DockerConfig = field(default_factory=DockerConfig)
+    """The Docker baseline."""
+    targets: ResetLatencyTargets = field(default_factory=ResetLatencyTargets)
+    """Thresholds checked in the summary."""
+
+
+def register_configs() -> None:
+    """Store the schemas under the names the YAML defaults lists refer to."""
+    store = ConfigStore.instance()
+    store.store(group="backend", name="local_schema", node=LocalBackendConfig)
+    store.store(group="benchmark", name="reset_latency_schema", node=ResetLatencyConfig)
+
+
+def reject_unknown_keys(cfg: DictConfig, prefix: str = "") -> None:
+    """Fail on keys that the node's schema lacks, at any depth.
+
+    Hydra lets ``+benchmark.typo=1`` add a key to a structured config, and
+    ``OmegaConf.to_object`` then drops it silently; this makes it an error.
+
+    Raises:
+        ConfigError: naming every unknown key by its full dotted name.
+    """
+    unknown = _unknown_keys(cfg, prefix)
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}; check the spelling in the YAML or override")
+
+
+def _unknown_keys(node: DictConfig, prefix: str) -> list[str]:
+    schema = OmegaConf.get_type(node)
+    known = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    found: list[str] = []
+    for key in map(str, node):
+        name = prefix + key
+        if known is not None and key not in known:
+            found.append(name)
+        elif isinstance(child := node[key], DictConfig):
+            found.extend(_unknown_keys(child, f"{name}."))
+    return found

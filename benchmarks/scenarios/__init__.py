@@ -1,0 +1,1 @@
+"""Benchmark scenarios; each module exposes ``run(cfg, backend, output_dir) -> Report``."""
