@@ -65,6 +65,8 @@ class ResetLatencyRepetitions:
 
     restore: int = 200
     """Dirty the sandbox, then time ``sandbox.restore()``."""
+    restore_immediate: int = 100
+    """Dirty and restore untimed, then time a second restore right away."""
     create: int = 30
     """Time ``backend.create(snapshot)``."""
     exec_true: int = 200

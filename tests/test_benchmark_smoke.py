@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-METHODS = {"restore", "create", "exec_true", "fork16", "naive_copy", "docker_recreate"}
+METHODS = {"restore", "restore_immediate", "create", "exec_true", "fork16", "naive_copy", "docker_recreate"}
 TINY_BUDGET = [
     "benchmark.warmup=1",
     "benchmark.repetitions.restore=3",
+    "benchmark.repetitions.restore_immediate=2",
     "benchmark.repetitions.create=2",
     "benchmark.repetitions.exec_true=3",
     "benchmark.repetitions.fork16=1",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pool.backends.local import cgroups, hostbase, kernel, layers, native
-from pool.backends.local.daemon import DaemonClient, Fields, Op
+from pool.backends.local.daemon import DaemonClient, Fields, Op, PendingReply
 from pool.backends.local.sandbox import LocalSandbox
 from pool.backends.local.store import SnapshotStore, default_runtime_dir, default_store_dir
 from pool.capabilities import Capabilities, Enforcement
@@ -62,6 +62,8 @@ class LocalBackend:
         default_timeout_s: default exec timeout; None: no timeout.
         rootless: run without host root (default: when not root).
         id_offset: host uid that sandbox root maps to in root mode.
+        prewarm: keep the next episode's namespaces set up beside each sandbox,
+            so restore is a hand-off (one idle init process per sandbox).
     """
 
     name = "local"
@@ -79,6 +81,7 @@ class LocalBackend:
         default_timeout_s: float | None = 600.0,
         rootless: bool | None = None,
         id_offset: int = 100000,
+        prewarm: bool = True,
     ) -> None:
         kernel.require_linux()
         _check_positive(
@@ -99,6 +102,7 @@ class LocalBackend:
         self.disk_limit_mb = disk_limit_mb
         self.max_output_bytes = max_output_bytes
         self.default_timeout_s = default_timeout_s
+        self.prewarm = prewarm
         self.store = SnapshotStore(
             Path(store_dir) if store_dir else default_store_dir(), id_offset=self.id_offset, rootless=self.rootless
         )
@@ -176,20 +180,12 @@ class LocalBackend:
         return self._open(snapshot, network=False)
 
     def fork(self, snapshot: Snapshot, n: int) -> list[LocalSandbox]:
-        """Start ``n`` sandboxes that each begin at ``snapshot``."""
+        """Start ``n`` sandboxes that each begin at ``snapshot`` (set up in parallel)."""
         if n < 1:
             raise ConfigError(f"fork needs n >= 1, got {n}")
         self._check_open()
         self._check_snapshot(snapshot)
-        made: list[LocalSandbox] = []
-        try:
-            for _ in range(n):
-                made.append(self._open(snapshot, network=False))
-        except BaseException:
-            for sandbox in made:
-                sandbox.close()
-            raise
-        return made
+        return self._open_many(snapshot, n, network=False)
 
     def get_snapshot(self, snapshot_id: str) -> Snapshot:
         """A stored snapshot by id."""
@@ -254,7 +250,7 @@ class LocalBackend:
         """True while the sandbox daemon runs."""
         return self._daemon is not None and self._daemon.is_alive
 
-    def daemon_request(self, op: Op, sandbox_id: int, fields: Fields) -> str:
+    def daemon_request(self, op: Op, sandbox_id: int, fields: Fields) -> dict[str, str]:
         """A control request to the daemon (see daemon.DaemonClient.request)."""
         return self._ensure_daemon().request(op, sandbox_id, fields)
 
@@ -282,7 +278,7 @@ class LocalBackend:
     ) -> Snapshot:
         """Freeze a sandbox's writable layer into a new layer and record it."""
         parent = sandbox.start_snapshot
-        upper = self._stage(sandbox.id) / "upper"
+        upper = self._stage(sandbox) / "upper"
         sandbox.freeze()
         try:
             if layers.is_empty_dir(upper):
@@ -316,7 +312,8 @@ class LocalBackend:
     def restart_sandbox(self, sandbox: LocalSandbox, snapshot: Snapshot) -> None:
         """Kill a sandbox's processes and start fresh namespaces at ``snapshot``."""
         self._check_snapshot(snapshot)
-        self.daemon_request(Op.RESTORE, sandbox.id, self._config(snapshot, network=False, sandbox=sandbox))
+        reply = self.daemon_request(Op.RESTORE, sandbox.id, self._config(snapshot, network=False, sandbox=sandbox))
+        sandbox.stage_path = reply["stage"]
 
     def release_sandbox(self, sandbox: LocalSandbox) -> None:
         """Forget a sandbox and have the daemon kill it."""
@@ -362,23 +359,45 @@ class LocalBackend:
                 raise kernel.explain_daemon_failure(str(exc), rootless=self.rootless) from None
             return self._daemon
 
-    def _stage(self, sandbox_id: int) -> Path:
-        assert self._daemon is not None and self._run_dir is not None
-        return Path(f"/proc/{self._daemon.pid}/root") / str(self._run_dir / "stage").lstrip("/") / str(sandbox_id)
+    def _stage(self, sandbox: LocalSandbox) -> Path:
+        """The sandbox's writable tmpfs, seen through the daemon's mount namespace."""
+        assert self._daemon is not None
+        return Path(f"/proc/{self._daemon.pid}/root") / sandbox.stage_path.lstrip("/")
 
     def _open(self, snapshot: Snapshot, *, network: bool) -> LocalSandbox:
-        self._ensure_daemon()
-        sandbox_id = next(self._ids)
-        group = cgroups.SandboxCgroup(f"{self._tag}-{sandbox_id}", self._limits(), self._cgroup_controllers)
-        sandbox = LocalSandbox(self, sandbox_id, snapshot, group)
-        try:
-            self.daemon_request(Op.CREATE, sandbox_id, self._config(snapshot, network=network, sandbox=sandbox))
-        except BaseException:
-            group.remove()
-            raise
-        with self._lock:
-            self._sandboxes[sandbox_id] = sandbox
-        return sandbox
+        return self._open_many(snapshot, 1, network=network)[0]
+
+    def _open_many(self, snapshot: Snapshot, n: int, *, network: bool) -> list[LocalSandbox]:
+        daemon = self._ensure_daemon()
+        started: list[tuple[LocalSandbox, PendingReply]] = []
+        error: BaseException | None = None
+        for _ in range(n):
+            sandbox_id = next(self._ids)
+            group = cgroups.SandboxCgroup(f"{self._tag}-{sandbox_id}", self._limits(), self._cgroup_controllers)
+            sandbox = LocalSandbox(self, sandbox_id, snapshot, group)
+            try:
+                fields = self._config(snapshot, network=network, sandbox=sandbox)
+                started.append((sandbox, daemon.submit(Op.CREATE, sandbox_id, fields)))
+            except BaseException as exc:
+                group.remove()
+                error = exc
+                break
+        made: list[LocalSandbox] = []
+        for sandbox, pending in started:
+            try:
+                sandbox.stage_path = pending.result()["stage"]
+            except BaseException as exc:
+                sandbox._cgroup.remove()
+                error = error or exc
+                continue
+            with self._lock:
+                self._sandboxes[sandbox.id] = sandbox
+            made.append(sandbox)
+        if error is not None:
+            for sandbox in made:
+                sandbox.close()
+            raise error
+        return made
 
     def _limits(self) -> cgroups.Limits:
         return cgroups.Limits(
@@ -397,6 +416,7 @@ class LocalBackend:
         fields += [
             ("tmpfs_bytes", str(self.disk_limit_mb * _MIB)),
             ("hostname", "sandbox"),
+            ("spare", "1" if self.prewarm and not network else "0"),
             ("net", "host" if network else "none"),
             ("root_uid", str(self.id_offset) if not self.rootless else "0"),
         ]

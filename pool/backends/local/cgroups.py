@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,20 +125,30 @@ def _apply_v1(controller: str, path: Path, limits: Limits) -> None:
         (path / "cpu.cfs_quota_us").write_text(str(int(limits.cpus * 100000)))
 
 
-def kill_and_remove(path: Path) -> None:
-    """SIGKILL every process in a cgroup directory, then remove it."""
-    for _ in range(50):
+def kill_and_remove(path: Path, *, timeout_s: float = 5.0) -> None:
+    """SIGKILL every process in a cgroup directory, then remove it.
+
+    Killed processes leave the cgroup a little after the signal (a PID
+    namespace is torn down asynchronously), so removal is retried briefly.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
         try:
             pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
         except OSError:
-            break
-        if not pids:
-            break
+            return  # already gone
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        path.rmdir()
+        if not pids:
+            try:
+                path.rmdir()
+                return
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            return  # left for reap_orphans() of a later backend
+        time.sleep(0.002)
 
 
 def stale_groups(is_alive: Callable[[str], bool]) -> list[Path]:

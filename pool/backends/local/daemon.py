@@ -1,12 +1,15 @@
-"""The host side of the sandbox daemon: start it, frame requests, read replies.
+"""The host side of the sandbox daemon: start it, frame requests, match replies.
 
-The wire format is documented at the top of ``sandboxd.c``.
+The wire format is documented in ``sandboxd/sandboxd.h``. Requests carry a
+sequence number; a reader thread hands each reply to the request that waits
+for it, so many sandboxes can be created or restored at once.
 """
 
 from __future__ import annotations
 
 import array
 import enum
+import itertools
 import os
 import socket
 import struct
@@ -19,7 +22,7 @@ from pool.errors import BackendError, SandboxCrashedError
 
 
 class Op(enum.IntEnum):
-    """Request and reply codes shared with sandboxd.c."""
+    """Request and reply codes shared with sandboxd.h."""
 
     CREATE = 1
     RESTORE = 2
@@ -35,12 +38,13 @@ class Op(enum.IntEnum):
 
 
 STATUS_SIZE = 16
+_HEADER = struct.Struct("=IIII")
 Fields = Sequence[tuple[str, str]]
 
 
-def encode(op: Op, sandbox_id: int, fields: Fields) -> bytes:
+def encode(op: Op, sandbox_id: int, seq: int, fields: Fields) -> bytes:
     """One request packet."""
-    parts = [struct.pack("=III", op, sandbox_id, len(fields))]
+    parts = [_HEADER.pack(op, sandbox_id, seq, len(fields))]
     for key, value in fields:
         data = f"{key}={value}".encode("utf-8", "surrogateescape")
         parts.append(struct.pack("=I", len(data)))
@@ -52,6 +56,29 @@ def decode_status(record: bytes) -> tuple[int, bool, int]:
     """(code, timed_out, errno) from a status record."""
     code, timed_out, err, _ = struct.unpack("=iiii", record)
     return code, bool(timed_out), err
+
+
+class PendingReply:
+    """A control request whose reply has not been read yet."""
+
+    def __init__(self, sandbox_id: int) -> None:
+        self.sandbox_id = sandbox_id
+        self._done = threading.Event()
+        self._reply: dict[str, str] | None = None
+        self._error: Exception | None = None
+
+    def resolve(self, reply: dict[str, str] | None, error: Exception | None) -> None:
+        """Hand over the reply (or the error) and wake the waiter."""
+        self._reply, self._error = reply, error
+        self._done.set()
+
+    def result(self) -> dict[str, str]:
+        """Wait for the reply: its "key=value" fields."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._reply is not None
+        return self._reply
 
 
 class DaemonClient:
@@ -73,12 +100,18 @@ class DaemonClient:
             )
         child.close()
         self._sock = parent
-        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._pending: dict[int, PendingReply] = {}
+        self._pending_lock = threading.Lock()
+        self._seq = itertools.count(1)
         self._closed = False
+        self._gone: Exception | None = None
+        self._reader = threading.Thread(target=self._read_replies, name="snapgym-daemon-replies", daemon=True)
+        self._reader.start()
         try:
             self.request(Op.PING, 0, [])
-        except SandboxCrashedError as exc:
-            raise BackendError(f"the sandbox daemon failed to start: {self.log_tail() or exc}") from None
+        except SandboxCrashedError:
+            raise BackendError(f"the sandbox daemon failed to start: {self.log_tail() or 'no message'}") from None
 
     @property
     def pid(self) -> int:
@@ -88,7 +121,7 @@ class DaemonClient:
     @property
     def is_alive(self) -> bool:
         """True while the daemon process runs."""
-        return not self._closed and self._proc.poll() is None
+        return not self._closed and self._gone is None and self._proc.poll() is None
 
     def log_tail(self, limit: int = 2000) -> str:
         """The end of the daemon's stderr log, for error messages."""
@@ -97,52 +130,97 @@ class DaemonClient:
         except OSError:
             return ""
 
-    def request(self, op: Op, sandbox_id: int, fields: Fields) -> str:
-        """Send a control request and wait for its reply; returns the reply text.
+    def submit(self, op: Op, sandbox_id: int, fields: Fields) -> PendingReply:
+        """Send a control request (CREATE, RESTORE, CLOSE, PING); wait with .result()."""
+        seq = next(self._seq)
+        pending = PendingReply(sandbox_id)
+        with self._pending_lock:
+            if self._gone is not None:
+                raise self._gone
+            self._pending[seq] = pending
+        try:
+            with self._send_lock:
+                self._sock.sendall(encode(op, sandbox_id, seq, fields))
+        except OSError as exc:
+            with self._pending_lock:
+                self._pending.pop(seq, None)
+            raise SandboxCrashedError(f"the sandbox daemon is gone ({exc}); create a new backend") from None
+        return pending
+
+    def request(self, op: Op, sandbox_id: int, fields: Fields) -> dict[str, str]:
+        """Send a control request and wait for its reply fields.
 
         Raises:
             BackendError: the daemon answered with an error.
-            SandboxCrashedError: the daemon is gone.
+            SandboxCrashedError: the daemon or the sandbox's keeper is gone.
         """
-        packet = encode(op, sandbox_id, fields)
-        with self._lock:
-            try:
-                self._sock.sendall(packet)
-                reply = self._sock.recv(1 << 16)
-            except OSError as exc:
-                raise SandboxCrashedError(f"the sandbox daemon is gone ({exc}); create a new backend") from None
-        if not reply:
-            raise SandboxCrashedError(f"the sandbox daemon exited; its log says: {self.log_tail() or '(nothing)'}")
-        code, _, nfields = struct.unpack_from("=III", reply)
-        text = ""
-        if nfields:
-            (length,) = struct.unpack_from("=I", reply, 12)
-            text = reply[16 : 16 + length].decode(errors="replace")
-        if code != Op.OK:
-            raise BackendError(text)
-        return text
+        return self.submit(op, sandbox_id, fields).result()
 
     def send(self, op: Op, sandbox_id: int, fields: Fields, fds: Sequence[int]) -> None:
         """Send a request that answers on the passed fds rather than the socket."""
-        packet = encode(op, sandbox_id, fields)
+        packet = encode(op, sandbox_id, 0, fields)
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
-        with self._lock:
+        with self._send_lock:
             try:
                 self._sock.sendmsg([packet], ancillary)
             except OSError as exc:
                 raise SandboxCrashedError(f"the sandbox daemon is gone ({exc}); create a new backend") from None
+
+    def _read_replies(self) -> None:
+        while True:
+            try:
+                packet = self._sock.recv(1 << 16)
+            except OSError:
+                packet = b""
+            if not packet:
+                self._fail_all()
+                return
+            op, sandbox_id, seq, nfields = _HEADER.unpack_from(packet)
+            text = ""
+            if nfields:
+                (length,) = struct.unpack_from("=I", packet, _HEADER.size)
+                text = packet[_HEADER.size + 4 : _HEADER.size + 4 + length].decode(errors="replace")
+            if seq == 0:  # an event: this sandbox's keeper died
+                self._fail_sandbox(sandbox_id, SandboxCrashedError(f"{text}; close the sandbox and create another"))
+                continue
+            with self._pending_lock:
+                pending = self._pending.pop(seq, None)
+            if pending is None:
+                continue
+            if op == Op.OK:
+                pending.resolve(dict(line.split("=", 1) for line in text.splitlines() if "=" in line), None)
+            else:
+                pending.resolve(None, BackendError(text))
+
+    def _fail_sandbox(self, sandbox_id: int, error: Exception) -> None:
+        with self._pending_lock:
+            seqs = [seq for seq, p in self._pending.items() if p.sandbox_id == sandbox_id]
+            waiting = [self._pending.pop(seq) for seq in seqs]
+        for pending in waiting:
+            pending.resolve(None, error)
+
+    def _fail_all(self) -> None:
+        error = SandboxCrashedError(f"the sandbox daemon exited; its log says: {self.log_tail() or '(nothing)'}")
+        with self._pending_lock:
+            self._gone = error
+            waiting = list(self._pending.values())
+            self._pending.clear()
+        for pending in waiting:
+            pending.resolve(None, error)
 
     def close(self) -> None:
         """Stop the daemon; it kills every sandbox it still holds."""
         if self._closed:
             return
         self._closed = True
-        self._sock.close()
+        self._sock.shutdown(socket.SHUT_WR)
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        self._reader.join(timeout=5)
+        self._sock.close()
 
 
 def read_status(fd: int) -> tuple[int, bool, int] | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pool.errors import CompilerMissingError
 
-SOURCE = Path(__file__).with_name("sandboxd.c")
+SOURCE_DIR = Path(__file__).with_name("sandboxd")
 _CFLAGS = ("-O2", "-Wall", "-Wno-format-truncation")
 
 
@@ -30,8 +30,11 @@ def find_compiler() -> str:
 
 def daemon_binary(cache_dir: Path) -> Path:
     """Path of the compiled daemon for the current source, compiling if needed."""
-    source = SOURCE.read_bytes()
-    tag = hashlib.sha256(source + " ".join(_CFLAGS).encode()).hexdigest()[:16]
+    sources = sorted(SOURCE_DIR.glob("*.[ch]"))
+    h = hashlib.sha256(" ".join(_CFLAGS).encode())
+    for path in sources:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    tag = h.hexdigest()[:16]
     target = cache_dir / "bin" / f"snapgym-sandboxd-{tag}"
     if target.exists():
         return target
@@ -40,7 +43,7 @@ def daemon_binary(cache_dir: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / "sandboxd"
         proc = subprocess.run(
-            [compiler, *_CFLAGS, "-o", str(out), str(SOURCE)],
+            [compiler, *_CFLAGS, "-o", str(out), *(str(p) for p in sources if p.suffix == ".c")],
             capture_output=True,
             text=True,
         )

@@ -37,6 +37,8 @@ class LocalSandbox:
         self._snapshot = snapshot
         self._cgroup = cgroup
         self._closed = False
+        self.stage_path = ""
+        """Where the sandbox's writable tmpfs is mounted (in the daemon's mount namespace)."""
 
     # -- identity ---------------------------------------------------------
 
@@ -60,8 +62,8 @@ class LocalSandbox:
         """True while the sandbox's init runs and can take commands."""
         if self._closed or not self._backend.daemon_is_alive:
             return False
-        pid = self._backend.daemon_request(Op.PING, self.id, [])
-        return pid != "pid=0"
+        reply = self._backend.daemon_request(Op.PING, self.id, [])
+        return reply.get("pid", "0") != "0"
 
     def memory_bytes(self) -> int | None:
         """Memory charged to the sandbox right now, where a memory cgroup exists."""

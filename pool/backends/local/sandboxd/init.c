@@ -1,0 +1,262 @@
+/* The sandbox's PID 1: runs each exec under a reaper, and file operations. */
+#include "sandboxd.h"
+
+/* ------------------------------------------------------------- reaper */
+
+/* State and parent pid of a process, from /proc/PID/stat. */
+static int read_proc_stat(const char *pid, char *state, int *ppid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t k = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (k <= 0) return -1;
+    buf[k] = 0;
+    char *rp = strrchr(buf, ')'); /* the command name may hold spaces and parens */
+    if (!rp || sscanf(rp + 2, "%c %d", state, ppid) != 2) return -1;
+    return 0;
+}
+
+/* Every process an exec started, found through the parent links in /proc:
+ * the reaper is a child subreaper, so orphans (setsid, double fork) come back
+ * to it and stay in the tree. */
+static int collect_descendants(pid_t self, pid_t *out, int max) {
+    static pid_t pids[65536], ppids[65536];
+    int n = 0;
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 65536) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        char state;
+        int ppid;
+        if (read_proc_stat(e->d_name, &state, &ppid) < 0) continue;
+        pids[n] = atoi(e->d_name);
+        ppids[n] = ppid;
+        n++;
+    }
+    closedir(d);
+    int count = 0;
+    out[count++] = self;
+    for (int head = 0; head < count; head++)
+        for (int i = 0; i < n && count < max; i++)
+            if (ppids[i] == out[head]) out[count++] = pids[i];
+    for (int i = 1; i < count; i++) out[i - 1] = out[i];
+    return count - 1;
+}
+
+static void kill_tree(pid_t self) {
+    static pid_t found[65536];
+    for (int round = 0; round < 1000; round++) {
+        int n = collect_descendants(self, found, 65536);
+        for (int i = 0; i < n; i++) kill(found[i], SIGKILL);
+        while (waitpid(-1, NULL, WNOHANG) > 0) {}
+        if (n == 0) {
+            if (waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD) return;
+            usleep(1000);
+        }
+    }
+}
+
+static int exit_code_of(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return -1;
+}
+
+static void run_reaper(msg_t *m) {
+    int in = m->fds[0], out = m->fds[1], err = m->fds[2], st = m->fds[3];
+    const char *cmd = field(m, "cmd");
+    const char *cwd = field(m, "cwd");
+    const char *tmo = field(m, "timeout_ms");
+    long long timeout_ms = tmo ? atoll(tmo) : 0;
+    static char *envp[MAX_FIELDS + 1];
+    int ne = 0;
+    for (uint32_t i = 0; i < m->nfields; i++)
+        if (strcmp(m->key[i], "env") == 0) envp[ne++] = m->val[i];
+    envp[ne] = NULL;
+
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    pid_t child = fork();
+    if (child < 0) { write_status(st, -1, 0, errno); _exit(1); }
+    if (child == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        setsid();
+        dup2(in, 0); dup2(out, 1); dup2(err, 2);
+        syscall(SYS_close_range, 3, ~0U, 0);
+        if (cwd && *cwd && chdir(cwd) < 0) {
+            dprintf(2, "snapgym: cannot enter working directory %s: %s\n", cwd, strerror(errno));
+            _exit(126);
+        }
+        char *argv[] = {"sh", "-c", (char *)(cmd ? cmd : ""), NULL};
+        execve("/bin/sh", argv, envp);
+        dprintf(2, "snapgym: cannot run /bin/sh in the sandbox: %s\n", strerror(errno));
+        _exit(127);
+    }
+    close(in); close(out); close(err);
+
+    long long deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+    int status = 0, done = 0, timed_out = 0;
+    while (!done) {
+        pid_t r;
+        while ((r = waitpid(-1, &status, WNOHANG)) > 0)
+            if (r == child) { done = 1; break; }
+        if (done) break;
+        struct timespec ts = {1, 0};
+        if (deadline) {
+            long long left = deadline - now_ms();
+            if (left <= 0) { timed_out = 1; break; }
+            ts.tv_sec = left / 1000;
+            ts.tv_nsec = (left % 1000) * 1000000;
+        }
+        sigtimedwait(&chld, NULL, &ts);
+    }
+    if (timed_out) {
+        kill_tree(getpid());
+        write_status(st, 128 + SIGKILL, 1, 0);
+        _exit(0);
+    }
+    write_status(st, exit_code_of(status), 0, 0);
+    close(st);
+    /* Background processes the command left running live on; keep reaping
+     * them so they never become zombies, and leave when the last one ends. */
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
+    _exit(0);
+}
+
+/* --------------------------------------------------------- file worker */
+
+static int copy_fd(int from, int to, long long max, int *too_big) {
+    static char buf[1 << 16];
+    long long total = 0;
+    for (;;) {
+        ssize_t n = read(from, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        if (n == 0) return 0;
+        total += n;
+        if (max > 0 && total > max) { *too_big = 1; return 0; }
+        for (ssize_t w = 0; w < n;) {
+            ssize_t k = write(to, buf + w, n - w);
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0) return -1;
+            w += k;
+        }
+    }
+}
+
+static void make_parents(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    char *slash = strrchr(tmp, '/');
+    if (!slash || slash == tmp) return;
+    *slash = 0;
+    mkdir_p(tmp, 0755);
+}
+
+static void run_file_op(msg_t *m) {
+    int data = m->fds[0], st = m->fds[1];
+    const char *path = field(m, "path");
+    int too_big = 0;
+    if (!path) { write_status(st, -1, 0, EINVAL); _exit(0); }
+    if (m->op == OP_READ) {
+        const char *mx = field(m, "max");
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        if (fd < 0) { write_status(st, -1, 0, errno); _exit(0); }
+        struct stat sb;
+        if (fstat(fd, &sb) < 0 || S_ISDIR(sb.st_mode) || !S_ISREG(sb.st_mode)) {
+            write_status(st, -1, 0, S_ISDIR(sb.st_mode) ? EISDIR : EINVAL);
+            _exit(0);
+        }
+        int rc = copy_fd(fd, data, mx ? atoll(mx) : 0, &too_big);
+        write_status(st, 0, 0, too_big ? EFBIG : rc < 0 ? errno : 0);
+    } else {
+        const char *mode_s = field(m, "mode");
+        mode_t mode = mode_s ? (mode_t)strtol(mode_s, NULL, 8) : 0644;
+        make_parents(path);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, mode);
+        if (fd < 0) { write_status(st, -1, 0, errno); _exit(0); }
+        lseek(data, 0, SEEK_SET);
+        int rc = copy_fd(data, fd, 0, &too_big);
+        int saved = errno;
+        if (rc == 0 && mode_s && fchmod(fd, mode) < 0) { rc = -1; saved = errno; }
+        if (close(fd) < 0 && rc == 0) { rc = -1; saved = errno; }
+        write_status(st, 0, 0, rc < 0 ? saved : 0);
+    }
+    _exit(0);
+}
+
+/* Stop (or continue) every process of the sandbox but init, and wait until
+ * the kernel reports them stopped, so a snapshot sees a quiet filesystem. */
+static void signal_all(int sig, int st) {
+    kill(-1, sig);
+    if (sig == SIGSTOP) {
+        for (int round = 0; round < 200; round++) {
+            int running = 0;
+            DIR *d = opendir("/proc");
+            struct dirent *e;
+            while (d && (e = readdir(d))) {
+                if (e->d_name[0] < '0' || e->d_name[0] > '9' || strcmp(e->d_name, "1") == 0) continue;
+                char state;
+                int ppid;
+                if (read_proc_stat(e->d_name, &state, &ppid) < 0) continue;
+                if (state != 'T' && state != 't' && state != 'Z' && state != 'X') running++;
+            }
+            if (d) closedir(d);
+            if (!running) break;
+            kill(-1, SIGSTOP);
+            usleep(500);
+        }
+    }
+    write_status(st, 0, 0, 0);
+}
+
+/* ---------------------------------------------------------------- init */
+
+void init_loop(int sock) {
+    msg_t *m = msg_new();
+    if (!m) _exit(1);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    for (;;) {
+        struct pollfd p[2] = {{sock, POLLIN, 0}, {sfd, POLLIN, 0}};
+        if (poll(p, 2, -1) < 0) continue;
+        if (p[1].revents) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) > 0) {}
+            while (waitpid(-1, NULL, WNOHANG) > 0) {}
+        }
+        if (!(p[0].revents)) continue;
+        if (recv_msg(sock, m) < 0) _exit(0); /* the keeper is gone */
+        if (m->op == 0) continue; /* malformed */
+        int need = m->op == OP_EXEC ? 4 : (m->op == OP_READ || m->op == OP_WRITE) ? 2 : 1;
+        if (m->nfds < need) { close_fds(m); continue; }
+        if (m->op == OP_FREEZE || m->op == OP_THAW) {
+            signal_all(m->op == OP_FREEZE ? SIGSTOP : SIGCONT, m->fds[0]);
+            close_fds(m);
+            continue;
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(sock);
+            close(sfd);
+            sigprocmask(SIG_UNBLOCK, &chld, NULL);
+            set_title(m->op == OP_EXEC ? "snapgym-exec" : "snapgym-file");
+            if (m->op == OP_EXEC) run_reaper(m);
+            else run_file_op(m);
+            _exit(0);
+        }
+        if (pid < 0) write_status(m->fds[m->nfds - 1], -1, 0, errno);
+        close_fds(m);
+    }
+}
