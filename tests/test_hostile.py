@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from pool import CommandRejectedError, LocalBackend, LocalSandbox, Snapshot
+from pool import CommandRejectedError, LocalBackend, LocalSandbox, SandboxCrashedError, Snapshot
+from pool.backends.local.daemon import Op
 
 
 @pytest.fixture()
@@ -133,3 +135,16 @@ def test_bad_commands_are_rejected_with_clear_errors(sandbox: LocalSandbox) -> N
     sandbox.write_file("/tmp/big", big)  # large data goes through files or stdin
     assert sandbox.exec("wc -c < /tmp/big").stdout.strip() == str(len(big))
     assert sandbox.exec("wc -c", stdin=big).stdout.strip() == str(len(big))
+
+
+def test_init_killed_from_the_host_is_reported_and_restore_recovers(sandbox: LocalSandbox) -> None:
+    pid = int(sandbox._backend.daemon_request(Op.PING, sandbox.id, [])["pid"])
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while sandbox.is_alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not sandbox.is_alive
+    with pytest.raises(SandboxCrashedError, match="restore"):
+        sandbox.exec("true")
+    sandbox.restore()
+    assert sandbox.exec("echo back").stdout == "back\n"
