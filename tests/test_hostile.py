@@ -120,6 +120,15 @@ def test_privileged_operations_fail_inside(sandbox: LocalSandbox) -> None:
     r = sandbox.exec("mount -t tmpfs none /workspace 2>&1; echo rc=$?; hostname evil 2>&1; echo rc=$?")
     assert r.stdout.count("rc=0") == 0
     assert sandbox.exec("ls /workspace").stdout == "a\nsrc\n"
+    # Nested namespaces (the usual first step of a kernel exploit) are refused by seccomp.
+    r = sandbox.exec(
+        "unshare -U true 2>&1; echo rc=$?; unshare -n true 2>&1; echo rc=$?; grep Seccomp: /proc/self/status"
+    )
+    assert r.stdout.count("rc=0") == 0 and "Seccomp:\t2" in r.stdout
+    # Ordinary process creation still works: threads, fork, exec.
+    script = "import threading, subprocess; threading.Thread().start(); subprocess.run(['true'])"
+    r = sandbox.exec(f'python3 -c "{script}"')
+    assert r.exit_code == 0, r.stderr
 
 
 def test_bad_commands_are_rejected_with_clear_errors(sandbox: LocalSandbox) -> None:

@@ -173,6 +173,7 @@ void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) {
     apply_rlimits(cfg);
     drop_capabilities();
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail("set no_new_privs");
+    if (install_seccomp() < 0) child_fail("install the seccomp filter");
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail("set parent-death signal");
     /* getppid() is 0 across the PID namespace; a dead daemon shows as a failed write below. */
     umask(022);

@@ -106,6 +106,9 @@ void set_title(const char *title);
 /* sandbox.c: runs in the cloned child, becomes the sandbox's init. */
 void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) __attribute__((noreturn));
 
+/* seccomp.c: deny system calls that reach past the namespaces. */
+int install_seccomp(void);
+
 /* init.c */
 void init_loop(int sock) __attribute__((noreturn));
 
