@@ -82,3 +82,32 @@ def test_unprivileged_user_passes_check_backend() -> None:
     assert lines[0] == "0"  # root inside the sandbox...
     assert lines[1].split() == ["0", "0", "1"]  # ...mapped to the unprivileged user, one id
     assert "rc=0" not in proc.stdout  # the host userland stays read-only
+
+
+REFUSED_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from pool import LocalBackend, Template, UnsupportedError
+    backend = LocalBackend(store_dir={store!r}, runtime_dir={store!r} + "/run", rootless=True)
+    try:
+        backend.build(Template(name="refused", setup=["true"]))
+    except UnsupportedError as exc:
+        print("UNSUPPORTED:", exc)
+    """
+)
+
+
+def test_without_user_namespaces_the_error_names_the_setting(tmp_path: Path) -> None:
+    # A user namespace whose own user.max_user_namespaces is 0: the kernel
+    # refuses every user namespace below it, as on a host where they are off.
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed")
+    script = tmp_path / "refused.py"
+    script.write_text(REFUSED_SCRIPT.format(root=str(ROOT), store=str(tmp_path / "store")))
+    shell = f"echo 0 > /proc/sys/user/max_user_namespaces && exec {sys.executable} {script}"
+    proc = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "sh", "-c", shell], capture_output=True, text=True, timeout=120
+    )
+    assert "UNSUPPORTED:" in proc.stdout, proc.stderr[-2000:]
+    assert "max_user_namespaces" in proc.stdout and "run as root" in proc.stdout

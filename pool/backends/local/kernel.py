@@ -14,7 +14,8 @@ def require_linux() -> None:
     """Fail clearly on anything but Linux with overlayfs."""
     if not sys.platform.startswith("linux"):
         raise UnsupportedError(
-            f"the local backend needs Linux namespaces and overlayfs; this is {sys.platform}. {_ALTERNATIVES}"
+            f"the local backend needs Linux namespaces and overlayfs; this is {sys.platform}: "
+            "run it on a Linux machine or VM"
         )
     try:
         filesystems = Path("/proc/filesystems").read_text()
