@@ -203,6 +203,11 @@ class LocalBackend:
             digest = combine(digest, self.store.layers.layer_digest(layer_id))
         return digest == snapshot.digest
 
+    @property
+    def is_closed(self) -> bool:
+        """True after close()."""
+        return self._closed
+
     def close(self) -> None:
         """Close every sandbox and stop the daemon. Idempotent."""
         with self._lock:

@@ -1,0 +1,75 @@
+"""Gymnasium environments over snapgym sandboxes, tasks in the Harbor format, and verifiers.
+
+>>> import gymnasium as gym, envs
+>>> env = gym.make("snapgym/Shell-v0", task="log-error-count")
+>>> obs, info = env.reset()            # obs["output"] is the instruction
+>>> obs, reward, terminated, truncated, info = env.step("wc -l access.log")
+>>> obs, reward, terminated, truncated, info = env.step(envs.SUBMIT)   # the verifier scores the end state
+
+Importing this package registers ``snapgym/Shell-v0`` and ``snapgym/Python-v0``.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from envs.base import SUBMIT, EpisodeState, SandboxEnv
+from envs.errors import DockerfileError, InvalidActionError, ResetNeededError, TaskError, TaskNotFoundError
+from envs.observations import NO_COMMAND, TIMED_OUT
+from envs.oracle import check_task, run_solution
+from envs.python_env import PythonEnv
+from envs.shell import ShellEnv
+from envs.spaces import UnicodeText
+from envs.tasks import Task, builtin_task_ids, builtin_tasks, load_task, load_tasks
+from envs.vector import SandboxVectorEnv
+from envs.verifier import Verdict, verify
+from envs.wrappers import CommandPolicy, RecordTrajectory, TruncateOutput
+
+ENV_IDS = ("snapgym/Shell-v0", "snapgym/Python-v0")
+
+
+def _register() -> None:
+    entries = {
+        "snapgym/Shell-v0": ("envs.shell:ShellEnv", "envs.vector:shell_vector_env"),
+        "snapgym/Python-v0": ("envs.python_env:PythonEnv", "envs.vector:python_vector_env"),
+    }
+    for env_id, (entry_point, vector_entry_point) in entries.items():
+        if env_id not in gym.registry:
+            # nondeterministic: the start state is identical (its digest proves it), but
+            # commands see time, PIDs and randomness, and info carries timings.
+            gym.register(
+                id=env_id, entry_point=entry_point, vector_entry_point=vector_entry_point, nondeterministic=True
+            )
+
+
+_register()
+
+__all__ = [
+    "ENV_IDS",
+    "NO_COMMAND",
+    "SUBMIT",
+    "TIMED_OUT",
+    "CommandPolicy",
+    "DockerfileError",
+    "EpisodeState",
+    "InvalidActionError",
+    "PythonEnv",
+    "RecordTrajectory",
+    "ResetNeededError",
+    "SandboxEnv",
+    "SandboxVectorEnv",
+    "ShellEnv",
+    "Task",
+    "TaskError",
+    "TaskNotFoundError",
+    "TruncateOutput",
+    "UnicodeText",
+    "Verdict",
+    "builtin_task_ids",
+    "builtin_tasks",
+    "check_task",
+    "load_task",
+    "load_tasks",
+    "run_solution",
+    "verify",
+]

@@ -1,0 +1,327 @@
+"""The episode lifecycle every snapgym environment shares.
+
+``reset()`` puts the sandbox back at the task's snapshot (or a checkpoint),
+``step()`` runs one action, and the episode ends when the agent submits
+(:data:`SUBMIT`) or runs out of steps or time; then the verifier scores the
+end state. Subclasses say only how an action runs (:meth:`SandboxEnv._run`).
+
+Infrastructure failures (the sandbox died, the backend failed, the verifier
+produced no reward) end the episode with ``truncated=True``,
+``info["scored"] = False`` and the error in ``info["infra_error"]``; the
+reward of such a step is 0.0 and must not be read as the agent's score.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gymnasium as gym
+
+from envs.default_backend import shared_backend
+from envs.errors import InvalidActionError, ResetNeededError
+from envs.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
+from envs.spaces import UnicodeText
+from envs.tasks import Task, load_task
+from envs.verifier import Verdict, verify
+from pool.contract import Backend, Sandbox
+from pool.errors import CommandRejectedError, ConfigError, SandboxError, SnapgymError
+from pool.results import ExecResult
+from pool.snapshots import Snapshot
+
+SUBMIT = "submit"
+"""The action that ends an episode and asks for the verdict."""
+_RESET_OPTIONS = {"snapshot"}
+
+
+class EpisodeState(enum.Enum):
+    """Where an environment is in its life."""
+
+    NEEDS_RESET = "needs_reset"
+    RUNNING = "running"
+    ENDED = "ended"
+    CLOSED = "closed"
+
+
+class SandboxEnv(gym.Env[dict[str, Any], str]):
+    """A Gymnasium environment whose episodes run in a snapgym sandbox.
+
+    Args:
+        task: a built-in task id, a task directory, or a loaded Task.
+        backend: where sandboxes run (default: one LocalBackend per process).
+        max_steps: steps before the episode is truncated (the verifier still runs).
+        step_timeout_s: timeout of one action; a timeout is an observation.
+        max_action_bytes: the largest action accepted (UTF-8 bytes).
+        max_output_bytes: cap on each of stdout and stderr in an observation.
+        bases: image -> base spec for Dockerfile ``FROM`` lines (see envs.dockerfile).
+        render_mode: ``"ansi"`` returns the last observation's text from render().
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(
+        self,
+        task: str | Path | Task = "log-error-count",
+        *,
+        backend: Backend | None = None,
+        max_steps: int = 50,
+        step_timeout_s: float = 120.0,
+        max_action_bytes: int = 64 * 1024,
+        max_output_bytes: int = 64 * 1024,
+        bases: Mapping[str, str] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if max_steps < 1 or step_timeout_s <= 0 or max_action_bytes < 1 or max_output_bytes < 1:
+            raise ConfigError("max_steps, step_timeout_s, max_action_bytes and max_output_bytes must be positive")
+        if render_mode not in (None, "ansi"):
+            raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.task = load_task(task, bases=bases)
+        self.backend = backend if backend is not None else shared_backend()
+        self.max_steps = max_steps
+        self.step_timeout_s = step_timeout_s
+        self.max_action_bytes = max_action_bytes
+        self.max_output_bytes = max_output_bytes
+        self.render_mode = render_mode
+        self.action_space = UnicodeText(max_action_bytes)
+        self.observation_space = observation_space(2 * max_output_bytes + len(self.task.instruction) + 256)
+        self.task_snapshot = self.backend.build(self.task.template)
+        self._sandbox: Sandbox | None = None
+        self._pristine_at: str | None = None
+        self._state = EpisodeState.NEEDS_RESET
+        self._steps = 0
+        self._episode_started = 0.0
+        self._last_text = ""
+
+    # -- Gymnasium API --------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start an episode at the task's snapshot, or at ``options["snapshot"]``.
+
+        Returns the instruction as the observation; ``info`` holds the task id,
+        the snapshot id, the start state's digest and the reset latency.
+        """
+        super().reset(seed=seed)
+        self._check_not_closed()
+        options = dict(options or {})
+        unknown = set(options) - _RESET_OPTIONS
+        if unknown:
+            raise ConfigError(f"unknown reset option(s) {sorted(unknown)}; known: {sorted(_RESET_OPTIONS)}")
+        target = options.get("snapshot") or self.task_snapshot
+        if not isinstance(target, Snapshot):
+            raise ConfigError(f"options['snapshot'] must be a Snapshot (from checkpoint()), got {type(target).__name__}")
+        started = time.perf_counter()
+        self._place_sandbox(target)
+        self._on_episode_start()
+        latency = time.perf_counter() - started
+        self._state = EpisodeState.RUNNING
+        self._steps = 0
+        self._episode_started = time.monotonic()
+        assert self._sandbox is not None
+        info = {
+            "task_id": self.task.id,
+            "snapshot_id": target.id,
+            "start_digest": self._sandbox.start_digest,
+            "reset_latency_s": latency,
+            "backend": self.backend.name,
+        }
+        self._last_text = self.task.instruction
+        return make_observation(self.task.instruction, NO_COMMAND), info
+
+    def step(self, action: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """Run one action; at the end of the episode the verifier's reward comes back."""
+        self._check_running()
+        self._check_action(action)
+        if action.strip() == SUBMIT:
+            return self._end(make_observation("[submitted]", NO_COMMAND), {"step": self._steps}, "submitted")
+        try:
+            result = self._run(action)
+        except CommandRejectedError as exc:
+            raise InvalidActionError(str(exc)) from None
+        except SandboxError as exc:
+            return self._infra_failure(exc, {"step": self._steps + 1})
+        return self._after_command(observe(result), {**exec_info(result)})
+
+    def render(self) -> str | None:  # type: ignore[override]
+        """The last observation's text in ``"ansi"`` mode."""
+        return self._last_text if self.render_mode == "ansi" else None
+
+    def close(self) -> None:
+        """Release the sandbox. Idempotent; the backend stays open if it was given."""
+        if self._state is EpisodeState.CLOSED:
+            return
+        self._state = EpisodeState.CLOSED
+        if self._sandbox is not None:
+            sandbox, self._sandbox = self._sandbox, None
+            try:
+                sandbox.close()
+            except SnapgymError:
+                pass
+        super().close()
+
+    # -- branching ------------------------------------------------------------
+
+    def checkpoint(self) -> Snapshot:
+        """Snapshot the current episode state; start episodes from it with
+        ``reset(options={"snapshot": s})`` or :meth:`fork`.
+
+        The snapshot holds the sandbox's files. Processes (and a Python env's
+        variables) are not part of it: the local backend snapshots filesystems.
+        """
+        self._check_running()
+        assert self._sandbox is not None
+        return self._sandbox.snapshot()
+
+    def fork(self, n: int, snapshot: Snapshot | None = None) -> list[SandboxEnv]:
+        """``n`` new environments whose sandboxes already sit at ``snapshot``.
+
+        Their ``reset(options={"snapshot": snapshot})`` is then free. Without a
+        snapshot, the current state is checkpointed first. Close each child
+        when done; the children share this environment's backend.
+        """
+        if n < 1:
+            raise ConfigError(f"fork needs n >= 1, got {n}")
+        snapshot = snapshot or self.checkpoint()
+        sandboxes = self.backend.fork(snapshot, n)
+        children = []
+        for sandbox in sandboxes:
+            child = self._sibling()
+            child._sandbox = sandbox
+            child._pristine_at = snapshot.id
+            children.append(child)
+        return children
+
+    # -- for subclasses and wrappers ------------------------------------------
+
+    def _run(self, action: str) -> ExecResult:
+        """Run one action in the sandbox."""
+        raise NotImplementedError
+
+    def _on_episode_start(self) -> None:
+        """Called after the sandbox is at the episode's start state."""
+
+    def _sibling(self) -> SandboxEnv:
+        """A new environment like this one, without a sandbox yet."""
+        return type(self)(
+            self.task,
+            backend=self.backend,
+            max_steps=self.max_steps,
+            step_timeout_s=self.step_timeout_s,
+            max_action_bytes=self.max_action_bytes,
+            max_output_bytes=self.max_output_bytes,
+            render_mode=self.render_mode,
+        )
+
+    def refuse(self, reason: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """Count a step whose action was refused (by a policy) without running it."""
+        self._check_running()
+        obs = make_observation(f"[refused: {reason}]", NO_COMMAND)
+        return self._after_command(obs, {"refused": reason})
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        """The sandbox of the current episode (None before the first reset)."""
+        return self._sandbox
+
+    @property
+    def state(self) -> EpisodeState:
+        """Where the environment is in its life."""
+        return self._state
+
+    @property
+    def steps(self) -> int:
+        """Steps taken in the current episode."""
+        return self._steps
+
+    # -- internals ------------------------------------------------------------
+
+    def _after_command(
+        self, obs: dict[str, Any], info: dict[str, Any]
+    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        self._steps += 1
+        info["step"] = self._steps
+        self._pristine_at = None
+        limit = self.task.settings.agent_timeout_s
+        if self._steps >= self.max_steps:
+            return self._end(obs, info, "max_steps")
+        if limit is not None and time.monotonic() - self._episode_started >= limit:
+            return self._end(obs, info, "agent_timeout")
+        self._last_text = obs["output"]
+        return obs, 0.0, False, False, info
+
+    def _end(
+        self, obs: dict[str, Any], info: dict[str, Any], reason: str
+    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        self._state = EpisodeState.ENDED
+        self._last_text = obs["output"]
+        assert self._sandbox is not None
+        try:
+            verdict = verify(self._sandbox, self.task, env=self._episode_env())
+        except SandboxError as exc:
+            verdict = Verdict(None, error=f"{type(exc).__name__}: {exc}")
+        info.update(end_reason=reason, verifier=verdict.as_info(), scored=verdict.reward is not None)
+        if verdict.reward is None:
+            info["infra_error"] = f"verifier: {verdict.error}"
+            return obs, 0.0, False, True, info
+        return obs, verdict.reward, reason == "submitted", reason != "submitted", info
+
+    def _infra_failure(
+        self, exc: Exception, info: dict[str, Any]
+    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        self._state = EpisodeState.ENDED
+        self._discard_sandbox()
+        info.update(end_reason="infra_error", scored=False, infra_error=f"{type(exc).__name__}: {exc}")
+        obs = make_observation(f"[infrastructure failure: {exc}]", NO_COMMAND)
+        self._last_text = obs["output"]
+        return obs, 0.0, False, True, info
+
+    def _place_sandbox(self, target: Snapshot) -> None:
+        if self._sandbox is not None and self._pristine_at == target.id and self._sandbox.is_alive:
+            self._pristine_at = None
+            return
+        if self._sandbox is not None:
+            try:
+                self._sandbox.restore(target)
+                return
+            except SandboxError:
+                self._discard_sandbox()
+        self._sandbox = self.backend.create(target)
+        self._pristine_at = None
+
+    def _discard_sandbox(self) -> None:
+        if self._sandbox is not None:
+            sandbox, self._sandbox = self._sandbox, None
+            try:
+                sandbox.close()
+            except SnapgymError:
+                pass
+
+    def _episode_env(self) -> dict[str, str]:
+        return dict(self.task.settings.environment.env)
+
+    def _check_not_closed(self) -> None:
+        if self._state is EpisodeState.CLOSED:
+            raise ResetNeededError("the environment is closed; make a new one")
+
+    def _check_running(self) -> None:
+        self._check_not_closed()
+        if self._state is EpisodeState.NEEDS_RESET:
+            raise ResetNeededError("call reset() before step()")
+        if self._state is EpisodeState.ENDED:
+            raise ResetNeededError("the episode has ended (terminated or truncated); call reset() to start another")
+
+    def _check_action(self, action: Any) -> None:
+        if not isinstance(action, str):
+            raise InvalidActionError(f"an action must be a str, got {type(action).__name__}")
+        size = len(action.encode("utf-8", "surrogatepass"))
+        if size > self.max_action_bytes:
+            raise InvalidActionError(
+                f"the action is {size} bytes, over max_action_bytes={self.max_action_bytes}; "
+                "write large content with several commands or raise the limit"
+            )
+        if "\0" in action:
+            raise InvalidActionError("the action contains a NUL character, which no shell or interpreter accepts")

@@ -1,0 +1,415 @@
+"""Turn a task's Dockerfile into template pieces for a snapgym backend.
+
+Supported: one ``FROM`` (mapped to a base, below), ``RUN`` (shell and exec
+form), ``COPY``/``ADD`` of build-context files (``--chmod``; ``ADD`` of a
+local tar archive extracts it), ``WORKDIR``, ``ENV``, ``ARG``, ``SHELL``,
+``HEALTHCHECK CMD`` and ``USER root``. ``CMD``, ``ENTRYPOINT``, ``EXPOSE``,
+``LABEL``, ``MAINTAINER``, ``STOPSIGNAL`` and ``VOLUME`` are ignored (an
+episode starts no service by itself) and listed in ``notes``.
+
+Rejected with a :class:`DockerfileError` naming the line: multi-stage builds,
+``COPY --from``, ``ADD`` from a URL, ``RUN`` heredocs and ``--mount``, a
+non-root ``USER``, ``ONBUILD``, and a ``FROM`` image no base is known for.
+
+On the ``host`` base the sandbox sees the host's userland read-only, so:
+
+- ``apt-get install`` is checked on the host when the task loads: every
+  package must already be installed there (install it on the host, or give
+  the task a root filesystem base); in the sandbox ``apt-get`` is then a no-op.
+- ``pip install`` installs for the sandbox's root (``~/.local``, on PATH);
+  a virtualenv works as usual. ``python -m pip install`` into the host
+  interpreter and ``uv pip install --system`` fail: the interpreter is read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+import tarfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envs.errors import DockerfileError
+from envs.filesteps import mkdir_step, write_file_steps
+from envs.hostpackages import missing_host_packages
+
+HOST_IMAGES = ("python", "debian", "ubuntu", "buildpack-deps", "ghcr.io/laude-institute/t-bench/")
+"""Images whose userland the ``host`` base stands in for (a name, or a prefix ending in /)."""
+
+BUILD_BIN = "/.snapgym-build/bin"
+_IGNORED = {"CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "STOPSIGNAL", "VOLUME"}
+_APT_SHIM = """#!/bin/sh
+# snapgym: packages were checked on the host when the task loaded; the host userland provides them.
+for arg in "$@"; do case "$arg" in
+  update|install|clean|autoclean|autoremove|upgrade|dist-upgrade|remove|purge) exit 0;;
+esac; done
+echo "snapgym: apt-get $* is not supported on the host base" >&2; exit 100
+"""
+_PIP_SHIM = """#!/bin/sh
+# snapgym: the host interpreter is read-only; outside a virtualenv, install for the sandbox's root.
+if [ -z "$VIRTUAL_ENV" ] && [ "$1" = install ]; then
+  shift; exec python3 -m pip install --user --break-system-packages "$@"
+fi
+exec python3 -m pip "$@"
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class DockerfilePlan:
+    """What a Dockerfile amounts to for a template."""
+
+    image: str
+    base: str
+    steps: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str
+    healthcheck: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def resolve_base(image: str, bases: Mapping[str, str]) -> str | None:
+    """The base for an image: a user mapping first, then the host for common images."""
+    untagged = re.sub(r"(@sha256:[0-9a-f]+|:[^/:]+)$", "", image)
+    for key in (image, untagged):
+        if key in bases:
+            return bases[key]
+    short = untagged.removeprefix("docker.io/").removeprefix("library/")
+    if any(short == h or (h.endswith("/") and short.startswith(h)) for h in HOST_IMAGES):
+        return "host"
+    return None
+
+
+def translate_dockerfile(
+    path: Path,
+    *,
+    bases: Mapping[str, str],
+    initial_env: Mapping[str, str],
+    text: str | None = None,
+    extra_runs: Sequence[str] = (),
+    host_has_packages: Callable[[list[str]], list[str]] = missing_host_packages,
+) -> DockerfilePlan:
+    """Translate ``path`` (its folder is the build context) into a plan.
+
+    Args:
+        path: the Dockerfile; its folder is the build context.
+        bases: image name (with or without tag) -> base spec, checked before the defaults.
+        initial_env: the base's environment (PATH), so ``ENV PATH=...:$PATH`` expands right.
+        text: the Dockerfile's text when it is not read from ``path``.
+        extra_runs: commands appended as ``RUN`` steps (a task's verifier setup).
+        host_has_packages: returns the apt packages missing on the host.
+
+    Raises:
+        DockerfileError: an instruction is not supported; the message names it.
+    """
+    if text is None:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise DockerfileError(f"cannot read {path}: {exc.strerror}") from None
+    translator = _Translator(path, bases, dict(initial_env), host_has_packages)
+    return translator.run(text, extra_runs)
+
+
+class _Translator:
+    def __init__(
+        self,
+        path: Path,
+        bases: Mapping[str, str],
+        env: dict[str, str],
+        missing: Callable[[list[str]], list[str]],
+    ) -> None:
+        self.path = path
+        self.context = path.parent
+        self.bases = bases
+        self.env = env
+        self.missing = missing
+        self.args: dict[str, str] = {}
+        self.workdir = "/"
+        self.shell: list[str] | None = None
+        self.steps: list[str] = []
+        self.notes: list[str] = []
+        self.image: str | None = None
+        self.base = "host"
+        self.healthcheck: str | None = None
+        self.line = 0
+
+    def run(self, text: str, extra_runs: Sequence[str]) -> DockerfilePlan:
+        instructions = _instructions(text) + [(0, "RUN", command) for command in extra_runs]
+        for self.line, keyword, rest in instructions:
+            handler = getattr(self, f"do_{keyword.lower()}", None)
+            if keyword in _IGNORED:
+                self.notes.append(f"line {self.line}: {keyword} ignored (episodes start no service by themselves)")
+            elif handler is None:
+                self.fail(f"{keyword} is not supported")
+            else:
+                handler(rest)
+        if self.image is None:
+            self.fail("no FROM instruction")
+        if self.base == "host" and any(f"export PATH={BUILD_BIN}:" in s for s in self.steps):
+            self.steps.insert(0, self._shims())
+            self.steps.append(f"rm -rf {posixpath.dirname(BUILD_BIN)}")
+        return DockerfilePlan(
+            image=self.image or "",
+            base=self.base,
+            steps=tuple(self.steps),
+            env=dict(self.env),
+            workdir=self.workdir,
+            healthcheck=self.healthcheck,
+            notes=tuple(self.notes),
+        )
+
+    def do_from(self, rest: str) -> None:
+        words = [w for w in self.expand(rest).split() if not w.startswith("--platform")]
+        if self.image is not None:
+            self.fail("multi-stage builds (a second FROM) are not supported")
+        if not words:
+            self.fail("FROM needs an image")
+        self.image = words[0]
+        base = resolve_base(self.image, self.bases)
+        if base is None:
+            self.fail(
+                f"no base is known for image {self.image!r}: map it to a root filesystem "
+                f"(bases={{{self.image!r}: '/path/to/rootfs.tar'}}, e.g. from `docker export`) or to 'host'"
+            )
+        self.base = base or "host"
+        if self.base == "host":
+            self.env["PATH"] = f"/root/.local/bin:{self.env.get('PATH', '/usr/bin:/bin')}"
+
+    def do_arg(self, rest: str) -> None:
+        for word in shlex.split(rest):
+            name, _, default = word.partition("=")
+            self.args.setdefault(name, self.expand(default))
+
+    def do_env(self, rest: str) -> None:
+        words = shlex.split(rest, posix=True)
+        if words and "=" not in words[0]:
+            self.env[words[0]] = self.expand(rest.split(None, 1)[1] if len(words) > 1 else "")
+            return
+        for word in shlex.split(rest):
+            name, sep, value = word.partition("=")
+            if not sep:
+                self.fail(f"ENV {word!r} has no value")
+            self.env[name] = self.expand(value)
+
+    def do_workdir(self, rest: str) -> None:
+        target = self.expand(rest.strip())
+        self.workdir = posixpath.normpath(posixpath.join(self.workdir, target))
+        self.steps.append(mkdir_step(self.workdir))
+
+    def do_user(self, rest: str) -> None:
+        if self.expand(rest.strip()) not in ("root", "0", "0:0", "root:root"):
+            self.fail(f"USER {rest.strip()}: only root is supported; the sandbox's root is unprivileged on the host")
+
+    def do_shell(self, rest: str) -> None:
+        self.shell = self.json_words(rest, "SHELL")
+
+    def do_healthcheck(self, rest: str) -> None:
+        words = rest.split()
+        while words and words[0].startswith("--"):
+            words.pop(0)
+        if words and words[0].upper() == "NONE":
+            self.healthcheck = None
+        elif words and words[0].upper() == "CMD":
+            command = rest[rest.upper().index("CMD") + 3 :].strip()
+            self.healthcheck = shlex.join(self.json_words(command, "HEALTHCHECK")) if command.startswith("[") else command
+        else:
+            self.fail("HEALTHCHECK must be CMD ... or NONE")
+
+    def do_onbuild(self, rest: str) -> None:
+        self.fail("ONBUILD is not supported")
+
+    def do_run(self, rest: str) -> None:
+        rest = rest.strip()
+        while rest.startswith("--"):
+            flag, _, rest = rest.partition(" ")
+            if flag.startswith("--mount"):
+                self.fail("RUN --mount is not supported")
+            rest = rest.lstrip()
+        if rest.startswith("<<"):
+            self.fail("RUN heredocs are not supported; put the script in a file and COPY it")
+        command = shlex.join(self.json_words(rest, "RUN")) if rest.startswith("[") else rest
+        if self.shell:
+            command = shlex.join([*self.shell, command])
+        if self.base == "host":
+            self.check_apt(command)
+        lines = [f"cd {shlex.quote(self.workdir)} || exit 1"]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in {**self.args, **self.env}.items()]
+        if self.base == "host":
+            lines.append(f"export PATH={BUILD_BIN}:$PATH")
+        self.steps.append("\n".join([*lines, command]))
+
+    def do_copy(self, rest: str) -> None:
+        self.copy(rest, keyword="COPY")
+
+    def do_add(self, rest: str) -> None:
+        self.copy(rest, keyword="ADD")
+
+    def copy(self, rest: str, *, keyword: str) -> None:
+        words = self.json_words(rest, keyword) if rest.strip().startswith("[") else shlex.split(self.expand(rest))
+        mode: int | None = None
+        while words and words[0].startswith("--"):
+            flag = words.pop(0)
+            if flag.startswith("--from"):
+                self.fail(f"{keyword} --from (multi-stage) is not supported")
+            if flag.startswith("--chmod="):
+                mode = int(flag.split("=", 1)[1], 8)
+        if len(words) < 2:
+            self.fail(f"{keyword} needs a source and a destination")
+        *sources, dest = words
+        dest_abs = posixpath.normpath(posixpath.join(self.workdir, dest))
+        into_dir = dest.endswith("/") or len(sources) > 1
+        for source in sources:
+            if re.match(r"^[a-z]+://", source):
+                self.fail(f"{keyword} from a URL is not supported; download it in a RUN step")
+            for host_path in self.context_paths(source):
+                if keyword == "ADD" and host_path.is_file() and tarfile.is_tarfile(host_path):
+                    self.extract(host_path, dest_abs)
+                elif host_path.is_dir():
+                    self.copy_tree(host_path, dest_abs, mode)
+                else:
+                    target = posixpath.join(dest_abs, host_path.name) if into_dir else dest_abs
+                    self.copy_file(host_path, target, mode)
+
+    def context_paths(self, pattern: str) -> list[Path]:
+        root = self.context.resolve()
+        matches = sorted(root.glob(pattern.lstrip("/"))) if any(c in pattern for c in "*?[") else [root / pattern]
+        found = [m for m in matches if m.exists()]
+        if not found:
+            self.fail(f"{pattern!r} is not in the build context {self.context}")
+        for match in found:
+            if not match.resolve().is_relative_to(root):
+                self.fail(f"{pattern!r} points outside the build context")
+        return found
+
+    def copy_tree(self, source: Path, dest: str, mode: int | None) -> None:
+        self.steps.append(mkdir_step(dest))
+        for item in sorted(source.rglob("*")):
+            target = posixpath.join(dest, item.relative_to(source).as_posix())
+            if item.is_dir():
+                self.steps.append(mkdir_step(target))
+            elif item.is_file():
+                self.copy_file(item, target, mode)
+
+    def copy_file(self, source: Path, dest: str, mode: int | None) -> None:
+        self.steps.extend(write_file_steps(dest, source.read_bytes(), mode=mode or source.stat().st_mode))
+
+    def extract(self, archive: Path, dest: str) -> None:
+        staged = f"/tmp/.snapgym-add-{len(self.steps)}"
+        self.steps.extend(write_file_steps(staged, archive.read_bytes()))
+        self.steps.append(f"mkdir -p {shlex.quote(dest)} && tar -xf {staged} -C {shlex.quote(dest)} && rm -f {staged}")
+
+    def check_apt(self, command: str) -> None:
+        packages = apt_packages(command)
+        if packages:
+            missing = self.missing(packages)
+            if missing:
+                self.fail(
+                    f"apt packages {', '.join(missing)} are not installed on this host, whose userland the "
+                    f"'host' base uses: install them on the host (apt-get install {' '.join(missing)}) or map "
+                    f"{self.image!r} to a root filesystem"
+                )
+
+    def json_words(self, text: str, keyword: str) -> list[str]:
+        try:
+            words = json.loads(text)
+        except json.JSONDecodeError:
+            words = None
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            self.fail(f"{keyword} expects a JSON list of strings")
+        return [self.expand(w) for w in words]
+
+    def expand(self, text: str) -> str:
+        return _expand(text, {**self.args, **self.env})
+
+    def _shims(self) -> str:
+        steps = [*write_file_steps(f"{BUILD_BIN}/apt-get", _APT_SHIM.encode(), mode=0o755)]
+        steps.append(f"ln -sf apt-get {BUILD_BIN}/apt")
+        for name in ("pip", "pip3"):
+            steps.extend(write_file_steps(f"{BUILD_BIN}/{name}", _PIP_SHIM.encode(), mode=0o755))
+        return " && ".join(steps)
+
+    def fail(self, why: str) -> None:
+        raise DockerfileError(f"{self.path}:{self.line}: {why}")
+
+
+_VARIABLE = re.compile(r"\\\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-+])(.*?))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _expand(text: str, values: Mapping[str, str]) -> str:
+    """Docker's variable substitution: $VAR, ${VAR}, ${VAR:-default}, ${VAR:+alt}, \\$."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "\\$":
+            return "$"
+        name = match.group(1) or match.group(4)
+        value = values.get(name)
+        if match.group(2) == "-":
+            return value if value else match.group(3)
+        if match.group(2) == "+":
+            return match.group(3) if value else ""
+        return value or ""
+
+    return _VARIABLE.sub(one, text)
+
+
+def _instructions(text: str) -> list[tuple[int, str, str]]:
+    """(line number, KEYWORD, arguments) with continuations joined and comments dropped."""
+    result: list[tuple[int, str, str]] = []
+    buffer: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if stripped.startswith("#") or (not stripped and buffer):
+            continue
+        if not buffer:
+            start = number
+        if stripped.endswith("\\"):
+            buffer.append(stripped[:-1])
+            continue
+        buffer.append(stripped)
+        joined = " ".join(part.strip() for part in buffer).strip()
+        buffer = []
+        if joined:
+            keyword, _, rest = joined.partition(" ")
+            result.append((start, keyword.upper(), rest.strip()))
+    if buffer:
+        keyword, _, rest = " ".join(buffer).strip().partition(" ")
+        result.append((start, keyword.upper(), rest.strip()))
+    return result
+
+
+_SEPARATORS = {"&&", "||", ";", "|", "&"}
+
+
+def apt_packages(command: str) -> list[str]:
+    """Package names given to ``apt-get install`` / ``apt install`` in a shell command."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return []
+    packages: list[str] = []
+    for index, token in enumerate(tokens):
+        if token not in ("apt-get", "apt") or index + 1 >= len(tokens):
+            continue
+        rest = []
+        for word in tokens[index + 1 :]:
+            if word in _SEPARATORS:
+                break
+            rest.append(word)
+        if "install" not in rest:
+            continue
+        after = rest[rest.index("install") + 1 :]
+        skip_next = False
+        for word in after:
+            if skip_next:
+                skip_next = False
+            elif word in ("-o", "-t", "--target-release"):
+                skip_next = True
+            elif not word.startswith("-"):
+                packages.append(re.split(r"[=:]", word, maxsplit=1)[0])
+    return packages

@@ -1,0 +1,38 @@
+"""Errors raised by the environments, in the snapgym tree and Gymnasium's at once.
+
+::
+
+    SnapgymError (pool.errors)
+    ├── ConfigError
+    │   ├── TaskError                      a task directory or task.toml is invalid
+    │   │   └── TaskNotFoundError          no task by that id or path (LookupError)
+    │   └── DockerfileError                a Dockerfile instruction cannot be translated
+    ├── InvalidActionError                 wrong type, too large, NUL byte (gymnasium InvalidAction, ValueError)
+    └── ResetNeededError                   step before reset or after the episode ended (gymnasium ResetNeeded)
+"""
+
+from __future__ import annotations
+
+import gymnasium.error
+
+from pool.errors import ConfigError, SnapgymError
+
+
+class TaskError(ConfigError):
+    """A task directory, its task.toml, or one of its fields is invalid."""
+
+
+class TaskNotFoundError(TaskError, LookupError):
+    """No built-in task has that id and no task directory is at that path."""
+
+
+class DockerfileError(ConfigError):
+    """A Dockerfile instruction cannot be turned into a template step."""
+
+
+class InvalidActionError(SnapgymError, gymnasium.error.InvalidAction, ValueError):
+    """The action is of the wrong type, too large, or cannot reach a shell."""
+
+
+class ResetNeededError(SnapgymError, gymnasium.error.ResetNeeded):
+    """step() was called before reset() or after the episode ended."""

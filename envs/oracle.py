@@ -1,0 +1,87 @@
+"""Run a task's reference solution, and check a task: the oracle scores 1, doing nothing 0.
+
+``python -m envs.oracle TASK_DIR_OR_ID ...`` checks tasks from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+
+from envs.errors import TaskError
+from envs.tasks import Task, builtin_task_ids, load_task
+from envs.verifier import Verdict, copy_dir_into, verify
+from pool.contract import Backend, Sandbox
+from pool.results import ExecResult
+
+SOLUTION_DIR = "/solution"
+
+
+def run_solution(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None) -> ExecResult:
+    """Copy ``solution/`` to /solution and run ``solve.sh`` in the task's working directory."""
+    if task.solution_dir is None:
+        raise TaskError(f"task {task.id} has no solution/solve.sh")
+    copy_dir_into(sandbox, task.solution_dir, SOLUTION_DIR)
+    result = sandbox.exec(
+        f"bash {SOLUTION_DIR}/solve.sh",
+        timeout_s=timeout_s or task.settings.agent_timeout_s or 600.0,
+        cwd=task.workdir,
+        env={**task.settings.environment.env, **task.settings.solution_env},
+    )
+    sandbox.exec(f"rm -rf {SOLUTION_DIR}", timeout_s=60)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCheck:
+    """The outcome of checking one task."""
+
+    task_id: str
+    oracle: Verdict
+    noop: Verdict
+    build_s: float
+
+    @property
+    def ok(self) -> bool:
+        """The reference solution scores 1.0 and doing nothing scores 0.0."""
+        return self.oracle.reward == 1.0 and self.noop.reward == 0.0
+
+
+def check_task(backend: Backend, task: Task) -> TaskCheck:
+    """Build the task, then verify the start state and the reference solution's end state."""
+    started = time.perf_counter()
+    snapshot = backend.build(task.template)
+    build_s = time.perf_counter() - started
+    with backend.create(snapshot) as sandbox:
+        noop = verify(sandbox, task)
+        sandbox.restore()
+        run_solution(sandbox, task)
+        oracle = verify(sandbox, task)
+    return TaskCheck(task.id, oracle, noop, build_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check tasks given by id or path (default: the built-in suite)."""
+    from pool.backends.local import LocalBackend
+
+    parser = argparse.ArgumentParser(prog="python -m envs.oracle", description=__doc__)
+    parser.add_argument("tasks", nargs="*", help="task ids or directories (default: every built-in task)")
+    args = parser.parse_args(argv)
+    failed = 0
+    with LocalBackend() as backend:
+        for spec in args.tasks or builtin_task_ids():
+            check = check_task(backend, load_task(spec))
+            status = "ok  " if check.ok else "FAIL"
+            print(f"{status} {check.task_id:32s} oracle={check.oracle.reward} noop={check.noop.reward} "
+                  f"build={check.build_s:.2f}s")  # fmt: skip
+            if not check.ok:
+                failed += 1
+                for name, verdict in (("oracle", check.oracle), ("noop", check.noop)):
+                    print(f"  {name}: error={verdict.error} exit={verdict.exit_code}\n{verdict.output[-2000:]}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""``task.toml``: the Harbor / Terminal-Bench 2 task settings snapgym understands.
+
+Field names are Harbor's. Every field Harbor documents for single-step tasks
+is read; a field snapgym cannot honour (GPUs, MCP servers, multi-step tasks,
+host allowlists, a non-root user) is rejected with an error that names it,
+rather than silently ignored. ``[metadata]`` is free-form and kept as is.
+
+snapgym adds one optional table, ``[snapgym]``:
+
+``verifier_setup``
+    Commands run at build time, after the Dockerfile, that install what
+    ``tests/test.sh`` needs (e.g. ``["pip install pytest==8.4.1"]``), so that
+    verification never needs the network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envs.errors import TaskError
+
+_TOP_KEYS = {"version", "schema_version", "metadata", "task", "source", "verifier", "agent", "environment", "solution"}
+_NETWORK_MODES = {"public", "no-network"}
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentSettings:
+    """``[environment]``: how the start state is built and what it may use."""
+
+    build_timeout_s: float = 600.0
+    docker_image: str | None = None
+    cpus: float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    healthcheck: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Variables resolved from the host when the task loads (``${VAR}``,
+    ``${VAR:-default}``); given to episode commands, never baked into a snapshot."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSettings:
+    """Everything ``task.toml`` says, validated."""
+
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    name: str | None = None
+    """``[task].name`` when the task is a registry package (``org/name``)."""
+    description: str = ""
+    agent_timeout_s: float | None = None
+    verifier_timeout_s: float = 600.0
+    verifier_env: Mapping[str, str] = field(default_factory=dict)
+    solution_env: Mapping[str, str] = field(default_factory=dict)
+    environment: EnvironmentSettings = field(default_factory=EnvironmentSettings)
+    verifier_setup: tuple[str, ...] = ()
+
+
+def parse_task_toml(path: Path) -> TaskSettings:
+    """Read and validate a task.toml.
+
+    Raises:
+        TaskError: the file is not valid TOML, or a field is unknown, of the
+            wrong type, or asks for something snapgym does not support.
+    """
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskError(f"{path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise TaskError(f"cannot read {path}: {exc.strerror}") from None
+    return _Reader(path, raw).settings()
+
+
+class _Reader:
+    """Walks a parsed task.toml, naming the file and field in every error."""
+
+    def __init__(self, path: Path, raw: dict[str, Any]) -> None:
+        self.path = path
+        self.raw = raw
+
+    def settings(self) -> TaskSettings:
+        if "steps" in self.raw:
+            self.fail("steps", "multi-step tasks are not supported; split them into separate tasks")
+        unknown = set(self.raw) - _TOP_KEYS - {"snapgym"}
+        if unknown:
+            self.fail(sorted(unknown)[0], f"unknown table or key; known: {', '.join(sorted(_TOP_KEYS | {'snapgym'}))}")
+        task = self.table("task", {"name", "description", "authors", "keywords"})
+        verifier = self.table("verifier", {"timeout_sec", "env", "user", "network_mode", "allowed_hosts"})
+        agent = self.table("agent", {"timeout_sec", "user", "network_mode", "allowed_hosts"})
+        solution = self.table("solution", {"env"})
+        snapgym = self.table("snapgym", {"verifier_setup"})
+        for section, table in (("verifier", verifier), ("agent", agent)):
+            self.check_user(section, table)
+            self.check_network(section, table)
+        metadata = self.raw.get("metadata", {})
+        if not isinstance(metadata, dict):
+            self.fail("metadata", "must be a table")
+        return TaskSettings(
+            metadata=metadata,
+            name=self.opt_str("task.name", task.get("name")),
+            description=self.opt_str("task.description", task.get("description")) or "",
+            agent_timeout_s=self.opt_seconds("agent.timeout_sec", agent.get("timeout_sec")),
+            verifier_timeout_s=self.opt_seconds("verifier.timeout_sec", verifier.get("timeout_sec")) or 600.0,
+            verifier_env=self.str_map("verifier.env", verifier.get("env", {})),
+            solution_env=self.str_map("solution.env", solution.get("env", {})),
+            environment=self.environment(),
+            verifier_setup=self.str_list("snapgym.verifier_setup", snapgym.get("verifier_setup", [])),
+        )
+
+    def environment(self) -> EnvironmentSettings:
+        known = {
+            "build_timeout_sec", "docker_image", "cpus", "memory_mb", "storage_mb", "memory", "storage", "gpus",
+            "gpu_types", "allow_internet", "network_mode", "allowed_hosts", "mcp_servers", "env", "skills_dir",
+            "healthcheck",
+        }  # fmt: skip
+        env = self.table("environment", known)
+        if self.number("environment.gpus", env.get("gpus", 0)) > 0:
+            self.fail("environment.gpus", "GPU tasks are not supported by snapgym's backends yet")
+        if env.get("mcp_servers"):
+            self.fail("environment.mcp_servers", "MCP servers are not supported")
+        if env.get("skills_dir"):
+            self.fail("environment.skills_dir", "skills directories are not supported")
+        if "allow_internet" in env and not isinstance(env["allow_internet"], bool):
+            self.fail("environment.allow_internet", "must be true or false")
+        self.check_network("environment", env)
+        memory_mb = env.get("memory_mb")
+        if "memory" in env:
+            memory_mb = self.size_mb("environment.memory", env["memory"])
+        storage_mb = env.get("storage_mb")
+        if "storage" in env:
+            storage_mb = self.size_mb("environment.storage", env["storage"])
+        cpus = env.get("cpus")
+        return EnvironmentSettings(
+            build_timeout_s=self.opt_seconds("environment.build_timeout_sec", env.get("build_timeout_sec")) or 600.0,
+            docker_image=self.opt_str("environment.docker_image", env.get("docker_image")),
+            cpus=None if cpus is None else self.number("environment.cpus", cpus),
+            memory_mb=None if memory_mb is None else int(self.number("environment.memory_mb", memory_mb)),
+            storage_mb=None if storage_mb is None else int(self.number("environment.storage_mb", storage_mb)),
+            healthcheck=self.healthcheck(env.get("healthcheck")),
+            env=resolve_host_vars("environment.env", self.str_map("environment.env", env.get("env", {})), self.path),
+        )
+
+    def healthcheck(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, dict) or not isinstance(value.get("command"), str):
+            self.fail("environment.healthcheck", "must be a table with a string 'command'")
+        return str(value["command"])
+
+    def table(self, name: str, known: set[str]) -> dict[str, Any]:
+        value = self.raw.get(name, {})
+        if not isinstance(value, dict):
+            self.fail(name, "must be a table")
+        unknown = set(value) - known
+        if unknown:
+            key = sorted(unknown)[0]
+            self.fail(f"{name}.{key}", f"unknown field; snapgym reads: {', '.join(sorted(known))}")
+        return value
+
+    def check_user(self, section: str, table: dict[str, Any]) -> None:
+        user = table.get("user")
+        if user not in (None, "root", 0):
+            self.fail(f"{section}.user", "only root is supported; the sandbox's root is already unprivileged on the host")
+
+    def check_network(self, section: str, table: dict[str, Any]) -> None:
+        mode = table.get("network_mode")
+        if table.get("allowed_hosts") or mode == "allowlist":
+            self.fail(f"{section}.allowed_hosts", "host allowlists are not supported; episodes run without network")
+        if mode is not None and mode not in _NETWORK_MODES:
+            self.fail(f"{section}.network_mode", f"must be one of {sorted(_NETWORK_MODES)}, got {mode!r}")
+
+    def number(self, key: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            self.fail(key, f"must be a non-negative number, got {value!r}")
+        return float(value)
+
+    def opt_seconds(self, key: str, value: Any) -> float | None:
+        if value is None:
+            return None
+        seconds = self.number(key, value)
+        if seconds == 0:
+            self.fail(key, "must be positive")
+        return seconds
+
+    def opt_str(self, key: str, value: Any) -> str | None:
+        if value is not None and not isinstance(value, str):
+            self.fail(key, f"must be a string, got {value!r}")
+        return value
+
+    def str_map(self, key: str, value: Any) -> dict[str, str]:
+        if not isinstance(value, dict) or not all(isinstance(v, str | int | float) for v in value.values()):
+            self.fail(key, "must be a table of strings")
+        return {str(k): str(v) for k, v in value.items()}
+
+    def str_list(self, key: str, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.fail(key, "must be a list of strings")
+        return tuple(value)
+
+    def size_mb(self, key: str, value: Any) -> int:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG])B?\s*", str(value).upper())
+        if not match:
+            self.fail(key, f"must look like '512M' or '4G', got {value!r}")
+        number, unit = float(match.group(1)), match.group(2)
+        return int(number * {"K": 1 / 1024, "M": 1, "G": 1024}[unit])
+
+    def fail(self, key: str, why: str) -> Any:
+        raise TaskError(f"{self.path}: {key}: {why}")
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+
+
+def resolve_host_vars(key: str, values: Mapping[str, str], path: Path) -> dict[str, str]:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` from the host environment."""
+
+    def expand(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        raise TaskError(f"{path}: {key}: needs the host variable {name}; set it or give a default (${{{name}:-...}})")
+
+    return {k: _VAR.sub(expand, v) for k, v in values.items()}

@@ -1,0 +1,163 @@
+"""Tasks on disk in the Harbor / Terminal-Bench 2 format, and the built-in suite.
+
+A task is a directory::
+
+    my-task/
+    ├── instruction.md      what the agent is asked to do
+    ├── task.toml           settings (see envs.taskconfig)
+    ├── environment/        Dockerfile + build context, or setup.sh (+ files copied to /app)
+    ├── tests/test.sh       the verifier; writes /logs/verifier/reward.txt or reward.json
+    └── solution/solve.sh   the reference solution (optional)
+
+``tests/`` enters the sandbox only at verification time, so the agent can
+neither read nor edit it. ``solution/`` enters only when the oracle runs it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envs.dockerfile import DockerfilePlan, translate_dockerfile
+from envs.errors import TaskError, TaskNotFoundError
+from envs.taskconfig import TaskSettings, parse_task_toml
+from pool.backends.local import hostbase
+from pool.templates import Template
+
+BUILTIN_DIR = Path(__file__).parent / "builtin"
+"""Where the built-in suite lives."""
+SETUP_SCRIPT_WORKDIR = "/app"
+"""Working directory of tasks whose environment is a setup.sh instead of a Dockerfile."""
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A loaded, validated task and the template of its start state."""
+
+    id: str
+    path: Path
+    instruction: str
+    settings: TaskSettings
+    template: Template
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    """What the Dockerfile translation ignored, for the curious."""
+
+    @property
+    def workdir(self) -> str:
+        """Where the agent's commands run."""
+        return self.template.workdir
+
+    @property
+    def tests_dir(self) -> Path:
+        """The verifier's files, copied to /tests at verification time."""
+        return self.path / "tests"
+
+    @property
+    def solution_dir(self) -> Path | None:
+        """The reference solution, when the task has one."""
+        solution = self.path / "solution"
+        return solution if (solution / "solve.sh").is_file() else None
+
+
+def builtin_task_ids() -> list[str]:
+    """Ids of the built-in suite, sorted."""
+    return sorted(p.name for p in BUILTIN_DIR.iterdir() if (p / "task.toml").is_file())
+
+
+def load_task(spec: str | Path | Task, *, bases: Mapping[str, str] | None = None) -> Task:
+    """A task by built-in id or by directory path.
+
+    Args:
+        spec: a built-in id (``"csv-total"``), a task directory, or a Task (returned as is).
+        bases: image -> base spec for ``FROM`` lines the defaults do not cover.
+
+    Raises:
+        TaskNotFoundError: no built-in task has that id and no directory is at that path.
+        TaskError: the directory is not a valid task; the message names the file and field.
+    """
+    if isinstance(spec, Task):
+        return spec
+    if not isinstance(spec, str | Path):
+        raise TaskError(f"a task is a built-in id, a directory path or a Task, got {type(spec).__name__}")
+    text = str(spec)
+    if "/" not in text and (BUILTIN_DIR / text / "task.toml").is_file():
+        return _load_dir(BUILTIN_DIR / text, dict(bases or {}))
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return _load_dir(path, dict(bases or {}))
+    close = difflib.get_close_matches(text, builtin_task_ids(), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; built-in ids: {', '.join(builtin_task_ids())}"
+    raise TaskNotFoundError(f"no built-in task {text!r} and no task directory at {path}{hint}")
+
+
+def load_tasks(folder: str | Path, *, bases: Mapping[str, str] | None = None) -> list[Task]:
+    """Every task in a folder of task directories (or the folder itself if it is one)."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise TaskNotFoundError(f"no task folder at {root}")
+    if (root / "task.toml").is_file():
+        return [_load_dir(root, dict(bases or {}))]
+    found = [_load_dir(p, dict(bases or {})) for p in sorted(root.iterdir()) if (p / "task.toml").is_file()]
+    if not found:
+        raise TaskNotFoundError(f"{root} holds no task directories (folders with a task.toml)")
+    return found
+
+
+def builtin_tasks() -> list[Task]:
+    """The built-in suite, loaded."""
+    return [load_task(task_id) for task_id in builtin_task_ids()]
+
+
+def _load_dir(path: Path, bases: dict[str, str]) -> Task:
+    for required in ("instruction.md", "task.toml", "tests/test.sh"):
+        if not (path / required).is_file():
+            raise TaskError(f"{path} is not a task directory: {required} is missing")
+    if (path / "environment" / "docker-compose.yaml").exists() or (path / "environment" / "docker-compose.yml").exists():
+        raise TaskError(f"{path}/environment: docker-compose environments are not supported; use one Dockerfile")
+    settings = parse_task_toml(path / "task.toml")
+    plan = _plan(path, settings, bases)
+    template = Template(
+        name=f"task:{settings.name or path.name}",
+        base=plan.base,
+        setup=plan.steps,
+        env=plan.env,
+        workdir=plan.workdir,
+        healthcheck=settings.environment.healthcheck or plan.healthcheck,
+        network=bool(plan.steps),
+        setup_timeout_s=settings.environment.build_timeout_s,
+    )
+    return Task(
+        id=path.name,
+        path=path.resolve(),
+        instruction=(path / "instruction.md").read_text(),
+        settings=settings,
+        template=template,
+        notes=plan.notes,
+    )
+
+
+def _plan(path: Path, settings: TaskSettings, bases: dict[str, str]) -> DockerfilePlan:
+    environment = path / "environment"
+    initial_env = {"PATH": hostbase.discover().path_env}
+    dockerfile = environment / "Dockerfile"
+    if dockerfile.is_file():
+        return translate_dockerfile(
+            dockerfile, bases=bases, initial_env=initial_env, extra_runs=settings.verifier_setup
+        )
+    image = settings.environment.docker_image or "python:3.11-slim"
+    lines = [f"FROM {image}", f"WORKDIR {SETUP_SCRIPT_WORKDIR}"]
+    if environment.is_dir():
+        lines += [f"COPY {p.name} {SETUP_SCRIPT_WORKDIR}/{p.name}" for p in sorted(environment.iterdir())
+                  if p.name != "setup.sh"]  # fmt: skip
+        if (environment / "setup.sh").is_file():
+            lines.append("COPY setup.sh /tmp/snapgym-setup.sh")
+            lines.append("RUN bash /tmp/snapgym-setup.sh && rm -f /tmp/snapgym-setup.sh")
+    return translate_dockerfile(
+        environment / "Dockerfile",
+        bases=bases,
+        initial_env=initial_env,
+        text="\n".join(lines),
+        extra_runs=settings.verifier_setup,
+    )

@@ -1,0 +1,125 @@
+"""Run a task's tests in the sandbox at the end of an episode and read the reward.
+
+Harbor's contract: ``tests/`` is copied to ``/tests`` only now (the agent never
+saw it), ``bash /tests/test.sh`` runs in the task's working directory with
+``[verifier].env``, and writes a float to ``/logs/verifier/reward.txt`` or a
+JSON object with a ``"reward"`` key to ``/logs/verifier/reward.json``.
+
+Verification runs without network, like the episode. A test.sh that installs
+its tools at verification time (``curl ... | sh``, ``pip install pytest``)
+fails here: install them at build time instead, with a ``RUN`` line in the
+Dockerfile or ``[snapgym] verifier_setup`` in task.toml.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envs.tasks import Task
+from pool.contract import Sandbox
+from pool.results import ExecResult
+
+TESTS_DIR = "/tests"
+LOGS_DIR = "/logs/verifier"
+_MAX_VERIFIER_OUTPUT = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the verifier said about an end state."""
+
+    reward: float | None
+    """The reward, or None when the verifier produced none (see ``error``)."""
+    rewards: dict[str, float] = field(default_factory=dict)
+    """Every metric of reward.json (``{"reward": r}`` for reward.txt)."""
+    exit_code: int = 0
+    output: str = ""
+    """test.sh's stdout and stderr, capped."""
+    duration_s: float = 0.0
+    timed_out: bool = False
+    error: str | None = None
+    """Why there is no reward: a verifier problem, never the agent's score."""
+
+    def as_info(self) -> dict[str, object]:
+        """JSON-ready fields for an episode's ``info``."""
+        return {
+            "reward": self.reward,
+            "rewards": dict(self.rewards),
+            "exit_code": self.exit_code,
+            "output": self.output,
+            "duration_s": self.duration_s,
+            "timed_out": self.timed_out,
+            "error": self.error,
+        }
+
+
+def verify(sandbox: Sandbox, task: Task, *, env: dict[str, str] | None = None) -> Verdict:
+    """Copy the tests in, run test.sh, and read the reward it wrote.
+
+    Raises:
+        SandboxError: the sandbox failed (an infrastructure failure, not a verdict).
+    """
+    sandbox.exec(f"rm -rf {TESTS_DIR} {LOGS_DIR} && mkdir -p {TESTS_DIR} {LOGS_DIR}", timeout_s=60)
+    copy_dir_into(sandbox, task.tests_dir, TESTS_DIR)
+    result = sandbox.exec(
+        f"bash {TESTS_DIR}/test.sh",
+        timeout_s=task.settings.verifier_timeout_s,
+        cwd=task.workdir,
+        env={**task.settings.environment.env, **task.settings.verifier_env, **(env or {})},
+        max_output_bytes=_MAX_VERIFIER_OUTPUT,
+    )
+    return _verdict(sandbox, result)
+
+
+def _verdict(sandbox: Sandbox, result: ExecResult) -> Verdict:
+    if result.timed_out:
+        rewards: dict[str, float] = {}
+        error: str | None = f"test.sh timed out after {result.duration_s:.0f} s"
+    else:
+        rewards, error = _read_rewards(sandbox)
+    return Verdict(
+        reward=rewards.get("reward") if error is None else None,
+        rewards=rewards,
+        exit_code=result.exit_code,
+        output=(result.stdout + result.stderr)[-_MAX_VERIFIER_OUTPUT:],
+        duration_s=result.duration_s,
+        timed_out=result.timed_out,
+        error=error,
+    )
+
+
+def _read_rewards(sandbox: Sandbox) -> tuple[dict[str, float], str | None]:
+    listing = sandbox.exec(f"ls {LOGS_DIR}", timeout_s=30).stdout.split()
+    if "reward.json" in listing:
+        raw = sandbox.read_file(f"{LOGS_DIR}/reward.json", max_bytes=1 << 20)
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return {}, f"reward.json is not JSON: {raw[:200]!r}"
+        if not isinstance(data, dict) or "reward" not in data:
+            return {}, "reward.json must be an object with a 'reward' key"
+        values = {str(k): v for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        if "reward" not in values or not all(math.isfinite(v) for v in values.values()):
+            return {}, f"reward.json holds a non-numeric or non-finite reward: {data.get('reward')!r}"
+        return {k: float(v) for k, v in values.items()}, None
+    if "reward.txt" in listing:
+        raw = sandbox.read_file(f"{LOGS_DIR}/reward.txt", max_bytes=4096)
+        try:
+            reward = float(raw.decode().strip())
+        except (ValueError, UnicodeDecodeError):
+            return {}, f"reward.txt does not hold a number: {raw[:200]!r}"
+        if not math.isfinite(reward):
+            return {}, f"reward.txt holds a non-finite number: {reward}"
+        return {"reward": reward}, None
+    return {}, f"test.sh wrote neither {LOGS_DIR}/reward.txt nor reward.json"
+
+
+def copy_dir_into(sandbox: Sandbox, source: Path, dest: str) -> None:
+    """Copy a host folder's files into the sandbox, keeping modes."""
+    for item in sorted(source.rglob("*")):
+        if item.is_file():
+            relative = item.relative_to(source).as_posix()
+            sandbox.write_file(f"{dest}/{relative}", item.read_bytes(), mode=item.stat().st_mode & 0o777)
