@@ -13,11 +13,12 @@ reward of such a step is 0.0 and must not be read as the agent's score.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 
@@ -60,7 +61,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
         render_mode: ``"ansi"`` returns the last observation's text from render().
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012 (Gymnasium's convention)
 
     def __init__(
         self,
@@ -113,7 +114,9 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
             raise ConfigError(f"unknown reset option(s) {sorted(unknown)}; known: {sorted(_RESET_OPTIONS)}")
         target = options.get("snapshot") or self.task_snapshot
         if not isinstance(target, Snapshot):
-            raise ConfigError(f"options['snapshot'] must be a Snapshot (from checkpoint()), got {type(target).__name__}")
+            raise ConfigError(
+                f"options['snapshot'] must be a Snapshot (from checkpoint()), got {type(target).__name__}"
+            )
         started = time.perf_counter()
         self._place_sandbox(target)
         self._on_episode_start()
@@ -146,7 +149,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
             return self._infra_failure(exc, {"step": self._steps + 1})
         return self._after_command(observe(result), {**exec_info(result)})
 
-    def render(self) -> str | None:  # type: ignore[override]
+    def render(self) -> str | None:
         """The last observation's text in ``"ansi"`` mode."""
         return self._last_text if self.render_mode == "ansi" else None
 
@@ -157,10 +160,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
         self._state = EpisodeState.CLOSED
         if self._sandbox is not None:
             sandbox, self._sandbox = self._sandbox, None
-            try:
+            with contextlib.suppress(SnapgymError):
                 sandbox.close()
-            except SnapgymError:
-                pass
         super().close()
 
     # -- branching ------------------------------------------------------------
@@ -295,10 +296,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
     def _discard_sandbox(self) -> None:
         if self._sandbox is not None:
             sandbox, self._sandbox = self._sandbox, None
-            try:
+            with contextlib.suppress(SnapgymError):
                 sandbox.close()
-            except SnapgymError:
-                pass
 
     def _episode_env(self) -> dict[str, str]:
         return dict(self.task.settings.environment.env)

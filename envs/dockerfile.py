@@ -214,7 +214,9 @@ class _Translator:
             self.healthcheck = None
         elif words and words[0].upper() == "CMD":
             command = rest[rest.upper().index("CMD") + 3 :].strip()
-            self.healthcheck = shlex.join(self.json_words(command, "HEALTHCHECK")) if command.startswith("[") else command
+            self.healthcheck = (
+                shlex.join(self.json_words(command, "HEALTHCHECK")) if command.startswith("[") else command
+            )
         else:
             self.fail("HEALTHCHECK must be CMD ... or NONE")
 

@@ -9,7 +9,6 @@ exit code 1. A checkpoint keeps the files, not the interpreter's variables.
 
 from __future__ import annotations
 
-
 from pathlib import Path
 
 from envs.base import SandboxEnv
@@ -42,6 +41,3 @@ class PythonEnv(SandboxEnv):
             env={**self._episode_env(), "SNAPGYM_WORKDIR": self.task.workdir},
             max_output_bytes=self.max_output_bytes,
         )
-
-
-

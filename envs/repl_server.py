@@ -20,6 +20,7 @@ import struct
 import sys
 
 _HEADER = struct.Struct("!I")
+_FD = struct.Struct("i")
 _RESTARTED = "[timed out; the cell ignored the interrupt, so the interpreter was restarted: its variables are gone]\n"
 
 
@@ -41,9 +42,13 @@ def serve(path: str) -> None:
 
 
 def _serve_one(conn: _socket.socket, namespace: dict[str, object]) -> None:
-    import socket
-
-    message, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
+    message, ancillary, _, _ = conn.recvmsg(_HEADER.size, _socket.CMSG_SPACE(3 * _FD.size))
+    fds = [
+        _FD.unpack_from(data, offset)[0]
+        for level, kind, data in ancillary
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+        for offset in range(0, len(data) - len(data) % _FD.size, _FD.size)
+    ]
     (size,) = _HEADER.unpack(message)
     source = b""
     while len(source) < size:

@@ -21,7 +21,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from envs.errors import TaskError
 
@@ -160,12 +160,14 @@ class _Reader:
         if unknown:
             key = sorted(unknown)[0]
             self.fail(f"{name}.{key}", f"unknown field; snapgym reads: {', '.join(sorted(known))}")
-        return value
+        return dict(value)
 
     def check_user(self, section: str, table: dict[str, Any]) -> None:
         user = table.get("user")
         if user not in (None, "root", 0):
-            self.fail(f"{section}.user", "only root is supported; the sandbox's root is already unprivileged on the host")
+            self.fail(
+                f"{section}.user", "only root is supported; the sandbox's root is already unprivileged on the host"
+            )
 
     def check_network(self, section: str, table: dict[str, Any]) -> None:
         mode = table.get("network_mode")
@@ -190,7 +192,7 @@ class _Reader:
     def opt_str(self, key: str, value: Any) -> str | None:
         if value is not None and not isinstance(value, str):
             self.fail(key, f"must be a string, got {value!r}")
-        return value
+        return None if value is None else str(value)
 
     def str_map(self, key: str, value: Any) -> dict[str, str]:
         if not isinstance(value, dict) or not all(isinstance(v, str | int | float) for v in value.values()):
@@ -209,7 +211,7 @@ class _Reader:
         number, unit = float(match.group(1)), match.group(2)
         return int(number * {"K": 1 / 1024, "M": 1, "G": 1024}[unit])
 
-    def fail(self, key: str, why: str) -> Any:
+    def fail(self, key: str, why: str) -> NoReturn:
         raise TaskError(f"{self.path}: {key}: {why}")
 
 

@@ -114,7 +114,9 @@ def _load_dir(path: Path, bases: dict[str, str]) -> Task:
     for required in ("instruction.md", "task.toml", "tests/test.sh"):
         if not (path / required).is_file():
             raise TaskError(f"{path} is not a task directory: {required} is missing")
-    if (path / "environment" / "docker-compose.yaml").exists() or (path / "environment" / "docker-compose.yml").exists():
+    if (path / "environment" / "docker-compose.yaml").exists() or (
+        path / "environment" / "docker-compose.yml"
+    ).exists():
         raise TaskError(f"{path}/environment: docker-compose environments are not supported; use one Dockerfile")
     settings = parse_task_toml(path / "task.toml")
     plan = _plan(path, settings, bases)

@@ -61,7 +61,9 @@ class SandboxVectorEnv(VectorEnv[Any, Any, Any]):
             seeds = list(seed)
         if len(seeds) != self.num_envs:
             raise ConfigError(f"got {len(seeds)} seeds for {self.num_envs} environments")
-        results = list(self._executor.map(lambda i: self.envs[i].reset(seed=seeds[i], options=options), range(self.num_envs)))
+        results = list(
+            self._executor.map(lambda i: self.envs[i].reset(seed=seeds[i], options=options), range(self.num_envs))
+        )
         self._needs_reset[:] = False
         infos: dict[str, Any] = {}
         for i, (_, info) in enumerate(results):
@@ -73,7 +75,9 @@ class SandboxVectorEnv(VectorEnv[Any, Any, Any]):
         per_env = list(iterate(self.action_space, actions))
         if len(per_env) != self.num_envs:
             raise ConfigError(f"got {len(per_env)} actions for {self.num_envs} environments")
-        results: list[StepResult] = list(self._executor.map(lambda i: self._step_one(i, per_env[i]), range(self.num_envs)))
+        results: list[StepResult] = list(
+            self._executor.map(lambda i: self._step_one(i, per_env[i]), range(self.num_envs))
+        )
         rewards = np.array([r[1] for r in results], dtype=np.float64)
         terminations = np.array([r[2] for r in results], dtype=bool)
         truncations = np.array([r[3] for r in results], dtype=bool)
@@ -98,10 +102,12 @@ class SandboxVectorEnv(VectorEnv[Any, Any, Any]):
         if self._needs_reset[index]:
             obs, info = env.reset()
             return obs, 0.0, False, False, info
-        return env.step(action)
+        obs, reward, terminated, truncated, info = env.step(action)
+        return obs, float(reward), terminated, truncated, info
 
     def _batch(self, observations: list[Any]) -> Any:
         empty = create_empty_array(self.single_observation_space, self.num_envs)
+        assert empty is not None
         return concatenate(self.single_observation_space, observations, empty)
 
 

@@ -74,7 +74,7 @@ class RecordTrajectory(gym.Wrapper[Obs, str, Obs, str]):
         )
         if (terminated or truncated) and self._fsync:
             os.fsync(self._file.fileno())
-        return obs, reward, terminated, truncated, info
+        return obs, float(reward), terminated, truncated, info
 
     def close(self) -> None:
         """Close the file and the environment."""
@@ -125,7 +125,8 @@ class CommandPolicy(gym.Wrapper[Obs, str, Obs, str]):
         """Run the action, or count a refused step whose observation gives the reason."""
         reason = self.reason(action) if isinstance(action, str) else None
         if reason is None:
-            return self.env.step(action)
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            return obs, float(reward), terminated, truncated, info
         base = self.env.unwrapped
         assert isinstance(base, SandboxEnv)
         return base.refuse(reason)

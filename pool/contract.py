@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from pool.capabilities import Capabilities
@@ -81,7 +81,7 @@ class Backend(Protocol):
     def create(self, snapshot: Snapshot) -> Sandbox:
         """A sandbox starting at a snapshot."""
 
-    def fork(self, snapshot: Snapshot, n: int) -> list[Sandbox]:
+    def fork(self, snapshot: Snapshot, n: int) -> Sequence[Sandbox]:
         """n sandboxes each starting at a snapshot."""
 
     def close(self) -> None:
