@@ -19,6 +19,9 @@ On the ``host`` base the sandbox sees the host's userland read-only, so:
 - ``pip install`` installs for the sandbox's root (``~/.local``, on PATH);
   a virtualenv works as usual. ``python -m pip install`` into the host
   interpreter and ``uv pip install --system`` fail: the interpreter is read-only.
+- ``/usr`` (``/usr/local`` included) is the host's, read-only: a ``COPY`` there
+  is rejected when the task loads, and a ``RUN`` that writes there fails the
+  build. Use ``/opt``, or a root filesystem base.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ HOST_IMAGES = ("python", "debian", "ubuntu", "buildpack-deps", "ghcr.io/laude-in
 """Images whose userland the ``host`` base stands in for (a name, or a prefix ending in /)."""
 
 BUILD_BIN = "/.snapgym-build/bin"
+_HOST_READ_ONLY = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _IGNORED = {"CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "STOPSIGNAL", "VOLUME"}
 _APT_SHIM = """#!/bin/sh
 # snapgym: packages were checked on the host when the task loaded; the host userland provides them.
@@ -72,14 +76,25 @@ class DockerfilePlan:
 
 def resolve_base(image: str, bases: Mapping[str, str]) -> str | None:
     """The base for an image: a user mapping first, then the host for common images."""
-    untagged = re.sub(r"(@sha256:[0-9a-f]+|:[^/:]+)$", "", image)
+    untagged = re.sub(r":[^/:@]+$", "", image.split("@", 1)[0])
     for key in (image, untagged):
         if key in bases:
             return bases[key]
-    short = untagged.removeprefix("docker.io/").removeprefix("library/")
-    if any(short == h or (h.endswith("/") and short.startswith(h)) for h in HOST_IMAGES):
+    if any(untagged.startswith(h) for h in HOST_IMAGES if h.endswith("/")):
+        return "host"
+    if _docker_hub_name(untagged) in HOST_IMAGES:
         return "host"
     return None
+
+
+_HUB_MIRRORS = ("docker.io/", "index.docker.io/", "public.ecr.aws/docker/", "mirror.gcr.io/")
+
+
+def _docker_hub_name(image: str) -> str:
+    """``python`` for ``python``, ``library/python``, ``docker.io/library/python`` and mirrors of it."""
+    for mirror in _HUB_MIRRORS:
+        image = image.removeprefix(mirror)
+    return image.removeprefix("library/")
 
 
 def translate_dockerfile(
@@ -262,6 +277,11 @@ class _Translator:
             self.fail(f"{keyword} needs a source and a destination")
         *sources, dest = words
         dest_abs = posixpath.normpath(posixpath.join(self.workdir, dest))
+        if self.base == "host" and any(dest_abs == d or dest_abs.startswith(d + "/") for d in _HOST_READ_ONLY):
+            self.fail(
+                f"{keyword} into {dest_abs}: the host base shows the host's /usr read-only; "
+                "copy to /opt or /app instead, or map the image to a root filesystem"
+            )
         into_dir = dest.endswith("/") or len(sources) > 1
         for source in sources:
             if re.match(r"^[a-z]+://", source):

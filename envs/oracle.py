@@ -1,17 +1,12 @@
-"""Run a task's reference solution, and check a task: the oracle scores 1, doing nothing 0.
-
-``python -m envs.oracle TASK_DIR_OR_ID ...`` checks tasks from the command line.
-"""
+"""Run a task's reference solution, and check a task: the oracle scores 1, doing nothing 0."""
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from dataclasses import dataclass
 
 from envs.errors import TaskError
-from envs.tasks import Task, builtin_task_ids, load_task
+from envs.tasks import Task
 from envs.verifier import Verdict, copy_dir_into, verify
 from pool.contract import Backend, Sandbox
 from pool.results import ExecResult
@@ -60,28 +55,3 @@ def check_task(backend: Backend, task: Task) -> TaskCheck:
         run_solution(sandbox, task)
         oracle = verify(sandbox, task)
     return TaskCheck(task.id, oracle, noop, build_s)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Check tasks given by id or path (default: the built-in suite)."""
-    from pool.backends.local import LocalBackend
-
-    parser = argparse.ArgumentParser(prog="python -m envs.oracle", description=__doc__)
-    parser.add_argument("tasks", nargs="*", help="task ids or directories (default: every built-in task)")
-    args = parser.parse_args(argv)
-    failed = 0
-    with LocalBackend() as backend:
-        for spec in args.tasks or builtin_task_ids():
-            check = check_task(backend, load_task(spec))
-            status = "ok  " if check.ok else "FAIL"
-            print(f"{status} {check.task_id:32s} oracle={check.oracle.reward} noop={check.noop.reward} "
-                  f"build={check.build_s:.2f}s")  # fmt: skip
-            if not check.ok:
-                failed += 1
-                for name, verdict in (("oracle", check.oracle), ("noop", check.noop)):
-                    print(f"  {name}: error={verdict.error} exit={verdict.exit_code}\n{verdict.output[-2000:]}")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

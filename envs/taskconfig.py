@@ -39,6 +39,8 @@ class EnvironmentSettings:
     memory_mb: int | None = None
     storage_mb: int | None = None
     healthcheck: str | None = None
+    workdir: str | None = None
+    """Where the agent's commands run; overrides the Dockerfile's last WORKDIR."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Variables resolved from the host when the task loads (``${VAR}``,
     ``${VAR:-default}``); given to episode commands, never baked into a snapshot."""
@@ -116,7 +118,7 @@ class _Reader:
         known = {
             "build_timeout_sec", "docker_image", "cpus", "memory_mb", "storage_mb", "memory", "storage", "gpus",
             "gpu_types", "allow_internet", "network_mode", "allowed_hosts", "mcp_servers", "env", "skills_dir",
-            "healthcheck",
+            "healthcheck", "workdir",
         }  # fmt: skip
         env = self.table("environment", known)
         if self.number("environment.gpus", env.get("gpus", 0)) > 0:
@@ -142,8 +144,14 @@ class _Reader:
             memory_mb=None if memory_mb is None else int(self.number("environment.memory_mb", memory_mb)),
             storage_mb=None if storage_mb is None else int(self.number("environment.storage_mb", storage_mb)),
             healthcheck=self.healthcheck(env.get("healthcheck")),
+            workdir=self.workdir(env.get("workdir")),
             env=resolve_host_vars("environment.env", self.str_map("environment.env", env.get("env", {})), self.path),
         )
+
+    def workdir(self, value: Any) -> str | None:
+        if value is not None and (not isinstance(value, str) or not value.startswith("/")):
+            self.fail("environment.workdir", f"must be an absolute path, got {value!r}")
+        return value
 
     def healthcheck(self, value: Any) -> str | None:
         if value is None:

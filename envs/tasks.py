@@ -125,7 +125,7 @@ def _load_dir(path: Path, bases: dict[str, str]) -> Task:
         base=plan.base,
         setup=plan.steps,
         env=plan.env,
-        workdir=plan.workdir,
+        workdir=settings.environment.workdir or plan.workdir,
         healthcheck=settings.environment.healthcheck or plan.healthcheck,
         network=bool(plan.steps),
         setup_timeout_s=settings.environment.build_timeout_s,
