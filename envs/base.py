@@ -140,7 +140,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
         self._check_running()
         self._check_action(action)
         if action.strip() == SUBMIT:
-            return self._end(make_observation("[submitted]", NO_COMMAND), {"step": self._steps}, "submitted")
+            info = {"step": self._steps, "exec_duration_s": 0.0}
+            return self._end(make_observation("[submitted]", NO_COMMAND), info, "submitted")
         try:
             result = self._run(action)
         except CommandRejectedError as exc:
@@ -221,7 +222,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
         """Count a step whose action was refused (by a policy) without running it."""
         self._check_running()
         obs = make_observation(f"[refused: {reason}]", NO_COMMAND)
-        return self._after_command(obs, {"refused": reason})
+        return self._after_command(obs, {"refused": reason, "exec_duration_s": 0.0})
 
     @property
     def sandbox(self) -> Sandbox | None:

@@ -72,6 +72,8 @@ class DockerfilePlan:
     workdir: str
     healthcheck: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    runs_commands: bool = False
+    """Whether any ``RUN`` step exists (only those may use the network, at build time)."""
 
 
 def resolve_base(image: str, bases: Mapping[str, str]) -> str | None:
@@ -149,6 +151,7 @@ class _Translator:
         self.image: str | None = None
         self.base = "host"
         self.healthcheck: str | None = None
+        self.runs_commands = False
         self.line = 0
 
     def run(self, text: str, extra_runs: Sequence[str]) -> DockerfilePlan:
@@ -174,6 +177,7 @@ class _Translator:
             workdir=self.workdir,
             healthcheck=self.healthcheck,
             notes=tuple(self.notes),
+            runs_commands=self.runs_commands,
         )
 
     def do_from(self, rest: str) -> None:
@@ -250,6 +254,7 @@ class _Translator:
         command = shlex.join(self.json_words(rest, "RUN")) if rest.startswith("[") else rest
         if self.shell:
             command = shlex.join([*self.shell, command])
+        self.runs_commands = True
         if self.base == "host":
             self.check_apt(command)
         lines = [f"cd {shlex.quote(self.workdir)} || exit 1"]

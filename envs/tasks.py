@@ -127,7 +127,7 @@ def _load_dir(path: Path, bases: dict[str, str]) -> Task:
         env=plan.env,
         workdir=settings.environment.workdir or plan.workdir,
         healthcheck=settings.environment.healthcheck or plan.healthcheck,
-        network=bool(plan.steps),
+        network=plan.runs_commands,
         setup_timeout_s=settings.environment.build_timeout_s,
     )
     return Task(

@@ -2,7 +2,7 @@
 
 Harbor's contract: ``tests/`` is copied to ``/tests`` only now (the agent never
 saw it), ``bash /tests/test.sh`` runs in the task's working directory with
-``[verifier].env``, and writes a float to ``/logs/verifier/reward.txt`` or a
+``[verifier].env`` and ``TEST_DIR=/tests``, and writes a float to ``/logs/verifier/reward.txt`` or a
 JSON object with a ``"reward"`` key to ``/logs/verifier/reward.json``.
 
 Verification runs without network, like the episode. A test.sh that installs
@@ -68,7 +68,7 @@ def verify(sandbox: Sandbox, task: Task, *, env: dict[str, str] | None = None) -
         f"bash {TESTS_DIR}/test.sh",
         timeout_s=task.settings.verifier_timeout_s,
         cwd=task.workdir,
-        env={**task.settings.environment.env, **task.settings.verifier_env, **(env or {})},
+        env={"TEST_DIR": TESTS_DIR, **task.settings.environment.env, **task.settings.verifier_env, **(env or {})},
         max_output_bytes=_MAX_VERIFIER_OUTPUT,
     )
     return _verdict(sandbox, result)
