@@ -31,6 +31,8 @@ def serve(path: str) -> None:
     import socket
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.exists(path):  # left by a checkpoint taken while an earlier server ran
+        os.unlink(path)
     listener.bind(path)
     listener.listen(1)
     with open(f"{path}.pid", "w") as pidfile:
