@@ -38,6 +38,7 @@ from pathlib import Path
 from envs.errors import DockerfileError
 from envs.filesteps import mkdir_step, write_file_steps
 from envs.hostpackages import missing_host_packages
+from pool.backends.local.hostbase import DEFAULT_PATH
 
 HOST_IMAGES = ("python", "debian", "ubuntu", "buildpack-deps", "ghcr.io/laude-institute/t-bench/")
 """Images whose userland the ``host`` base stands in for (a name, or a prefix ending in /)."""
@@ -195,7 +196,9 @@ class _Translator:
             )
         self.base = base or "host"
         if self.base == "host":
-            self.env["PATH"] = f"/root/.local/bin:{self.env.get('PATH', '/usr/bin:/bin')}"
+            self.env["PATH"] = f"/root/.local/bin:{self.env.get('PATH', DEFAULT_PATH)}"
+        else:
+            self.env["PATH"] = DEFAULT_PATH
 
     def do_arg(self, rest: str) -> None:
         for word in shlex.split(rest):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from envs.errors import TaskError
 from envs.tasks import Task
-from envs.verifier import Verdict, copy_dir_into, verify
+from envs.verifier import Verdict, copy_dir_into, run_script_command, verify
 from pool.contract import Backend, Sandbox
 from pool.results import ExecResult
 
@@ -20,7 +20,7 @@ def run_solution(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None
         raise TaskError(f"task {task.id} has no solution/solve.sh")
     copy_dir_into(sandbox, task.solution_dir, SOLUTION_DIR)
     result = sandbox.exec(
-        f"bash {SOLUTION_DIR}/solve.sh",
+        run_script_command(f"{SOLUTION_DIR}/solve.sh"),
         timeout_s=timeout_s or task.settings.agent_timeout_s or 600.0,
         cwd=task.workdir,
         env={**task.settings.environment.env, **task.settings.solution_env},

@@ -4,7 +4,8 @@ Each command runs in a fresh ``bash``, but the working directory and exported
 variables carry over to the next step of the same episode, as in a terminal:
 ``cd src`` then ``ls`` lists ``src``. Unexported variables, functions and
 aliases do not carry over. Nothing carries over between episodes: reset
-discards the whole sandbox state.
+discards the whole sandbox state. On a base without bash (a minimal root
+filesystem), actions run in ``sh`` and nothing carries over between steps.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ __snapgym_rc=$?
 {{ printf 'cd %q\\n' "$PWD"; export -p; }} > {STATE_FILE}
 exit $__snapgym_rc
 """
-_COMMAND = f"exec bash --noprofile --norc -c {shlex.quote(_WRAPPER)}"
+# Without bash (a minimal root filesystem), the action runs in plain sh, statelessly.
+_COMMAND = (
+    f"command -v bash >/dev/null 2>&1 && exec bash --noprofile --norc -c {shlex.quote(_WRAPPER)}\n"
+    '__snapgym_action=$(cat); eval "$__snapgym_action" </dev/null'
+)
 
 
 class ShellEnv(SandboxEnv):

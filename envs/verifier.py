@@ -65,7 +65,7 @@ def verify(sandbox: Sandbox, task: Task, *, env: dict[str, str] | None = None) -
     sandbox.exec(f"rm -rf {TESTS_DIR} {LOGS_DIR} && mkdir -p {TESTS_DIR} {LOGS_DIR}", timeout_s=60)
     copy_dir_into(sandbox, task.tests_dir, TESTS_DIR)
     result = sandbox.exec(
-        f"bash {TESTS_DIR}/test.sh",
+        run_script_command(f"{TESTS_DIR}/test.sh"),
         timeout_s=task.settings.verifier_timeout_s,
         cwd=task.workdir,
         env={"TEST_DIR": TESTS_DIR, **task.settings.environment.env, **task.settings.verifier_env, **(env or {})},
@@ -115,6 +115,11 @@ def _read_rewards(sandbox: Sandbox) -> tuple[dict[str, float], str | None]:
             return {}, f"reward.txt holds a non-finite number: {reward}"
         return {"reward": reward}, None
     return {}, f"test.sh wrote neither {LOGS_DIR}/reward.txt nor reward.json"
+
+
+def run_script_command(path: str) -> str:
+    """``bash path``, or ``sh path`` on a base without bash."""
+    return f"if command -v bash >/dev/null 2>&1; then exec bash {path}; else exec sh {path}; fi"
 
 
 def copy_dir_into(sandbox: Sandbox, source: Path, dest: str) -> None:
