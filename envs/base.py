@@ -36,6 +36,7 @@ from pool.snapshots import Snapshot
 SUBMIT = "submit"
 """The action that ends an episode and asks for the verdict."""
 _RESET_OPTIONS = {"snapshot"}
+_MAX_REASON_CHARS = 2000
 
 
 class EpisodeState(enum.Enum):
@@ -221,6 +222,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
     def refuse(self, reason: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """Count a step whose action was refused (by a policy) without running it."""
         self._check_running()
+        reason = str(reason)[:_MAX_REASON_CHARS]
         obs = make_observation(f"[refused: {reason}]", NO_COMMAND)
         return self._after_command(obs, {"refused": reason, "exec_duration_s": 0.0})
 
@@ -314,10 +316,20 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
         if self._state is EpisodeState.ENDED:
             raise ResetNeededError("the episode has ended (terminated or truncated); call reset() to start another")
 
+    def validate_action(self, action: Any) -> None:
+        """Raise :class:`InvalidActionError` unless ``action`` could be run."""
+        self._check_action(action)
+
     def _check_action(self, action: Any) -> None:
         if not isinstance(action, str):
             raise InvalidActionError(f"an action must be a str, got {type(action).__name__}")
-        size = len(action.encode("utf-8", "surrogatepass"))
+        try:
+            size = len(action.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise InvalidActionError(
+                f"the action is not encodable as UTF-8 (a lone surrogate at position {exc.start}); "
+                "decode model output with errors='replace'"
+            ) from None
         if size > self.max_action_bytes:
             raise InvalidActionError(
                 f"the action is {size} bytes, over max_action_bytes={self.max_action_bytes}; "

@@ -44,6 +44,7 @@ HOST_IMAGES = ("python", "debian", "ubuntu", "buildpack-deps", "ghcr.io/laude-in
 """Images whose userland the ``host`` base stands in for (a name, or a prefix ending in /)."""
 
 BUILD_BIN = "/.snapgym-build/bin"
+_LITERAL_DOLLAR = "\x00snapgym-dollar\x00"
 _HOST_READ_ONLY = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _IGNORED = {"CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "STOPSIGNAL", "VOLUME"}
 _APT_SHIM = """#!/bin/sh
@@ -206,15 +207,24 @@ class _Translator:
             self.args.setdefault(name, self.expand(default))
 
     def do_env(self, rest: str) -> None:
-        words = shlex.split(rest, posix=True)
-        if words and "=" not in words[0]:
-            self.env[words[0]] = self.expand(rest.split(None, 1)[1] if len(words) > 1 else "")
+        # Variables expand with the values from before this line, as Docker does
+        # (in `ENV a=1 b=$a`, b gets the old a), and `\$` stays a literal dollar.
+        before = {**self.args, **self.env}
+        protected = rest.replace("\\$", _LITERAL_DOLLAR)
+        words = shlex.split(protected)
+        if not words:
+            self.fail("ENV needs a name and a value")
+        if "=" not in words[0]:
+            if len(words) < 2:
+                self.fail(f"ENV {words[0]} has no value")
+            value = protected.split(None, 1)[1]
+            self.env[words[0]] = _expand(value, before).replace(_LITERAL_DOLLAR, "$")
             return
-        for word in shlex.split(rest):
+        for word in words:
             name, sep, value = word.partition("=")
-            if not sep:
-                self.fail(f"ENV {word!r} has no value")
-            self.env[name] = self.expand(value)
+            if not sep or not name:
+                self.fail(f"ENV {word!r} has no value: write NAME=value")
+            self.env[name] = _expand(value, before).replace(_LITERAL_DOLLAR, "$")
 
     def do_workdir(self, rest: str) -> None:
         target = self.expand(rest.strip())
@@ -300,8 +310,10 @@ class _Translator:
                 elif host_path.is_dir():
                     self.copy_tree(host_path, dest_abs, mode)
                 else:
-                    target = posixpath.join(dest_abs, host_path.name) if into_dir else dest_abs
-                    self.copy_file(host_path, target, mode)
+                    if into_dir:
+                        self.copy_file(host_path, posixpath.join(dest_abs, host_path.name), mode)
+                    else:
+                        self.copy_file_or_into_dir(host_path, dest_abs, mode)
 
     def context_paths(self, pattern: str) -> list[Path]:
         root = self.context.resolve()
@@ -323,8 +335,20 @@ class _Translator:
             elif item.is_file():
                 self.copy_file(item, target, mode)
 
+    def copy_file_or_into_dir(self, source: Path, dest: str, mode: int | None) -> None:
+        """Docker's rule: a destination that is an existing directory receives the file inside it."""
+        staged = f"/tmp/.snapgym-copy-{len(self.steps)}"
+        self.copy_file(source, staged, mode)
+        inside = shlex.quote(posixpath.join(dest, source.name))
+        target = shlex.quote(dest)
+        parent = shlex.quote(posixpath.dirname(dest) or "/")
+        self.steps.append(
+            f"if [ -d {target} ]; then mv {staged} {inside}; else mkdir -p {parent} && mv {staged} {target}; fi"
+        )
+
     def copy_file(self, source: Path, dest: str, mode: int | None) -> None:
-        self.steps.extend(write_file_steps(dest, source.read_bytes(), mode=mode or source.stat().st_mode))
+        file_mode = mode if mode is not None else source.stat().st_mode
+        self.steps.extend(write_file_steps(dest, source.read_bytes(), mode=file_mode))
 
     def extract(self, archive: Path, dest: str) -> None:
         staged = f"/tmp/.snapgym-add-{len(self.steps)}"

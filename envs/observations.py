@@ -2,8 +2,8 @@
 
 An observation is ``{"output": str, "exit_code": int64}``. ``output`` is the
 command's stdout, then its stderr under a ``[stderr]`` line, then one status
-line in brackets: ``[exit code 0]``, ``[timed out after 30 s; the command
-was killed]``, ``[output truncated]``. On reset, ``output`` is the task
+line in brackets: ``[exit code 0]`` or ``[timed out after 30 s]`` (exit code
+124), after ``[output truncated]`` when a stream hit its cap. On reset, ``output`` is the task
 instruction and ``exit_code`` is -1. The separate streams and timings are in
 ``info`` for programs that want them.
 """
@@ -28,7 +28,7 @@ def observation_space(max_output_chars: int) -> spaces.Dict:
     """The observation space of every snapgym environment."""
     return spaces.Dict(
         {
-            "output": UnicodeText(max_output_chars),
+            "output": UnicodeText(max_output_chars, allow_nul=True),
             "exit_code": spaces.Box(low=NO_COMMAND, high=255, shape=(), dtype=np.int64),
         }
     )
@@ -52,7 +52,7 @@ def observe(result: ExecResult) -> dict[str, Any]:
     if result.truncated:
         text += "[output truncated]\n"
     if result.timed_out:
-        text += f"[timed out after {result.duration_s:.0f} s; the command was killed]"
+        text += f"[timed out after {result.duration_s:.0f} s]"
         return make_observation(text, TIMED_OUT)
     text += f"[exit code {result.exit_code}]"
     return make_observation(text, result.exit_code)

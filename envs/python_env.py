@@ -9,6 +9,7 @@ exit code 1. A checkpoint keeps the files, not the interpreter's variables.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from envs.base import SandboxEnv
@@ -17,6 +18,8 @@ from pool.results import ExecResult
 _SERVER_SOURCE = (Path(__file__).parent / "repl_server.py").read_bytes()
 SERVER_PATH = "/run/.snapgym-repl.py"
 SOCKET_PATH = "/run/.snapgym-repl.sock"
+CELL_TIMED_OUT = 124
+"""The client's exit code when a cell ran past its timeout (see repl_server)."""
 
 
 class PythonEnv(SandboxEnv):
@@ -33,7 +36,7 @@ class PythonEnv(SandboxEnv):
         assert self._sandbox is not None
         timeout = self.step_timeout_s
         command = f"exec python3 -I -S {SERVER_PATH} run {SOCKET_PATH} {timeout}"
-        return self._sandbox.exec(
+        result = self._sandbox.exec(
             command,
             stdin=action,
             timeout_s=timeout + 2.0,
@@ -41,3 +44,6 @@ class PythonEnv(SandboxEnv):
             env={**self._episode_env(), "SNAPGYM_WORKDIR": self.task.workdir},
             max_output_bytes=self.max_output_bytes,
         )
+        if result.exit_code == CELL_TIMED_OUT and not result.timed_out:
+            result = dataclasses.replace(result, timed_out=True)
+        return result

@@ -11,7 +11,7 @@ _SAMPLE_CHARSET = "abcdefghijklmnopqrstuvwxyz0123456789 -_./"
 
 
 class UnicodeText(spaces.Text):
-    """Any Unicode string of at most ``max_length`` characters, without NUL.
+    """Any UTF-8-encodable string of at most ``max_length`` characters (without NUL, by default).
 
     ``spaces.Text`` only holds strings over a fixed character set, which real
     command output (any byte, decoded with replacement characters) does not
@@ -20,12 +20,28 @@ class UnicodeText(spaces.Text):
     The vector utilities treat it like ``Text`` (batches are tuples).
     """
 
-    def __init__(self, max_length: int, *, min_length: int = 0, seed: int | np.random.Generator | None = None) -> None:
+    def __init__(
+        self,
+        max_length: int,
+        *,
+        min_length: int = 0,
+        allow_nul: bool = False,
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
         super().__init__(max_length, min_length=min_length, charset=_SAMPLE_CHARSET, seed=seed)
+        self.allow_nul = allow_nul
 
     def contains(self, x: Any) -> bool:
-        """True for a str of allowed length with no NUL character."""
-        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length and "\0" not in x
+        """True for an encodable str of allowed length (with no NUL unless allowed)."""
+        if not isinstance(x, str) or not self.min_length <= len(x) <= self.max_length:
+            return False
+        if not self.allow_nul and "\0" in x:
+            return False
+        try:
+            x.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
         """A short string of lowercase letters, digits and a few punctuation marks."""
@@ -41,6 +57,7 @@ class UnicodeText(spaces.Text):
             isinstance(other, UnicodeText)
             and self.min_length == other.min_length
             and self.max_length == other.max_length
+            and self.allow_nul == other.allow_nul
         )
 
     __hash__ = None  # type: ignore[assignment]

@@ -172,7 +172,7 @@ class _Reader:
 
     def check_user(self, section: str, table: dict[str, Any]) -> None:
         user = table.get("user")
-        if user not in (None, "root", 0):
+        if not (user is None or user == "root" or (type(user) is int and user == 0)):
             self.fail(
                 f"{section}.user", "only root is supported; the sandbox's root is already unprivileged on the host"
             )

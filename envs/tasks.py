@@ -131,7 +131,7 @@ def _load_dir(path: Path, bases: dict[str, str]) -> Task:
         setup_timeout_s=settings.environment.build_timeout_s,
     )
     return Task(
-        id=path.name,
+        id=path.resolve().name,
         path=path.resolve(),
         instruction=(path / "instruction.md").read_text(),
         settings=settings,

@@ -118,8 +118,13 @@ def _read_rewards(sandbox: Sandbox) -> tuple[dict[str, float], str | None]:
 
 
 def run_script_command(path: str) -> str:
-    """``bash path``, or ``sh path`` on a base without bash."""
-    return f"if command -v bash >/dev/null 2>&1; then exec bash {path}; else exec sh {path}; fi"
+    """``/bin/bash path`` (or ``sh`` on a base without bash).
+
+    The shell is named by absolute path: a ``bash`` the agent put earlier on
+    PATH (``~/.local/bin``) must not run the verifier. Tools the script itself
+    finds on PATH are another matter; see the README on tampering.
+    """
+    return f"if [ -x /bin/bash ]; then exec /bin/bash {path}; else exec /bin/sh {path}; fi"
 
 
 def copy_dir_into(sandbox: Sandbox, source: Path, dest: str) -> None:

@@ -123,12 +123,13 @@ class CommandPolicy(gym.Wrapper[Obs, str, Obs, str]):
 
     def step(self, action: str) -> tuple[Obs, float, bool, bool, dict[str, Any]]:
         """Run the action, or count a refused step whose observation gives the reason."""
-        reason = self.reason(action) if isinstance(action, str) else None
+        base = self.env.unwrapped
+        assert isinstance(base, SandboxEnv)
+        base.validate_action(action)
+        reason = self.reason(action)
         if reason is None:
             obs, reward, terminated, truncated, info = self.env.step(action)
             return obs, float(reward), terminated, truncated, info
-        base = self.env.unwrapped
-        assert isinstance(base, SandboxEnv)
         return base.refuse(reason)
 
     def reason(self, action: str) -> str | None:

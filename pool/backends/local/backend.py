@@ -203,6 +203,16 @@ class LocalBackend:
             digest = combine(digest, self.store.layers.layer_digest(layer_id))
         return digest == snapshot.digest
 
+    def __deepcopy__(self, memo: dict[int, object]) -> LocalBackend:
+        """A backend is a shared resource (a daemon, a store): copies are the same backend.
+
+        Gymnasium deep-copies ``gym.make`` keyword arguments into the env spec.
+        """
+        return self
+
+    def __copy__(self) -> LocalBackend:
+        return self
+
     @property
     def is_closed(self) -> bool:
         """True after close()."""
