@@ -302,6 +302,14 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
             with contextlib.suppress(SnapgymError):
                 sandbox.close()
 
+    def _action_timeout_s(self) -> float:
+        """The step timeout, cut to what is left of the task's agent time budget."""
+        limit = self.task.settings.agent_timeout_s
+        if limit is None:
+            return self.step_timeout_s
+        left = limit - (time.monotonic() - self._episode_started)
+        return max(1.0, min(self.step_timeout_s, left))
+
     def _episode_env(self) -> dict[str, str]:
         return dict(self.task.settings.environment.env)
 

@@ -34,7 +34,7 @@ class PythonEnv(SandboxEnv):
 
     def _run(self, action: str) -> ExecResult:
         assert self._sandbox is not None
-        timeout = self.step_timeout_s
+        timeout = self._action_timeout_s()
         command = f"exec python3 -I -S {SERVER_PATH} run {SOCKET_PATH} {timeout}"
         result = self._sandbox.exec(
             command,

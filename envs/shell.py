@@ -44,7 +44,7 @@ class ShellEnv(SandboxEnv):
         return self._sandbox.exec(
             _COMMAND,
             stdin=action,
-            timeout_s=self.step_timeout_s,
+            timeout_s=self._action_timeout_s(),
             env=self._episode_env() or None,
             max_output_bytes=self.max_output_bytes,
         )
