@@ -13,12 +13,17 @@ from pool.backends.local import LocalBackend, LocalSandbox
 from pool.capabilities import Capabilities, Enforcement
 from pool.contract import Backend, Sandbox
 from pool.errors import (
+    AcquireTimeoutError,
     BackendError,
     BuildError,
     CommandRejectedError,
     CompilerMissingError,
     ConfigError,
+    CrashLoopError,
     FileOperationError,
+    LeaseLostError,
+    PoolClosedError,
+    PoolError,
     SandboxClosedError,
     SandboxCrashedError,
     SandboxError,
@@ -31,7 +36,24 @@ from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.templates import Template
 
+_LAZY = {
+    "SandboxPool": "pool.sandbox_pool",
+    "PoolConfig": "pool.pool_config",
+    "Lease": "pool.lease",
+    "SlotState": "pool.slots",
+}
+
+
+def __getattr__(name: str) -> object:
+    """The Ray-backed pool classes, imported on first use (Ray is slow to import)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pool' has no attribute {name!r}")
+
 __all__ = [
+    "AcquireTimeoutError",
     "Backend",
     "BackendError",
     "BuildError",
@@ -39,18 +61,26 @@ __all__ = [
     "CommandRejectedError",
     "CompilerMissingError",
     "ConfigError",
+    "CrashLoopError",
     "Enforcement",
     "ExecResult",
     "FileOperationError",
     "LocalBackend",
+    "Lease",
+    "LeaseLostError",
     "LocalSandbox",
+    "PoolClosedError",
+    "PoolConfig",
+    "PoolError",
     "Sandbox",
     "SandboxClosedError",
     "SandboxCrashedError",
     "SandboxError",
+    "SandboxPool",
     "SnapgymError",
     "Snapshot",
     "SnapshotError",
+    "SlotState",
     "SnapshotNotFoundError",
     "Template",
     "UnsupportedError",

@@ -17,7 +17,12 @@ are translated at the backend boundary and never escape it.
     │   ├── SandboxCrashedError          its init or the daemon died
     │   ├── CommandRejectedError         the command itself is unusable (ValueError)
     │   └── FileOperationError           read_file/write_file failed (OSError)
-    └── BackendError                     the backend itself failed
+    ├── BackendError                     the backend itself failed
+    └── PoolError                        the sandbox pool cannot serve the request
+        ├── PoolClosedError              used after close()
+        ├── AcquireTimeoutError          no sandbox became ready in time (TimeoutError)
+        ├── LeaseLostError               the lease was reclaimed or its host died
+        └── CrashLoopError               sandboxes keep failing; the pool stopped recreating them
 """
 
 from __future__ import annotations
@@ -73,3 +78,23 @@ class FileOperationError(SandboxError, OSError):
 
 class BackendError(SnapgymError):
     """The backend itself failed (daemon start, store, cleanup)."""
+
+
+class PoolError(SnapgymError):
+    """The sandbox pool cannot serve the request."""
+
+
+class PoolClosedError(PoolError):
+    """The pool was used after close()."""
+
+
+class AcquireTimeoutError(PoolError, TimeoutError):
+    """No sandbox became ready within the acquire timeout."""
+
+
+class LeaseLostError(PoolError, SandboxCrashedError):
+    """The lease is gone: its host died, or the pool reclaimed it after its holder stopped renewing."""
+
+
+class CrashLoopError(PoolError):
+    """Sandboxes of a snapshot keep failing, so the pool stopped recreating them."""

@@ -1,0 +1,200 @@
+"""One machine's sandboxes, served to the pool: the body of the Ray host actor.
+
+A host owns one backend (for the local backend: one daemon) and many
+sandboxes, each in a numbered slot. The pool talks to hosts only through the
+methods here, so a host also runs without Ray (as in the unit tests); the Ray
+actor is this class with ``ray.remote`` options (:func:`host_actor_class`).
+Every method is thread-safe: a threaded actor runs many at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pool.contract import Backend, Sandbox
+from pool.errors import SandboxError, SnapgymError
+from pool.results import ExecResult
+from pool.snapshots import Snapshot
+from pool.templates import Template
+
+BackendFactory = Callable[[], Backend]
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    """What a restore did, for the pool's statistics."""
+
+    slot: int
+    ok: bool
+    duration_s: float
+    error: str | None = None
+
+
+class SandboxHost:
+    """Sandboxes of one node, addressed by slot number.
+
+    Args:
+        backend_factory: makes the backend on first use (inside the actor's process).
+        capacity: the most sandboxes this host keeps at once.
+    """
+
+    def __init__(self, backend_factory: BackendFactory, *, capacity: int) -> None:
+        self._factory = backend_factory
+        self._backend: Backend | None = None
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._slots: dict[int, Sandbox] = {}
+        self._snapshots: dict[str, Snapshot] = {}
+        self._ids = itertools.count(1)
+        self.started_at = time.time()
+        # Many threads wait on sandboxes here; hand the GIL over quickly when a reply lands.
+        sys.setswitchinterval(0.0005)
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def ping(self) -> dict[str, Any]:
+        """Liveness and identity: node, pid, slot count."""
+        return {"pid": os.getpid(), "node": _node_id(), "slots": len(self._slots), "capacity": self.capacity}
+
+    def build(self, template: Template) -> Snapshot:
+        """Build a template on this node (a cache hit after the first time)."""
+        snapshot = self.backend.build(template)
+        self._snapshots[snapshot.id] = snapshot
+        return snapshot
+
+    def open(self, snapshot_id: str, n: int) -> list[int]:
+        """Start ``n`` sandboxes at a snapshot this host knows; returns their slots."""
+        snapshot = self._snapshot(snapshot_id)
+        with self._lock:
+            free = self.capacity - len(self._slots)
+        n = min(n, free)
+        if n <= 0:
+            return []
+        sandboxes = self.backend.fork(snapshot, n)
+        slots = []
+        with self._lock:
+            for sandbox in sandboxes:
+                slot = next(self._ids)
+                self._slots[slot] = sandbox
+                slots.append(slot)
+        return slots
+
+    def destroy(self, slot: int) -> None:
+        """Close a slot's sandbox. Idempotent."""
+        with self._lock:
+            sandbox = self._slots.pop(slot, None)
+        if sandbox is not None:
+            with contextlib.suppress(SnapgymError):
+                sandbox.close()
+
+    def close(self) -> None:
+        """Close every sandbox and the backend."""
+        with self._lock:
+            slots = list(self._slots)
+        for slot in slots:
+            self.destroy(slot)
+        if self._backend is not None:
+            self._backend.close()
+
+    # -- what a lease does ----------------------------------------------------
+
+    def restore(self, slot: int, snapshot_id: str | None = None) -> RestoreReport:
+        """Put a slot back at a snapshot (default: where it started); failures are reported, not raised."""
+        started = time.perf_counter()
+        try:
+            sandbox = self._sandbox(slot)
+            sandbox.restore(self._snapshot(snapshot_id) if snapshot_id else None)
+        except SnapgymError as exc:
+            return RestoreReport(slot, False, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+        return RestoreReport(slot, True, time.perf_counter() - started)
+
+    def healthy(self, slot: int) -> bool:
+        """Whether a slot's sandbox answers a trivial command."""
+        try:
+            return self._sandbox(slot).exec("true", timeout_s=10).exit_code == 0
+        except SnapgymError:
+            return False
+
+    def exec(self, slot: int, command: str, options: Mapping[str, Any]) -> ExecResult:
+        """Run a command in a slot (``options``: the keyword arguments of Sandbox.exec)."""
+        return self._sandbox(slot).exec(command, **options)
+
+    def read_file(self, slot: int, path: str, max_bytes: int | None) -> bytes:
+        """A file from a slot's sandbox."""
+        return self._sandbox(slot).read_file(path, max_bytes=max_bytes)
+
+    def write_file(self, slot: int, path: str, data: str | bytes, mode: int | None) -> None:
+        """Write a file into a slot's sandbox."""
+        self._sandbox(slot).write_file(path, data, mode=mode)
+
+    def snapshot(self, slot: int) -> Snapshot:
+        """Snapshot a slot's current state; later restores on this host may use it."""
+        snapshot = self._sandbox(slot).snapshot()
+        self._snapshots[snapshot.id] = snapshot
+        return snapshot
+
+    def start_digest(self, slot: int) -> str:
+        """The digest a slot's sandbox last started from."""
+        return self._sandbox(slot).start_digest
+
+    def stats(self) -> dict[str, Any]:
+        """Slot count and this process's memory (resident set), for the pool's statistics."""
+        return {"slots": len(self._slots), "capacity": self.capacity, "rss_bytes": _rss_bytes(), "node": _node_id()}
+
+    # -- internals ------------------------------------------------------------
+
+    @property
+    def backend(self) -> Backend:
+        """The backend, made on first use."""
+        with self._lock:
+            if self._backend is None:
+                self._backend = self._factory()
+            return self._backend
+
+    def _sandbox(self, slot: int) -> Sandbox:
+        sandbox = self._slots.get(slot)
+        if sandbox is None:
+            raise SandboxError(f"slot {slot} holds no sandbox on this host (it was destroyed)")
+        return sandbox
+
+    def _snapshot(self, snapshot_id: str) -> Snapshot:
+        snapshot = self._snapshots.get(snapshot_id)
+        if snapshot is None:
+            raise SandboxError(f"snapshot {snapshot_id} was not built or taken on this host")
+        return snapshot
+
+
+def _node_id() -> str | None:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # not in a Ray worker
+        return None
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+def host_actor_class(*, max_concurrency: int = 256) -> Any:
+    """:class:`SandboxHost` as a Ray actor class: threaded, no CPU reserved, never restarted by Ray.
+
+    The pool replaces dead hosts itself, because a restart would re-run the
+    constructor with every sandbox gone anyway.
+    """
+    from pool.raycalls import actor_class
+
+    return actor_class(SandboxHost, num_cpus=0, max_concurrency=max_concurrency, max_restarts=0)

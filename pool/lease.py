@@ -1,0 +1,203 @@
+"""A lease: a pooled sandbox on loan, usable exactly like a Sandbox.
+
+Every call goes to the host actor that holds the sandbox. A background thread
+in the holder's process renews its leases; if the process dies, renewals stop
+and the pool reclaims the sandbox after the lease's time-to-live. If the host
+dies, the lease's calls raise :class:`LeaseLostError` (a SandboxCrashedError,
+so environments end the episode as an infrastructure failure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from pool import raycalls
+from pool.errors import LeaseLostError, SandboxClosedError, SandboxError
+from pool.manager import LeaseGrant
+from pool.results import ExecResult
+from pool.snapshots import Snapshot
+
+
+class Lease:
+    """A sandbox from a :class:`SandboxPool`, until ``release()`` (or ``close()``)."""
+
+    def __init__(self, manager: Any, grant: LeaseGrant, host: Any, snapshot: Snapshot) -> None:
+        self._manager = manager
+        self._grant = grant
+        self._host = host
+        self._start = snapshot
+        self._digest = snapshot.digest
+        self._released = False
+        self._lost: str | None = None
+        _renewer.register(self)
+
+    # -- identity -------------------------------------------------------------
+
+    @property
+    def lease_id(self) -> str:
+        """The pool's name for this loan."""
+        return self._grant.lease_id
+
+    @property
+    def node_id(self) -> str:
+        """The Ray node whose host holds the sandbox."""
+        return self._grant.node_id
+
+    @property
+    def start_snapshot(self) -> Snapshot:
+        """The snapshot the sandbox last started from."""
+        return self._start
+
+    @property
+    def start_digest(self) -> str:
+        """Digest of that snapshot's content."""
+        return self._digest
+
+    @property
+    def is_closed(self) -> bool:
+        """True after release()."""
+        return self._released
+
+    @property
+    def is_alive(self) -> bool:
+        """True while the lease is held and its host answers."""
+        return not self._released and self._lost is None
+
+    # -- the Sandbox API --------------------------------------------------------
+
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run a shell command in the leased sandbox; a non-zero exit is data."""
+        options = {"timeout_s": timeout_s, "cwd": cwd, "env": dict(env) if env else None, "stdin": stdin,
+                   "max_output_bytes": max_output_bytes}  # fmt: skip
+        result: ExecResult = self._call("exec", command, options)
+        return result
+
+    def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """Bytes of a file in the sandbox."""
+        data: bytes = self._call("read_file", path, max_bytes)
+        return data
+
+    def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
+        """Write a file in the sandbox, creating parent directories."""
+        self._call("write_file", path, data, mode)
+
+    def snapshot(self) -> Snapshot:
+        """Freeze the current state; it can be restored on this lease (the same host)."""
+        snapshot: Snapshot = self._call("snapshot")
+        return snapshot
+
+    def restore(self, snapshot: Snapshot | None = None) -> None:
+        """Go back to a snapshot taken on this host (default: the lease's start)."""
+        target = snapshot or self._start
+        report = self._call("restore", target.id)
+        if not report.ok:
+            self._lost = report.error
+            raise SandboxError(f"restore failed on the pool's host: {report.error}")
+        self._start = target
+        self._digest = target.digest
+
+    def release(self) -> None:
+        """Give the sandbox back; the pool restores it in the background. Idempotent."""
+        if self._released:
+            return
+        self._released = True
+        _renewer.unregister(self)
+        if self._lost is None:
+            with contextlib.suppress(Exception):  # the pool is gone: nothing to give back to
+                self._manager.release.remote(self.lease_id)
+
+    def close(self) -> None:
+        """Same as release()."""
+        self.release()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else ("lost" if self._lost else "held")
+        return f"Lease({self.lease_id[:8]}, slot {self._grant.slot} on node {self.node_id[:8]}, {state})"
+
+    # -- internals ------------------------------------------------------------
+
+    def _call(self, method: str, *args: Any) -> Any:
+        from ray.exceptions import RayActorError
+
+        if self._released:
+            raise SandboxClosedError(f"{self!r} was released; acquire a new lease from the pool")
+        if self._lost is not None:
+            raise LeaseLostError(f"{self!r} is lost: {self._lost}")
+        try:
+            return raycalls.get(getattr(self._host, method).remote(self._grant.slot, *args))
+        except RayActorError as exc:
+            self._lost = f"its host actor died ({type(exc).__name__})"
+            raise LeaseLostError(f"{self!r}: the host holding the sandbox died; acquire a new lease") from None
+
+    def _mark_lost(self, why: str) -> None:
+        self._lost = why
+
+
+class _Renewer:
+    """One thread per process that renews the leases this process holds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._leases: weakref.WeakValueDictionary[str, Lease] = weakref.WeakValueDictionary()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def register(self, lease: Lease) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child starts with no thread
+                self._thread, self._pid = None, os.getpid()
+            self._leases[lease.lease_id] = lease
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="snapgym-lease-renewer", daemon=True)
+                self._thread.start()
+
+    def unregister(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.pop(lease.lease_id, None)
+
+    def _run(self) -> None:
+        import ray
+
+        while True:
+            with self._lock:
+                leases = list(self._leases.values())
+            if leases:
+                period = min(lease._grant.ttl_s for lease in leases) / 3
+                by_manager: dict[Any, list[Lease]] = {}
+                for lease in leases:
+                    by_manager.setdefault(lease._manager, []).append(lease)
+                for manager, held in by_manager.items():
+                    try:
+                        lost = set(ray.get(manager.renew.remote([lease.lease_id for lease in held]), timeout=10))
+                    except Exception:
+                        continue
+                    for lease in held:
+                        if lease.lease_id in lost and not lease.is_closed:
+                            lease._mark_lost("the pool reclaimed it (its renewals stopped arriving in time)")
+            else:
+                period = 1.0
+            time.sleep(max(period, 0.05))
+
+
+_renewer = _Renewer()

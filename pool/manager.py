@@ -1,0 +1,474 @@
+"""The pool's brain, run as one Ray actor: slots, leases, refills, failures.
+
+It keeps, for each snapshot it serves, ``warm_target`` READY sandboxes beside
+the ones in use, spread over host actors (one per node). ``acquire`` hands out
+a READY slot at once when there is one; ``release`` starts the slot's restore
+in the background and the slot is READY again when the host reports success.
+A maintenance thread refills, shrinks idle targets, reclaims leases whose
+holder stopped renewing them, and replaces host actors that died. Every
+restore or creation failure is counted; too many in a window stop the
+recreation of that snapshot's sandboxes (a crash loop) with the last error.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from pool.errors import AcquireTimeoutError, CrashLoopError, PoolClosedError, PoolError, SnapshotError
+from pool.host import BackendFactory, RestoreReport, host_actor_class
+from pool.pool_config import HOST_RESOURCE, SLOTS_RESOURCE, PoolConfig
+from pool.pool_metrics import PoolMetrics, percentiles_ms
+from pool.slots import HostRecord, Served, Slot, SlotState
+from pool.snapshots import Snapshot
+from pool.templates import Template
+
+_OPEN_CHUNK = 16
+_PING_EVERY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    """What acquire() hands to a Lease: where its sandbox lives.
+
+    It names the host instead of carrying its actor handle: returning a handle
+    from an actor costs Ray several milliseconds of reference bookkeeping, so
+    clients fetch each host's handle once (``host_handle``) and cache it.
+    """
+
+    lease_id: str
+    host_id: str
+    slot: int
+    snapshot_id: str
+    node_id: str
+    ttl_s: float
+
+
+class PoolManager:
+    """Slot bookkeeping for a SandboxPool (runs inside a threaded Ray actor)."""
+
+    def __init__(self, config: PoolConfig, backend_factory: BackendFactory) -> None:
+        self.config = config
+        self._factory = backend_factory
+        self._cond = threading.Condition()
+        self._hosts: dict[str, HostRecord] = {}
+        self._slots: dict[tuple[str, int], Slot] = {}
+        self._leases: dict[str, Slot] = {}
+        self._served: dict[str, Served] = {}
+        self._node_restarts: Counter[str] = Counter()
+        self._metrics = PoolMetrics()
+        self._closed = False
+        self._host_class = host_actor_class()
+        for node_id, capacity in _hosting_nodes(config):
+            self._start_host(node_id, capacity)
+        if not self._hosts:
+            raise PoolError("no Ray node can host sandboxes; start one with resources {'snapgym_host': 1}")
+        self._thread = threading.Thread(target=self._maintain, name="snapgym-pool", daemon=True)
+        self._thread.start()
+
+    # -- the API a SandboxPool calls ------------------------------------------
+
+    def add(self, template: Template) -> Snapshot:
+        """Build a template on every host and keep warm sandboxes of it."""
+        hosts = self._alive_hosts()
+        import ray
+
+        snapshots: list[Snapshot] = ray.get([h.handle.build.remote(template) for h in hosts])
+        digests = {s.digest for s in snapshots}
+        if len(digests) > 1:
+            raise SnapshotError(
+                f"template {template.name!r} built to {len(digests)} different digests on {len(hosts)} nodes: "
+                "their host userlands differ; give the template a root filesystem base"
+            )
+        snapshot = snapshots[0]
+        with self._cond:
+            if snapshot.id not in self._served:
+                self._served[snapshot.id] = Served(snapshot, template, warm_target=self.config.min_warm)
+            self._refill_locked(self._served[snapshot.id])
+        return snapshot
+
+    def acquire(self, snapshot_id: str, timeout_s: float | None, holder: str) -> LeaseGrant:
+        """A READY slot, leased to ``holder``; waits up to ``timeout_s`` for one."""
+        started = time.monotonic()
+        deadline = started + (timeout_s if timeout_s is not None else self.config.acquire_timeout_s)
+        with self._cond:
+            served = self._serving(snapshot_id)
+            while True:
+                self._check_usable(served)
+                slot = self._pop_ready_locked(served)
+                if slot is not None:
+                    return self._lease_locked(slot, served, holder, time.monotonic() - started)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AcquireTimeoutError(
+                        f"no sandbox of snapshot {snapshot_id} became ready in {deadline - started:.1f} s "
+                        f"({self._summary_locked(served)}); raise max_size or the acquire timeout"
+                    )
+                served.waiters += 1
+                served.last_wait_at = time.monotonic()
+                self._grow_locked(served)
+                self._refill_locked(served)
+                self._cond.wait(min(remaining, self.config.tick_s))
+                served.waiters -= 1
+
+    def release(self, lease_id: str, snapshot_id: str | None = None) -> None:
+        """Take a slot back and restore it in the background (to ``snapshot_id`` or its start)."""
+        with self._cond:
+            slot = self._leases.pop(lease_id, None)
+            if slot is None or slot.key not in self._slots:
+                return
+            self._metrics.releases += 1
+            self._restore_locked(slot)
+
+    def renew(self, lease_ids: list[str]) -> list[str]:
+        """Mark leases as still held; returns the ones the pool no longer has."""
+        now = time.monotonic()
+        lost = []
+        with self._cond:
+            for lease_id in lease_ids:
+                slot = self._leases.get(lease_id)
+                if slot is None:
+                    lost.append(lease_id)
+                else:
+                    slot.renewed_at = now
+        return lost
+
+    def stats(self) -> dict[str, Any]:
+        """Slot counts by state, latency percentiles, failures, hosts, and per-snapshot targets."""
+        with self._cond:
+            states = Counter(slot.state.value for slot in self._slots.values())
+            m = self._metrics
+            return {
+                "slots": {state.value: states.get(state.value, 0) for state in SlotState},
+                "creating": sum(s.creating for s in self._served.values()),
+                "acquire_wait_ms": percentiles_ms(m.acquire_wait_s),
+                "restore_ms": percentiles_ms(m.restore_s),
+                "acquires": m.acquires,
+                "releases": m.releases,
+                "failures": m.failures,
+                "recreations": m.recreations,
+                "reclaimed_leases": m.reclaimed_leases,
+                "lost_leases": m.lost_leases,
+                "host_failures": m.host_failures,
+                "host_restarts": m.host_restarts,
+                "hosts": [
+                    {"id": h.id, "node_id": h.node_id, "alive": h.alive, "slots": h.slots, "capacity": h.capacity}
+                    for h in self._hosts.values()
+                ],
+                "snapshots": {sid: self._snapshot_stats_locked(s) for sid, s in self._served.items()},
+            }
+
+    def wait_ready(self, snapshot_id: str, n: int, timeout_s: float) -> int:
+        """Wait until ``n`` sandboxes of a snapshot are READY (for warm-up); returns how many are."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            served = self._serving(snapshot_id)
+            served.warm_target = max(served.warm_target, min(n, self.config.max_size))
+            while len(served.ready) < n and time.monotonic() < deadline and not served.crash_looping:
+                self._refill_locked(served)
+                self._cond.wait(min(self.config.tick_s, max(deadline - time.monotonic(), 0.0)))
+            return len(served.ready)
+
+    def close(self) -> None:
+        """Destroy every sandbox and host actor."""
+        import ray
+
+        with self._cond:
+            self._closed = True
+            hosts = list(self._hosts.values())
+            self._cond.notify_all()
+        closing = [h.handle.close.remote() for h in hosts if h.alive]
+        ray.wait(closing, num_returns=len(closing), timeout=60)
+        for host in hosts:
+            ray.kill(host.handle, no_restart=True)
+
+    def ping(self) -> bool:
+        """The manager is up."""
+        return True
+
+    def host_handle(self, host_id: str) -> Any:
+        """The actor handle of a host, for clients to cache."""
+        with self._cond:
+            return self._hosts[host_id].handle
+
+    def snapshot(self, snapshot_id: str) -> Snapshot:
+        """A served snapshot by id."""
+        with self._cond:
+            snapshot: Snapshot = self._serving(snapshot_id).snapshot
+            return snapshot
+
+    # -- slots ----------------------------------------------------------------
+
+    def _lease_locked(self, slot: Slot, served: Served, holder: str, waited_s: float) -> LeaseGrant:
+        lease_id = uuid.uuid4().hex
+        slot.state = SlotState.LEASED
+        slot.lease_id = lease_id
+        slot.holder = holder
+        slot.renewed_at = time.monotonic()
+        self._leases[lease_id] = slot
+        self._metrics.acquires += 1
+        self._metrics.acquire_wait_s.append(waited_s)
+        self._refill_locked(served)
+        return LeaseGrant(lease_id, slot.host.id, slot.number, served.snapshot.id, slot.host.node_id,
+                          self.config.lease_ttl_s)  # fmt: skip
+
+    def _pop_ready_locked(self, served: Served) -> Slot | None:
+        while served.ready:
+            slot = served.ready.popleft()
+            if slot.state is SlotState.READY and slot.host.alive and slot.key in self._slots:
+                return slot
+        return None
+
+    def _restore_locked(self, slot: Slot) -> None:
+        slot.state = SlotState.RESTORING
+        slot.lease_id = None
+        slot.holder = None
+        future = slot.host.handle.restore.remote(slot.number, None).future()
+        future.add_done_callback(lambda done: self._restored(slot, done))
+
+    def _restored(self, slot: Slot, done: Any) -> None:
+        report: RestoreReport | None
+        try:
+            report = done.result()
+            error = report.error if report else None
+        except Exception as exc:  # the host actor died or the call failed
+            report, error = None, f"{type(exc).__name__}: {exc}"
+        with self._cond:
+            if slot.key not in self._slots or self._closed:
+                return
+            if report is not None and report.ok:
+                slot.state = SlotState.READY
+                self._metrics.restore_s.append(report.duration_s)
+                self._served[slot.snapshot_id].ready.append(slot)
+                self._cond.notify_all()
+            else:
+                self._fail_slot_locked(slot, error or "restore failed")
+
+    def _fail_slot_locked(self, slot: Slot, error: str) -> None:
+        slot.state = SlotState.FAILED
+        self._drop_slot_locked(slot)
+        self._metrics.failures += 1
+        served = self._served[slot.snapshot_id]
+        served.last_error = error
+        now = time.monotonic()
+        served.failure_times.append(now)
+        while served.failure_times and now - served.failure_times[0] > self.config.failure_window_s:
+            served.failure_times.popleft()
+        if len(served.failure_times) >= self.config.max_failures:
+            served.crash_looping = True
+        elif slot.host.alive:
+            slot.host.handle.destroy.remote(slot.number)
+            served.pending_recreations += 1
+        self._cond.notify_all()
+
+    def _drop_slot_locked(self, slot: Slot) -> None:
+        if self._slots.pop(slot.key, None) is not None:
+            slot.host.slots -= 1
+        if slot.lease_id is not None:
+            self._leases.pop(slot.lease_id, None)
+
+    # -- filling and shrinking ------------------------------------------------
+
+    def _refill_locked(self, served: Served) -> None:
+        if served.crash_looping or self._closed:
+            return
+        in_use = sum(
+            1 for s in self._slots.values() if s.snapshot_id == served.snapshot.id and s.state is not SlotState.READY
+        )
+        have = in_use + len(served.ready) + served.creating
+        room = self.config.max_size - len(self._slots) - sum(s.creating for s in self._served.values())
+        deficit = min(in_use + served.warm_target - have, room)
+        while deficit > 0:
+            host = max(self._alive_hosts(), key=lambda h: h.free, default=None)
+            if host is None or host.free <= 0:
+                return
+            n = min(deficit, host.free, _OPEN_CHUNK)
+            host.creating += n
+            served.creating += n
+            future = host.handle.open.remote(served.snapshot.id, n).future()
+            future.add_done_callback(lambda done, h=host, s=served, k=n: self._opened(h, s, k, done))
+            deficit -= n
+
+    def _opened(self, host: HostRecord, served: Served, asked: int, done: Any) -> None:
+        try:
+            numbers: list[int] = done.result()
+            error = None
+        except Exception as exc:
+            numbers, error = [], f"{type(exc).__name__}: {exc}"
+        with self._cond:
+            host.creating -= asked
+            served.creating -= asked
+            if self._closed:
+                return
+            for number in numbers:
+                slot = Slot(host, number, served.snapshot.id)
+                self._slots[slot.key] = slot
+                host.slots += 1
+                served.ready.append(slot)
+            recreated = min(served.pending_recreations, len(numbers))
+            served.pending_recreations -= recreated
+            self._metrics.recreations += recreated
+            if error is not None:
+                self._metrics.failures += 1
+                served.last_error = error
+                served.failure_times.append(time.monotonic())
+                if len(served.failure_times) >= self.config.max_failures:
+                    served.crash_looping = True
+            self._cond.notify_all()
+
+    def _grow_locked(self, served: Served) -> None:
+        now = time.monotonic()
+        if now - served.last_grow_at >= self.config.tick_s:
+            served.warm_target = min(self.config.max_warm, max(served.warm_target * 2, served.waiters, 1))
+            served.last_grow_at = now
+
+    def _shrink_locked(self, served: Served, now: float) -> None:
+        if now - served.last_wait_at < self.config.idle_s or now - served.last_grow_at < 1.0:
+            return
+        if served.warm_target > self.config.min_warm:
+            served.warm_target -= 1
+            served.last_grow_at = now
+        while len(served.ready) > served.warm_target:
+            slot = served.ready.pop()
+            self._drop_slot_locked(slot)
+            if slot.host.alive:
+                slot.host.handle.destroy.remote(slot.number)
+
+    # -- maintenance ----------------------------------------------------------
+
+    def _maintain(self) -> None:
+        last_ping = 0.0
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                self._reclaim_expired_locked(now)
+                for served in self._served.values():
+                    self._shrink_locked(served, now)
+                    self._refill_locked(served)
+                self._cond.wait(self.config.tick_s)
+            if time.monotonic() - last_ping >= _PING_EVERY_S:
+                last_ping = time.monotonic()
+                self._check_hosts()
+
+    def _reclaim_expired_locked(self, now: float) -> None:
+        for lease_id, slot in list(self._leases.items()):
+            if now - slot.renewed_at > self.config.lease_ttl_s:
+                del self._leases[lease_id]
+                self._metrics.reclaimed_leases += 1
+                self._restore_locked(slot)
+
+    def _check_hosts(self) -> None:
+        import ray
+
+        hosts = self._alive_hosts()
+        pings = {h.handle.ping.remote(): h for h in hosts}
+        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=30)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception:
+                self._host_died(pings[ref])
+
+    def _host_died(self, host: HostRecord) -> None:
+        with self._cond:
+            if not host.alive:
+                return
+            host.alive = False
+            self._metrics.host_failures += 1
+            for slot in [s for s in self._slots.values() if s.host is host]:
+                if slot.lease_id is not None:
+                    self._metrics.lost_leases += 1
+                self._drop_slot_locked(slot)
+                self._served[slot.snapshot_id].pending_recreations += 1
+            self._cond.notify_all()
+        threading.Thread(target=self._replace_host, args=(host,), daemon=True).start()
+
+    def _replace_host(self, dead: HostRecord) -> None:
+        if self._node_restarts[dead.node_id] >= self.config.max_host_restarts:
+            return
+        if dead.node_id not in {node_id for node_id, _ in _hosting_nodes(self.config)}:
+            return
+        self._node_restarts[dead.node_id] += 1
+        try:
+            host = self._start_host(dead.node_id, dead.capacity)
+            import ray
+
+            with self._cond:
+                templates = [s.template for s in self._served.values()]
+            ray.get([host.handle.build.remote(t) for t in templates])
+        except Exception:
+            return
+        with self._cond:
+            self._metrics.host_restarts += 1
+            for served in self._served.values():
+                self._refill_locked(served)
+
+    def _start_host(self, node_id: str, capacity: int) -> HostRecord:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        handle = self._host_class.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+        ).remote(self._factory, capacity=capacity)
+        ray.get(handle.ping.remote(), timeout=120)
+        record = HostRecord(uuid.uuid4().hex[:12], node_id, handle, capacity)
+        with self._cond:
+            self._hosts[record.id] = record
+        return record
+
+    # -- small helpers --------------------------------------------------------
+
+    def _alive_hosts(self) -> list[HostRecord]:
+        return [h for h in self._hosts.values() if h.alive]
+
+    def _serving(self, snapshot_id: str) -> Served:
+        served = self._served.get(snapshot_id)
+        if served is None:
+            raise PoolError(f"the pool does not serve snapshot {snapshot_id}; call pool.add(template) first")
+        return served
+
+    def _check_usable(self, served: Served) -> None:
+        if self._closed:
+            raise PoolClosedError("the pool is closed; create a new SandboxPool")
+        if served.crash_looping:
+            raise CrashLoopError(
+                f"sandboxes of snapshot {served.snapshot.id} failed {len(served.failure_times)} times within "
+                f"{self.config.failure_window_s:.0f} s, so the pool stopped recreating them; "
+                f"last error: {served.last_error}"
+            )
+
+    def _summary_locked(self, served: Served) -> str:
+        stats = self._snapshot_stats_locked(served)
+        return ", ".join(f"{k}={v}" for k, v in stats.items() if k != "last_error")
+
+    def _snapshot_stats_locked(self, served: Served) -> dict[str, Any]:
+        mine = [s for s in self._slots.values() if s.snapshot_id == served.snapshot.id]
+        return {
+            "warm_target": served.warm_target,
+            "ready": sum(1 for s in mine if s.state is SlotState.READY),
+            "leased": sum(1 for s in mine if s.state is SlotState.LEASED),
+            "restoring": sum(1 for s in mine if s.state is SlotState.RESTORING),
+            "creating": served.creating,
+            "crash_looping": served.crash_looping,
+            "last_error": served.last_error,
+        }
+
+
+def _hosting_nodes(config: PoolConfig) -> list[tuple[str, int]]:
+    """(node id, capacity) of every live node that hosts sandboxes.
+
+    Nodes that declare the ``snapgym_host`` resource host sandboxes; if none
+    does (a plain ``ray.init()``), every live node does.
+    """
+    import ray
+
+    list_nodes: Any = ray.nodes
+    nodes = [n for n in list_nodes() if n.get("Alive")]
+    declared = [n for n in nodes if HOST_RESOURCE in n.get("Resources", {})]
+    return [(n["NodeID"], int(n["Resources"].get(SLOTS_RESOURCE, config.host_capacity))) for n in (declared or nodes)]

@@ -1,0 +1,160 @@
+"""SandboxPool: warm sandboxes on a Ray cluster, handed out as leases.
+
+>>> pool = SandboxPool(PoolConfig(min_warm=4))
+>>> snapshot = pool.add(Template(name="demo", setup=["echo hi > a"], workdir="/w"))
+>>> with pool.acquire(snapshot) as lease:      # a ready sandbox, at once
+...     lease.exec("cat a").stdout
+'hi\\n'
+>>> pool.stats()["slots"]                       # {'ready': 4, 'leased': 0, 'restoring': 1, ...}
+>>> pool.close()
+
+The pool is a handle on a manager actor; it pickles, so Ray tasks and actors
+can acquire leases from the same pool. Host actors (one per node that offers
+the ``snapgym_host`` resource, or every node when none does) hold the
+sandboxes. Closing the pool, or the exit of the driver that made it, destroys
+every sandbox and actor.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+from typing import Any
+
+from pool import raycalls
+from pool.errors import ConfigError, PoolClosedError
+from pool.host import BackendFactory
+from pool.lease import Lease
+from pool.manager import PoolManager
+from pool.pool_config import PoolConfig
+from pool.snapshots import Snapshot
+from pool.templates import Template
+
+
+def local_backend_factory(**options: Any) -> BackendFactory:
+    """A picklable factory of LocalBackend(**options), run inside each host actor."""
+    from pool.backends.local import LocalBackend
+
+    return functools.partial(LocalBackend, **options)
+
+
+class SandboxPool:
+    """A pool of pre-warmed sandboxes managed by Ray actors.
+
+    Args:
+        config: sizes, timeouts and failure limits (see PoolConfig).
+        backend_factory: makes each host's backend (default: LocalBackend with
+            ``config.backend_options``).
+        ray_address: the cluster to join when Ray is not initialised yet
+            (default: ``RAY_ADDRESS``, a local cluster started with ``ray start``, or a new local one).
+    """
+
+    def __init__(
+        self,
+        config: PoolConfig | None = None,
+        *,
+        backend_factory: BackendFactory | None = None,
+        ray_address: str | None = None,
+    ) -> None:
+        import ray
+
+        self.config = config or PoolConfig()
+        if not isinstance(self.config, PoolConfig):
+            raise ConfigError(f"config must be a PoolConfig, got {type(self.config).__name__}")
+        if not ray.is_initialized():
+            ray.init(address=ray_address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+        factory = backend_factory or local_backend_factory(**dict(self.config.backend_options))
+        manager_class = raycalls.actor_class(PoolManager, num_cpus=0, max_concurrency=1024, max_restarts=0)
+        self._manager = manager_class.remote(self.config, factory)
+        ray.get(self._manager.ping.remote())
+        self._closed = False
+        self._hosts: dict[str, Any] = {}
+        self._snapshots: dict[str, Snapshot] = {}
+
+    @classmethod
+    def _attach(cls, manager: Any, config: PoolConfig) -> SandboxPool:
+        pool = cls.__new__(cls)
+        pool.config = config
+        pool._manager = manager
+        pool._closed = False
+        pool._hosts = {}
+        pool._snapshots = {}
+        return pool
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SandboxPool._attach, (self._manager, self.config))
+
+    def add(self, template: Template) -> Snapshot:
+        """Build a template on every host (cached) and keep warm sandboxes of it."""
+
+        self._check_open()
+        snapshot: Snapshot = raycalls.get(self._manager.add.remote(template))
+        self._snapshots[snapshot.id] = snapshot
+        return snapshot
+
+    def acquire(self, snapshot: Snapshot | str, *, timeout_s: float | None = None) -> Lease:
+        """A ready sandbox at ``snapshot``, as a lease (release it, or use ``with``).
+
+        Raises:
+            AcquireTimeoutError: none became ready within the timeout.
+            CrashLoopError: the snapshot's sandboxes keep failing.
+        """
+        import ray
+
+        self._check_open()
+        snapshot_id = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
+        grant = raycalls.get(self._manager.acquire.remote(snapshot_id, timeout_s, _holder()))
+        host = self._hosts.get(grant.host_id)
+        if host is None:
+            host = self._hosts[grant.host_id] = ray.get(self._manager.host_handle.remote(grant.host_id))
+        start = self._snapshots.get(grant.snapshot_id)
+        if start is None:
+            start = self._snapshots[grant.snapshot_id] = ray.get(self._manager.snapshot.remote(grant.snapshot_id))
+        return Lease(self._manager, grant, host, start)
+
+    def release(self, lease: Lease) -> None:
+        """Give a lease back (same as ``lease.release()``)."""
+        lease.release()
+
+    def warm_up(self, snapshot: Snapshot, n: int, *, timeout_s: float = 120.0) -> int:
+        """Wait until ``n`` sandboxes of ``snapshot`` are ready; returns how many are."""
+        import ray
+
+        ready: int = ray.get(self._manager.wait_ready.remote(snapshot.id, n, timeout_s))
+        return ready
+
+    def stats(self) -> dict[str, Any]:
+        """Slots by state, acquire wait and restore percentiles, failures, recreations, hosts."""
+        import ray
+
+        self._check_open()
+        stats: dict[str, Any] = ray.get(self._manager.stats.remote())
+        return stats
+
+    def close(self) -> None:
+        """Destroy every sandbox and actor of the pool. Idempotent."""
+        import ray
+
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            ray.get(self._manager.close.remote(), timeout=120)
+        finally:
+            ray.kill(self._manager, no_restart=True)
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PoolClosedError("the pool is closed; create a new SandboxPool")
+
+
+def _holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
