@@ -25,6 +25,7 @@ import gymnasium as gym
 from envs.default_backend import shared_backend
 from envs.errors import InvalidActionError, ResetNeededError
 from envs.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
+from envs.sources import BackendSource, PoolSource, SandboxSource
 from envs.spaces import UnicodeText
 from envs.tasks import Task, load_task
 from envs.verifier import Verdict, verify
@@ -54,6 +55,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
     Args:
         task: a built-in task id, a task directory, or a loaded Task.
         backend: where sandboxes run (default: one LocalBackend per process).
+        pool: a :class:`pool.SandboxPool` to lease sandboxes from instead of a backend.
         max_steps: steps before the episode is truncated (the verifier still runs).
         step_timeout_s: timeout of one action; a timeout is an observation.
         max_action_bytes: the largest action accepted (UTF-8 bytes).
@@ -69,6 +71,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
         task: str | Path | Task = "log-error-count",
         *,
         backend: Backend | None = None,
+        pool: Any = None,
         max_steps: int = 50,
         step_timeout_s: float = 120.0,
         max_action_bytes: int = 64 * 1024,
@@ -80,8 +83,17 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
             raise ConfigError("max_steps, step_timeout_s, max_action_bytes and max_output_bytes must be positive")
         if render_mode not in (None, "ansi"):
             raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if backend is not None and pool is not None:
+            raise ConfigError("give a backend or a pool, not both")
         self.task = load_task(task, bases=bases)
-        self.backend = backend if backend is not None else shared_backend()
+        self.pool = pool
+        self.backend = backend
+        self._source: SandboxSource
+        if pool is not None:
+            self._source = PoolSource(pool)
+        else:
+            self.backend = backend if backend is not None else shared_backend()
+            self._source = BackendSource(self.backend)
         self.max_steps = max_steps
         self.step_timeout_s = step_timeout_s
         self.max_action_bytes = max_action_bytes
@@ -89,7 +101,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
         self.render_mode = render_mode
         self.action_space = UnicodeText(max_action_bytes)
         self.observation_space = observation_space(2 * max_output_bytes + len(self.task.instruction) + 256)
-        self.task_snapshot = self.backend.build(self.task.template)
+        self.task_snapshot = self._source.prepare(self.task.template)
         self._sandbox: Sandbox | None = None
         self._pristine_at: str | None = None
         self._state = EpisodeState.NEEDS_RESET
@@ -131,7 +143,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
             "snapshot_id": target.id,
             "start_digest": self._sandbox.start_digest,
             "reset_latency_s": latency,
-            "backend": self.backend.name,
+            "backend": self._source.name,
         }
         self._last_text = self.task.instruction
         return make_observation(self.task.instruction, NO_COMMAND), info
@@ -189,7 +201,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
         if n < 1:
             raise ConfigError(f"fork needs n >= 1, got {n}")
         snapshot = snapshot or self.checkpoint()
-        sandboxes = self.backend.fork(snapshot, n)
+        sandboxes = self._source.fork(snapshot, n, task_snapshot=self.task_snapshot)
         children = []
         for sandbox in sandboxes:
             child = self._sibling()
@@ -211,7 +223,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
         """A new environment like this one, without a sandbox yet."""
         return type(self)(
             self.task,
-            backend=self.backend,
+            backend=None if self.pool is not None else self.backend,
+            pool=self.pool,
             max_steps=self.max_steps,
             step_timeout_s=self.step_timeout_s,
             max_action_bytes=self.max_action_bytes,
@@ -287,13 +300,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
         if self._sandbox is not None and self._pristine_at == target.id and self._sandbox.is_alive:
             self._pristine_at = None
             return
-        if self._sandbox is not None:
-            try:
-                self._sandbox.restore(target)
-                return
-            except SandboxError:
-                self._discard_sandbox()
-        self._sandbox = self.backend.create(target)
+        current, self._sandbox = self._sandbox, None
+        self._sandbox = self._source.place(current, target, task_snapshot=self.task_snapshot)
         self._pristine_at = None
 
     def _discard_sandbox(self) -> None:
