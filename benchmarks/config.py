@@ -132,6 +132,9 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     store.store(group="backend", name="local_schema", node=LocalBackendConfig)
     store.store(group="benchmark", name="reset_latency_schema", node=ResetLatencyConfig)
+    from benchmarks.scenarios.pool import PoolBenchConfig
+
+    store.store(group="benchmark", name="pool_schema", node=PoolBenchConfig)
 
 
 def reject_unknown_keys(cfg: DictConfig, prefix: str = "") -> None:

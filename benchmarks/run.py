@@ -31,6 +31,7 @@ from pool import Backend, ConfigError, load_backend
 # benchmark.name -> module whose ``run(cfg, backend) -> Report`` measures it; imported lazily.
 SCENARIOS: dict[str, str] = {
     "reset_latency": "benchmarks.scenarios.reset_latency",
+    "pool": "benchmarks.scenarios.pool",
 }
 
 Scenario = Callable[[Any, Backend], report.Report]

@@ -8,6 +8,8 @@
 'hi\\n'
 """
 
+from typing import TYPE_CHECKING
+
 from pool.backends import load_backend
 from pool.backends.local import LocalBackend, LocalSandbox
 from pool.capabilities import Capabilities, Enforcement
@@ -36,6 +38,12 @@ from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.templates import Template
 
+if TYPE_CHECKING:
+    from pool.lease import Lease
+    from pool.pool_config import PoolConfig
+    from pool.sandbox_pool import SandboxPool
+    from pool.slots import SlotState
+
 _LAZY = {
     "SandboxPool": "pool.sandbox_pool",
     "PoolConfig": "pool.pool_config",
@@ -51,6 +59,7 @@ def __getattr__(name: str) -> object:
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'pool' has no attribute {name!r}")
+
 
 __all__ = [
     "AcquireTimeoutError",

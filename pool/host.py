@@ -21,11 +21,14 @@ from typing import Any
 
 from pool.contract import Backend, Sandbox
 from pool.errors import SandboxError, SnapgymError
+from pool.fastpath import FastPathServer
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.templates import Template
 
 BackendFactory = Callable[[], Backend]
+LEASE_METHODS = frozenset({"exec", "read_file", "write_file", "snapshot", "restore", "start_digest", "healthy"})
+"""What a lease may call on its host (through Ray, or the same-node fast path)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +60,19 @@ class SandboxHost:
         self.started_at = time.time()
         # Many threads wait on sandboxes here; hand the GIL over quickly when a reply lands.
         sys.setswitchinterval(0.0005)
+        self._fastpath = FastPathServer(self, LEASE_METHODS)
 
     # -- lifecycle ------------------------------------------------------------
 
     def ping(self) -> dict[str, Any]:
         """Liveness and identity: node, pid, slot count."""
-        return {"pid": os.getpid(), "node": _node_id(), "slots": len(self._slots), "capacity": self.capacity}
+        return {
+            "pid": os.getpid(),
+            "node": _node_id(),
+            "slots": len(self._slots),
+            "capacity": self.capacity,
+            "fastpath": self._fastpath.path,
+        }
 
     def build(self, template: Template) -> Snapshot:
         """Build a template on this node (a cache hit after the first time)."""
@@ -103,6 +113,7 @@ class SandboxHost:
             self.destroy(slot)
         if self._backend is not None:
             self._backend.close()
+        self._fastpath.close()
 
     # -- what a lease does ----------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from pool import raycalls
 from pool.errors import LeaseLostError, SandboxClosedError, SandboxError
+from pool.fastpath import FastPathClient
 from pool.manager import LeaseGrant
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
@@ -27,10 +28,21 @@ from pool.snapshots import Snapshot
 class Lease:
     """A sandbox from a :class:`SandboxPool`, until ``release()`` (or ``close()``)."""
 
-    def __init__(self, manager: Any, grant: LeaseGrant, host: Any, snapshot: Snapshot) -> None:
+    def __init__(
+        self,
+        manager: Any,
+        grant: LeaseGrant,
+        host: Any,
+        snapshot: Snapshot,
+        *,
+        host_fast: FastPathClient | None = None,
+        manager_fast: FastPathClient | None = None,
+    ) -> None:
         self._manager = manager
         self._grant = grant
         self._host = host
+        self._host_fast = host_fast
+        self._manager_fast = manager_fast
         self._start = snapshot
         self._digest = snapshot.digest
         self._released = False
@@ -119,7 +131,10 @@ class Lease:
         _renewer.unregister(self)
         if self._lost is None:
             with contextlib.suppress(Exception):  # the pool is gone: nothing to give back to
-                self._manager.release.remote(self.lease_id)
+                if self._manager_fast is not None:
+                    self._manager_fast.call("release", self.lease_id)
+                else:
+                    self._manager.release.remote(self.lease_id)
 
     def close(self) -> None:
         """Same as release()."""
@@ -144,6 +159,12 @@ class Lease:
             raise SandboxClosedError(f"{self!r} was released; acquire a new lease from the pool")
         if self._lost is not None:
             raise LeaseLostError(f"{self!r} is lost: {self._lost}")
+        if self._host_fast is not None:
+            try:
+                return self._host_fast.call(method, self._grant.slot, *args)
+            except ConnectionError:
+                self._lost = "its host actor died (the fast path closed)"
+                raise LeaseLostError(f"{self!r}: the host holding the sandbox died; acquire a new lease") from None
         try:
             return raycalls.get(getattr(self._host, method).remote(self._grant.slot, *args))
         except RayActorError as exc:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pool.errors import AcquireTimeoutError, CrashLoopError, PoolClosedError, PoolError, SnapshotError
+from pool.fastpath import FastPathServer
 from pool.host import BackendFactory, RestoreReport, host_actor_class
 from pool.pool_config import HOST_RESOURCE, SLOTS_RESOURCE, PoolConfig
 from pool.pool_metrics import PoolMetrics, percentiles_ms
@@ -67,6 +68,7 @@ class PoolManager:
             self._start_host(node_id, capacity)
         if not self._hosts:
             raise PoolError("no Ray node can host sandboxes; start one with resources {'snapgym_host': 1}")
+        self._fastpath = FastPathServer(self, frozenset({"acquire", "release", "renew"}))
         self._thread = threading.Thread(target=self._maintain, name="snapgym-pool", daemon=True)
         self._thread.start()
 
@@ -183,6 +185,7 @@ class PoolManager:
             self._cond.notify_all()
         closing = [h.handle.close.remote() for h in hosts if h.alive]
         ray.wait(closing, num_returns=len(closing), timeout=60)
+        self._fastpath.close()
         for host in hosts:
             ray.kill(host.handle, no_restart=True)
 
@@ -190,10 +193,15 @@ class PoolManager:
         """The manager is up."""
         return True
 
-    def host_handle(self, host_id: str) -> Any:
-        """The actor handle of a host, for clients to cache."""
+    def host_info(self, host_id: str) -> tuple[Any, str | None]:
+        """The actor handle and fast-path socket of a host, for clients to cache."""
         with self._cond:
-            return self._hosts[host_id].handle
+            host = self._hosts[host_id]
+            return host.handle, host.fastpath
+
+    def fastpath(self) -> str:
+        """The manager's fast-path socket, for clients on its node."""
+        return self._fastpath.path
 
     def snapshot(self, snapshot_id: str) -> Snapshot:
         """A served snapshot by id."""
@@ -416,8 +424,8 @@ class PoolManager:
         handle = self._host_class.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
         ).remote(self._factory, capacity=capacity)
-        ray.get(handle.ping.remote(), timeout=120)
-        record = HostRecord(uuid.uuid4().hex[:12], node_id, handle, capacity)
+        info = ray.get(handle.ping.remote(), timeout=120)
+        record = HostRecord(uuid.uuid4().hex[:12], node_id, handle, capacity, fastpath=info.get("fastpath"))
         with self._cond:
             self._hosts[record.id] = record
         return record

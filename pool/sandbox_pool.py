@@ -25,6 +25,7 @@ from typing import Any
 
 from pool import raycalls
 from pool.errors import ConfigError, PoolClosedError
+from pool.fastpath import FastPathClient, reachable
 from pool.host import BackendFactory
 from pool.lease import Lease
 from pool.manager import PoolManager
@@ -59,6 +60,7 @@ class SandboxPool:
         ray_address: str | None = None,
     ) -> None:
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.config = config or PoolConfig()
         if not isinstance(self.config, PoolConfig):
@@ -67,24 +69,28 @@ class SandboxPool:
             ray.init(address=ray_address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
         factory = backend_factory or local_backend_factory(**dict(self.config.backend_options))
         manager_class = raycalls.actor_class(PoolManager, num_cpus=0, max_concurrency=1024, max_restarts=0)
-        self._manager = manager_class.remote(self.config, factory)
-        ray.get(self._manager.ping.remote())
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        self._manager = manager_class.options(scheduling_strategy=here).remote(self.config, factory)
+        self._fastpath_path: str = raycalls.get(self._manager.fastpath.remote())
+        self._init_caches()
+
+    def _init_caches(self) -> None:
         self._closed = False
-        self._hosts: dict[str, Any] = {}
+        self._hosts: dict[str, tuple[Any, FastPathClient | None]] = {}
         self._snapshots: dict[str, Snapshot] = {}
+        self._manager_fast = FastPathClient(self._fastpath_path) if reachable(self._fastpath_path) else None
 
     @classmethod
-    def _attach(cls, manager: Any, config: PoolConfig) -> SandboxPool:
+    def _attach(cls, manager: Any, config: PoolConfig, fastpath_path: str) -> SandboxPool:
         pool = cls.__new__(cls)
         pool.config = config
         pool._manager = manager
-        pool._closed = False
-        pool._hosts = {}
-        pool._snapshots = {}
+        pool._fastpath_path = fastpath_path
+        pool._init_caches()
         return pool
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (SandboxPool._attach, (self._manager, self.config))
+        return (SandboxPool._attach, (self._manager, self.config, self._fastpath_path))
 
     def add(self, template: Template) -> Snapshot:
         """Build a template on every host (cached) and keep warm sandboxes of it."""
@@ -105,14 +111,18 @@ class SandboxPool:
 
         self._check_open()
         snapshot_id = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
-        grant = raycalls.get(self._manager.acquire.remote(snapshot_id, timeout_s, _holder()))
+        if self._manager_fast is not None:
+            grant = self._manager_fast.call("acquire", snapshot_id, timeout_s, _holder())
+        else:
+            grant = raycalls.get(self._manager.acquire.remote(snapshot_id, timeout_s, _holder()))
         host = self._hosts.get(grant.host_id)
         if host is None:
-            host = self._hosts[grant.host_id] = ray.get(self._manager.host_handle.remote(grant.host_id))
+            handle, fastpath = ray.get(self._manager.host_info.remote(grant.host_id))
+            host = self._hosts[grant.host_id] = (handle, FastPathClient(fastpath) if reachable(fastpath) else None)
         start = self._snapshots.get(grant.snapshot_id)
         if start is None:
             start = self._snapshots[grant.snapshot_id] = ray.get(self._manager.snapshot.remote(grant.snapshot_id))
-        return Lease(self._manager, grant, host, start)
+        return Lease(self._manager, grant, host[0], start, host_fast=host[1], manager_fast=self._manager_fast)
 
     def release(self, lease: Lease) -> None:
         """Give a lease back (same as ``lease.release()``)."""

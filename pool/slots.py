@@ -29,6 +29,7 @@ class HostRecord:
     node_id: str
     handle: Any
     capacity: int
+    fastpath: str | None = None
     alive: bool = True
     slots: int = 0
     creating: int = 0
