@@ -18,6 +18,7 @@ are translated at the backend boundary and never escape it.
     │   ├── CommandRejectedError         the command itself is unusable (ValueError)
     │   └── FileOperationError           read_file/write_file failed (OSError)
     ├── BackendError                     the backend itself failed
+    │   └── HostBrokenError              a pool host's backend died (its sandboxes with it)
     └── PoolError                        the sandbox pool cannot serve the request
         ├── PoolClosedError              used after close()
         ├── AcquireTimeoutError          no sandbox became ready in time (TimeoutError)
@@ -78,6 +79,10 @@ class FileOperationError(SandboxError, OSError):
 
 class BackendError(SnapgymError):
     """The backend itself failed (daemon start, store, cleanup)."""
+
+
+class HostBrokenError(BackendError):
+    """A pool host's backend (its sandbox daemon) died; the host must be replaced."""
 
 
 class PoolError(SnapgymError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import shutil
 import socket
 import struct
 import tempfile
@@ -31,8 +32,11 @@ class FastPathServer:
     def __init__(self, target: object, methods: frozenset[str]) -> None:
         self._target = target
         self._methods = methods
-        self._dir = tempfile.mkdtemp(prefix="snapgym-fastpath-")
-        os.chmod(self._dir, 0o700)
+        root = os.path.join(tempfile.gettempdir(), "snapgym-fastpath")
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        os.chmod(root, 0o700)
+        _reap_dead(root)
+        self._dir = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root)
         self.path = os.path.join(self._dir, "sock")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self.path)
@@ -113,6 +117,20 @@ class FastPathClient:
                 raise ConnectionError(f"cannot reach the fast path at {self.path}: {exc}") from None
             self._local.conn = conn
         return conn
+
+
+def _reap_dead(root: str) -> None:
+    """Remove the socket folders of processes that died without closing their server."""
+    for name in os.listdir(root):
+        pid = name.split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except PermissionError:
+            pass
 
 
 def reachable(path: str | None) -> bool:

@@ -20,15 +20,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from pool.contract import Backend, Sandbox
-from pool.errors import SandboxError, SnapgymError
+from pool.errors import HostBrokenError, LeaseLostError, SandboxError, SnapgymError
 from pool.fastpath import FastPathServer
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.templates import Template
 
 BackendFactory = Callable[[], Backend]
-LEASE_METHODS = frozenset({"exec", "read_file", "write_file", "snapshot", "restore", "start_digest", "healthy"})
-"""What a lease may call on its host (through Ray, or the same-node fast path)."""
+LEASE_METHODS = frozenset({"exec", "read_file", "write_file", "snapshot", "restore", "start_digest"})
+"""What a lease may call on its host (through Ray, or the same-node fast path).
+
+Each takes a ticket ``(slot, epoch)`` first. The pool bumps a slot's epoch
+every time it takes the slot back, so a holder whose lease was reclaimed can
+no longer reach the sandbox the next holder uses.
+"""
+Ticket = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +45,8 @@ class RestoreReport:
     ok: bool
     duration_s: float
     error: str | None = None
+    host_broken: bool = False
+    """The failure was the host's backend dying, not this sandbox."""
 
 
 class SandboxHost:
@@ -55,6 +63,7 @@ class SandboxHost:
         self.capacity = capacity
         self._lock = threading.Lock()
         self._slots: dict[int, Sandbox] = {}
+        self._epochs: dict[int, int] = {}
         self._snapshots: dict[str, Snapshot] = {}
         self._ids = itertools.count(1)
         self.started_at = time.time()
@@ -65,7 +74,12 @@ class SandboxHost:
     # -- lifecycle ------------------------------------------------------------
 
     def ping(self) -> dict[str, Any]:
-        """Liveness and identity: node, pid, slot count."""
+        """Liveness and identity: node, pid, slot count, fast-path socket.
+
+        Raises:
+            HostBrokenError: the backend's sandbox daemon died.
+        """
+        self._check_backend()
         return {
             "pid": os.getpid(),
             "node": _node_id(),
@@ -88,12 +102,18 @@ class SandboxHost:
         n = min(n, free)
         if n <= 0:
             return []
-        sandboxes = self.backend.fork(snapshot, n)
+        self._check_backend()
+        try:
+            sandboxes = self.backend.fork(snapshot, n)
+        except SnapgymError:
+            self._check_backend()
+            raise
         slots = []
         with self._lock:
             for sandbox in sandboxes:
                 slot = next(self._ids)
                 self._slots[slot] = sandbox
+                self._epochs[slot] = 0
                 slots.append(slot)
         return slots
 
@@ -101,6 +121,7 @@ class SandboxHost:
         """Close a slot's sandbox. Idempotent."""
         with self._lock:
             sandbox = self._slots.pop(slot, None)
+            self._epochs.pop(slot, None)
         if sandbox is not None:
             with contextlib.suppress(SnapgymError):
                 sandbox.close()
@@ -117,44 +138,44 @@ class SandboxHost:
 
     # -- what a lease does ----------------------------------------------------
 
-    def restore(self, slot: int, snapshot_id: str | None = None) -> RestoreReport:
-        """Put a slot back at a snapshot (default: where it started); failures are reported, not raised."""
-        started = time.perf_counter()
-        try:
-            sandbox = self._sandbox(slot)
-            sandbox.restore(self._snapshot(snapshot_id) if snapshot_id else None)
-        except SnapgymError as exc:
-            return RestoreReport(slot, False, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
-        return RestoreReport(slot, True, time.perf_counter() - started)
+    def recycle(self, slot: int, snapshot_id: str, epoch: int) -> RestoreReport:
+        """Take a slot back for the pool: restore it to the pool's snapshot and start a new epoch.
 
-    def healthy(self, slot: int) -> bool:
-        """Whether a slot's sandbox answers a trivial command."""
-        try:
-            return self._sandbox(slot).exec("true", timeout_s=10).exit_code == 0
-        except SnapgymError:
-            return False
+        Failures are reported, not raised.
+        """
+        with self._lock:
+            if slot in self._epochs:
+                self._epochs[slot] = epoch  # first, so the old holder is locked out at once
+        return self._restore(slot, snapshot_id)
 
-    def exec(self, slot: int, command: str, options: Mapping[str, Any]) -> ExecResult:
-        """Run a command in a slot (``options``: the keyword arguments of Sandbox.exec)."""
-        return self._sandbox(slot).exec(command, **options)
+    # -- what a lease does (a ticket first) -----------------------------------
 
-    def read_file(self, slot: int, path: str, max_bytes: int | None) -> bytes:
-        """A file from a slot's sandbox."""
-        return self._sandbox(slot).read_file(path, max_bytes=max_bytes)
+    def restore(self, ticket: Ticket, snapshot_id: str | None = None) -> RestoreReport:
+        """Put a leased sandbox back at a snapshot taken on this host (default: its last start)."""
+        self._sandbox(ticket)
+        return self._restore(ticket[0], snapshot_id)
 
-    def write_file(self, slot: int, path: str, data: str | bytes, mode: int | None) -> None:
-        """Write a file into a slot's sandbox."""
-        self._sandbox(slot).write_file(path, data, mode=mode)
+    def exec(self, ticket: Ticket, command: str, options: Mapping[str, Any]) -> ExecResult:
+        """Run a command (``options``: the keyword arguments of Sandbox.exec)."""
+        return self._sandbox(ticket).exec(command, **options)
 
-    def snapshot(self, slot: int) -> Snapshot:
-        """Snapshot a slot's current state; later restores on this host may use it."""
-        snapshot = self._sandbox(slot).snapshot()
+    def read_file(self, ticket: Ticket, path: str, max_bytes: int | None) -> bytes:
+        """A file from the sandbox."""
+        return self._sandbox(ticket).read_file(path, max_bytes=max_bytes)
+
+    def write_file(self, ticket: Ticket, path: str, data: str | bytes, mode: int | None) -> None:
+        """Write a file into the sandbox."""
+        self._sandbox(ticket).write_file(path, data, mode=mode)
+
+    def snapshot(self, ticket: Ticket) -> Snapshot:
+        """Snapshot the sandbox's current state; later restores on this host may use it."""
+        snapshot = self._sandbox(ticket).snapshot()
         self._snapshots[snapshot.id] = snapshot
         return snapshot
 
-    def start_digest(self, slot: int) -> str:
-        """The digest a slot's sandbox last started from."""
-        return self._sandbox(slot).start_digest
+    def start_digest(self, ticket: Ticket) -> str:
+        """The digest the sandbox last started from."""
+        return self._sandbox(ticket).start_digest
 
     def stats(self) -> dict[str, Any]:
         """Slot count and this process's memory (resident set), for the pool's statistics."""
@@ -170,11 +191,35 @@ class SandboxHost:
                 self._backend = self._factory()
             return self._backend
 
-    def _sandbox(self, slot: int) -> Sandbox:
-        sandbox = self._slots.get(slot)
+    def _restore(self, slot: int, snapshot_id: str | None) -> RestoreReport:
+        started = time.perf_counter()
+        try:
+            sandbox = self._slots.get(slot)
+            if sandbox is None:
+                raise SandboxError(f"slot {slot} holds no sandbox on this host (it was destroyed)")
+            sandbox.restore(self._snapshot(snapshot_id) if snapshot_id else None)
+        except SnapgymError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            return RestoreReport(slot, False, time.perf_counter() - started, error, host_broken=not self._daemon_ok())
+        return RestoreReport(slot, True, time.perf_counter() - started)
+
+    def _sandbox(self, ticket: Ticket) -> Sandbox:
+        slot, epoch = ticket
+        with self._lock:
+            sandbox = self._slots.get(slot)
+            current = self._epochs.get(slot)
         if sandbox is None:
-            raise SandboxError(f"slot {slot} holds no sandbox on this host (it was destroyed)")
+            raise LeaseLostError(f"slot {slot} holds no sandbox on this host any more (it was destroyed)")
+        if current != epoch:
+            raise LeaseLostError("the pool reclaimed this lease (its renewals stopped arriving in time)")
         return sandbox
+
+    def _daemon_ok(self) -> bool:
+        return not bool(getattr(self._backend, "daemon_has_died", False))
+
+    def _check_backend(self) -> None:
+        if not self._daemon_ok():
+            raise HostBrokenError("this host's sandbox daemon died; the pool replaces the host")
 
     def _snapshot(self, snapshot_id: str) -> Snapshot:
         snapshot = self._snapshots.get(snapshot_id)

@@ -47,6 +47,7 @@ class Lease:
         self._digest = snapshot.digest
         self._released = False
         self._lost: str | None = None
+        self._failed: str | None = None
         _renewer.register(self)
 
     # -- identity -------------------------------------------------------------
@@ -79,7 +80,7 @@ class Lease:
     @property
     def is_alive(self) -> bool:
         """True while the lease is held and its host answers."""
-        return not self._released and self._lost is None
+        return not self._released and self._lost is None and self._failed is None
 
     # -- the Sandbox API --------------------------------------------------------
 
@@ -118,8 +119,8 @@ class Lease:
         target = snapshot or self._start
         report = self._call("restore", target.id)
         if not report.ok:
-            self._lost = report.error
-            raise SandboxError(f"restore failed on the pool's host: {report.error}")
+            self._failed = report.error
+            raise SandboxError(f"restore failed on the pool's host: {report.error}; release the lease")
         self._start = target
         self._digest = target.digest
 
@@ -129,12 +130,12 @@ class Lease:
             return
         self._released = True
         _renewer.unregister(self)
-        if self._lost is None:
+        if self._lost is None:  # a lost lease is the pool's already
             with contextlib.suppress(Exception):  # the pool is gone: nothing to give back to
                 if self._manager_fast is not None:
-                    self._manager_fast.call("release", self.lease_id)
+                    self._manager_fast.call("release", self.lease_id, self._failed)
                 else:
-                    self._manager.release.remote(self.lease_id)
+                    self._manager.release.remote(self.lease_id, self._failed)
 
     def close(self) -> None:
         """Same as release()."""
@@ -153,23 +154,31 @@ class Lease:
     # -- internals ------------------------------------------------------------
 
     def _call(self, method: str, *args: Any) -> Any:
-        from ray.exceptions import RayActorError
-
         if self._released:
             raise SandboxClosedError(f"{self!r} was released; acquire a new lease from the pool")
         if self._lost is not None:
             raise LeaseLostError(f"{self!r} is lost: {self._lost}")
+        if self._failed is not None:
+            raise SandboxError(f"{self!r} broke ({self._failed}); release it and acquire a new one")
+        try:
+            return self._call_host(method, (self._grant.slot, self._grant.epoch), *args)
+        except LeaseLostError as exc:
+            self._lost = str(exc)
+            raise
+
+    def _call_host(self, method: str, ticket: tuple[int, int], *args: Any) -> Any:
+        from ray.exceptions import RayActorError
+
+        lost = f"{self!r}: the host holding the sandbox died; acquire a new lease"
         if self._host_fast is not None:
             try:
-                return self._host_fast.call(method, self._grant.slot, *args)
+                return self._host_fast.call(method, ticket, *args)
             except ConnectionError:
-                self._lost = "its host actor died (the fast path closed)"
-                raise LeaseLostError(f"{self!r}: the host holding the sandbox died; acquire a new lease") from None
+                raise LeaseLostError(lost) from None
         try:
-            return raycalls.get(getattr(self._host, method).remote(self._grant.slot, *args))
-        except RayActorError as exc:
-            self._lost = f"its host actor died ({type(exc).__name__})"
-            raise LeaseLostError(f"{self!r}: the host holding the sandbox died; acquire a new lease") from None
+            return raycalls.get(getattr(self._host, method).remote(ticket, *args))
+        except RayActorError:
+            raise LeaseLostError(lost) from None
 
     def _mark_lost(self, why: str) -> None:
         self._lost = why

@@ -12,14 +12,24 @@ recreation of that snapshot's sandboxes (a crash loop) with the last error.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from pool.errors import AcquireTimeoutError, CrashLoopError, PoolClosedError, PoolError, SnapshotError
+from pool.errors import (
+    AcquireTimeoutError,
+    CrashLoopError,
+    HostBrokenError,
+    PoolClosedError,
+    PoolError,
+    SnapgymError,
+    SnapshotError,
+)
 from pool.fastpath import FastPathServer
 from pool.host import BackendFactory, RestoreReport, host_actor_class
 from pool.pool_config import HOST_RESOURCE, SLOTS_RESOURCE, PoolConfig
@@ -30,6 +40,7 @@ from pool.templates import Template
 
 _OPEN_CHUNK = 16
 _PING_EVERY_S = 1.0
+_PING_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +55,7 @@ class LeaseGrant:
     lease_id: str
     host_id: str
     slot: int
+    epoch: int
     snapshot_id: str
     node_id: str
     ttl_s: float
@@ -63,14 +75,17 @@ class PoolManager:
         self._node_restarts: Counter[str] = Counter()
         self._metrics = PoolMetrics()
         self._closed = False
+        # Ray runs future callbacks on its own threads, where calling Ray again can deadlock;
+        # the callbacks only hand their results to this thread.
+        self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapgym-pool-events")
         self._host_class = host_actor_class()
         for node_id, capacity in _hosting_nodes(config):
             self._start_host(node_id, capacity)
         if not self._hosts:
             raise PoolError("no Ray node can host sandboxes; start one with resources {'snapgym_host': 1}")
         self._fastpath = FastPathServer(self, frozenset({"acquire", "release", "renew"}))
-        self._thread = threading.Thread(target=self._maintain, name="snapgym-pool", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._maintain, name="snapgym-pool", daemon=True).start()
+        threading.Thread(target=self._watch_hosts, name="snapgym-pool-health", daemon=True).start()
 
     # -- the API a SandboxPool calls ------------------------------------------
 
@@ -117,14 +132,18 @@ class PoolManager:
                 self._cond.wait(min(remaining, self.config.tick_s))
                 served.waiters -= 1
 
-    def release(self, lease_id: str, snapshot_id: str | None = None) -> None:
-        """Take a slot back and restore it in the background (to ``snapshot_id`` or its start)."""
+    def release(self, lease_id: str, failed: str | None = None) -> None:
+        """Take a slot back and restore it in the background; ``failed`` says the sandbox broke."""
         with self._cond:
             slot = self._leases.pop(lease_id, None)
             if slot is None or slot.key not in self._slots:
                 return
             self._metrics.releases += 1
-            self._restore_locked(slot)
+            if failed is not None:
+                slot.lease_id = None
+                self._fail_slot_locked(slot, failed)
+            else:
+                self._restore_locked(slot)
 
     def renew(self, lease_ids: list[str]) -> list[str]:
         """Mark leases as still held; returns the ones the pool no longer has."""
@@ -170,6 +189,7 @@ class PoolManager:
         with self._cond:
             served = self._serving(snapshot_id)
             served.warm_target = max(served.warm_target, min(n, self.config.max_size))
+            served.last_wait_at = served.last_grow_at = time.monotonic()  # demand: no shrinking for idle_s
             while len(served.ready) < n and time.monotonic() < deadline and not served.crash_looping:
                 self._refill_locked(served)
                 self._cond.wait(min(self.config.tick_s, max(deadline - time.monotonic(), 0.0)))
@@ -186,6 +206,7 @@ class PoolManager:
         closing = [h.handle.close.remote() for h in hosts if h.alive]
         ray.wait(closing, num_returns=len(closing), timeout=60)
         self._fastpath.close()
+        self._events.shutdown(wait=False, cancel_futures=True)
         for host in hosts:
             ray.kill(host.handle, no_restart=True)
 
@@ -221,7 +242,7 @@ class PoolManager:
         self._metrics.acquires += 1
         self._metrics.acquire_wait_s.append(waited_s)
         self._refill_locked(served)
-        return LeaseGrant(lease_id, slot.host.id, slot.number, served.snapshot.id, slot.host.node_id,
+        return LeaseGrant(lease_id, slot.host.id, slot.number, slot.epoch, served.snapshot.id, slot.host.node_id,
                           self.config.lease_ttl_s)  # fmt: skip
 
     def _pop_ready_locked(self, served: Served) -> Slot | None:
@@ -235,16 +256,21 @@ class PoolManager:
         slot.state = SlotState.RESTORING
         slot.lease_id = None
         slot.holder = None
-        future = slot.host.handle.restore.remote(slot.number, None).future()
-        future.add_done_callback(lambda done: self._restored(slot, done))
+        slot.epoch += 1
+        future = slot.host.handle.recycle.remote(slot.number, slot.snapshot_id, slot.epoch).future()
+        future.add_done_callback(lambda done: self._events.submit(self._restored, slot, done))
 
     def _restored(self, slot: Slot, done: Any) -> None:
-        report: RestoreReport | None
+        report: RestoreReport | None = None
         try:
             report = done.result()
             error = report.error if report else None
-        except Exception as exc:  # the host actor died or the call failed
-            report, error = None, f"{type(exc).__name__}: {exc}"
+            host_broken = bool(report and report.host_broken)
+        except Exception as exc:
+            error, host_broken = _describe(exc), _is_host_failure(exc)
+        if host_broken:
+            self._host_died(slot.host)
+            return
         with self._cond:
             if slot.key not in self._slots or self._closed:
                 return
@@ -261,6 +287,14 @@ class PoolManager:
         self._drop_slot_locked(slot)
         self._metrics.failures += 1
         served = self._served[slot.snapshot_id]
+        if slot.host.alive:
+            slot.host.handle.destroy.remote(slot.number)
+        if not self._record_failure_locked(served, error):
+            served.pending_recreations += 1
+        self._cond.notify_all()
+
+    def _record_failure_locked(self, served: Served, error: str) -> bool:
+        """Count a failure in the window; returns whether the snapshot is now crash-looping."""
         served.last_error = error
         now = time.monotonic()
         served.failure_times.append(now)
@@ -268,16 +302,16 @@ class PoolManager:
             served.failure_times.popleft()
         if len(served.failure_times) >= self.config.max_failures:
             served.crash_looping = True
-        elif slot.host.alive:
-            slot.host.handle.destroy.remote(slot.number)
-            served.pending_recreations += 1
-        self._cond.notify_all()
+        return served.crash_looping
 
     def _drop_slot_locked(self, slot: Slot) -> None:
         if self._slots.pop(slot.key, None) is not None:
             slot.host.slots -= 1
         if slot.lease_id is not None:
             self._leases.pop(slot.lease_id, None)
+        served = self._served.get(slot.snapshot_id)
+        if served is not None and slot in served.ready:
+            served.ready.remove(slot)
 
     # -- filling and shrinking ------------------------------------------------
 
@@ -298,15 +332,24 @@ class PoolManager:
             host.creating += n
             served.creating += n
             future = host.handle.open.remote(served.snapshot.id, n).future()
-            future.add_done_callback(lambda done, h=host, s=served, k=n: self._opened(h, s, k, done))
+            future.add_done_callback(
+                lambda done, h=host, s=served, k=n: self._events.submit(self._opened, h, s, k, done)
+            )
             deficit -= n
 
     def _opened(self, host: HostRecord, served: Served, asked: int, done: Any) -> None:
+        host_broken = False
         try:
             numbers: list[int] = done.result()
             error = None
         except Exception as exc:
-            numbers, error = [], f"{type(exc).__name__}: {exc}"
+            numbers, error, host_broken = [], _describe(exc), _is_host_failure(exc)
+        if host_broken:
+            with self._cond:
+                host.creating -= asked
+                served.creating -= asked
+            self._host_died(host)
+            return
         with self._cond:
             host.creating -= asked
             served.creating -= asked
@@ -322,10 +365,7 @@ class PoolManager:
             self._metrics.recreations += recreated
             if error is not None:
                 self._metrics.failures += 1
-                served.last_error = error
-                served.failure_times.append(time.monotonic())
-                if len(served.failure_times) >= self.config.max_failures:
-                    served.crash_looping = True
+                self._record_failure_locked(served, error)
             self._cond.notify_all()
 
     def _grow_locked(self, served: Served) -> None:
@@ -349,7 +389,6 @@ class PoolManager:
     # -- maintenance ----------------------------------------------------------
 
     def _maintain(self) -> None:
-        last_ping = 0.0
         while True:
             with self._cond:
                 if self._closed:
@@ -360,9 +399,12 @@ class PoolManager:
                     self._shrink_locked(served, now)
                     self._refill_locked(served)
                 self._cond.wait(self.config.tick_s)
-            if time.monotonic() - last_ping >= _PING_EVERY_S:
-                last_ping = time.monotonic()
-                self._check_hosts()
+
+    def _watch_hosts(self) -> None:
+        """Ping every host each second; one that fails or hangs is replaced (apart from upkeep)."""
+        while not self._closed:
+            time.sleep(_PING_EVERY_S)
+            self._check_hosts()
 
     def _reclaim_expired_locked(self, now: float) -> None:
         for lease_id, slot in list(self._leases.items()):
@@ -376,14 +418,18 @@ class PoolManager:
 
         hosts = self._alive_hosts()
         pings = {h.handle.ping.remote(): h for h in hosts}
-        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=30)
+        ready, hung = ray.wait(list(pings), num_returns=len(pings), timeout=_PING_TIMEOUT_S)
         for ref in ready:
             try:
                 ray.get(ref)
             except Exception:
                 self._host_died(pings[ref])
+        for ref in hung:
+            self._host_died(pings[ref])
 
     def _host_died(self, host: HostRecord) -> None:
+        import ray
+
         with self._cond:
             if not host.alive:
                 return
@@ -395,6 +441,8 @@ class PoolManager:
                 self._drop_slot_locked(slot)
                 self._served[slot.snapshot_id].pending_recreations += 1
             self._cond.notify_all()
+        with contextlib.suppress(Exception):  # broken or hung: make sure it is gone with its sandboxes
+            ray.kill(host.handle, no_restart=True)
         threading.Thread(target=self._replace_host, args=(host,), daemon=True).start()
 
     def _replace_host(self, dead: HostRecord) -> None:
@@ -480,3 +528,27 @@ def _hosting_nodes(config: PoolConfig) -> list[tuple[str, int]]:
     nodes = [n for n in list_nodes() if n.get("Alive")]
     declared = [n for n in nodes if HOST_RESOURCE in n.get("Resources", {})]
     return [(n["NodeID"], int(n["Resources"].get(SLOTS_RESOURCE, config.host_capacity))) for n in (declared or nodes)]
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an error from an actor call, without Ray's remote traceback."""
+    from ray.exceptions import RayTaskError
+
+    if isinstance(exc, RayTaskError):
+        unwrap: Any = exc.as_instanceof_cause
+        exc = unwrap()
+        if not isinstance(exc, SnapgymError):
+            return f"{type(exc).__name__} in a pool host"
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _is_host_failure(exc: BaseException) -> bool:
+    """Whether an actor call failed because the host itself is dead or broken."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    if isinstance(exc, RayActorError):
+        return True
+    if isinstance(exc, RayTaskError):
+        unwrap: Any = exc.as_instanceof_cause
+        return isinstance(unwrap(), HostBrokenError)
+    return False

@@ -111,10 +111,15 @@ class SandboxPool:
 
         self._check_open()
         snapshot_id = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
-        if self._manager_fast is not None:
-            grant = self._manager_fast.call("acquire", snapshot_id, timeout_s, _holder())
-        else:
-            grant = raycalls.get(self._manager.acquire.remote(snapshot_id, timeout_s, _holder()))
+        from ray.exceptions import RayActorError
+
+        try:
+            if self._manager_fast is not None:
+                grant = self._manager_fast.call("acquire", snapshot_id, timeout_s, _holder())
+            else:
+                grant = raycalls.get(self._manager.acquire.remote(snapshot_id, timeout_s, _holder()))
+        except (RayActorError, ConnectionError):
+            raise PoolClosedError("the pool's manager is gone (the pool was closed, or its driver exited)") from None
         host = self._hosts.get(grant.host_id)
         if host is None:
             handle, fastpath = ray.get(self._manager.host_info.remote(grant.host_id))
@@ -130,9 +135,8 @@ class SandboxPool:
 
     def warm_up(self, snapshot: Snapshot, n: int, *, timeout_s: float = 120.0) -> int:
         """Wait until ``n`` sandboxes of ``snapshot`` are ready; returns how many are."""
-        import ray
-
-        ready: int = ray.get(self._manager.wait_ready.remote(snapshot.id, n, timeout_s))
+        self._check_open()
+        ready: int = raycalls.get(self._manager.wait_ready.remote(snapshot.id, n, timeout_s))
         return ready
 
     def stats(self) -> dict[str, Any]:

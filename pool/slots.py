@@ -50,6 +50,8 @@ class Slot:
     state: SlotState = SlotState.READY
     lease_id: str | None = None
     holder: str | None = None
+    epoch: int = 0
+    """Bumped each time the pool takes the slot back; leases carry the epoch they were granted in."""
     renewed_at: float = 0.0
 
     @property

@@ -65,3 +65,27 @@ def test_mistyped_key_fails_before_any_sandbox(tmp_path: Path, override: str) ->
     assert "benchmark.repetitonz" in done.stderr
     assert not store.exists()
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_pool_benchmark_reports_every_method(tmp_path: Path) -> None:
+    """benchmark=pool runs through a real Ray pool and reports latency, overhead, capacity and memory."""
+    out = tmp_path / "run"
+    done = run_benchmark(
+        "benchmark=pool",
+        "benchmark.warmup=1",
+        "benchmark.min_warm=2",
+        "benchmark.repetitions.acquire=5",
+        "benchmark.repetitions.reset=5",
+        "benchmark.repetitions.exec=5",
+        "benchmark.capacity.sandboxes=8",
+        f"backend.store_dir={tmp_path / 'store'}",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["methods"]) == {"acquire", "reset", "exec_lease", "exec_direct"}
+    assert all(entry["n"] == 5 for entry in summary["methods"].values())
+    assert summary["meta"]["capacity"]["ready"] == 8
+    assert summary["meta"]["capacity"]["memory_per_sandbox_mib"] is not None
+    assert summary["meta"]["pool_stats"]["acquires"] >= 10
+    assert set(summary["targets"]) == {"acquire_p50_ms", "exec_overhead_ms", "warm_sandboxes", "memory_per_sandbox_mib"}

@@ -265,6 +265,11 @@ class LocalBackend:
         """True while the sandbox daemon runs."""
         return self._daemon is not None and self._daemon.is_alive
 
+    @property
+    def daemon_has_died(self) -> bool:
+        """True when the daemon was started and is gone (its sandboxes with it)."""
+        return self._daemon is not None and not self._daemon.is_alive
+
     def daemon_request(self, op: Op, sandbox_id: int, fields: Fields) -> dict[str, str]:
         """A control request to the daemon (see daemon.DaemonClient.request)."""
         return self._ensure_daemon().request(op, sandbox_id, fields)
