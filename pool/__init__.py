@@ -8,7 +8,7 @@
 'hi\\n'
 """
 
-from typing import TYPE_CHECKING
+import typing as _typing
 
 from pool.backends import load_backend
 from pool.backends.local import LocalBackend, LocalSandbox
@@ -38,7 +38,7 @@ from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.templates import Template
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from pool.lease import Lease
     from pool.pool_config import PoolConfig
     from pool.sandbox_pool import SandboxPool

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pool import raycalls
-from pool.errors import LeaseLostError, SandboxClosedError, SandboxError
+from pool.errors import HostBrokenError, LeaseLostError, SandboxClosedError, SandboxError
 from pool.fastpath import FastPathClient
 from pool.manager import LeaseGrant
 from pool.results import ExecResult
@@ -48,6 +48,7 @@ class Lease:
         self._released = False
         self._lost: str | None = None
         self._failed: str | None = None
+        self._host_gone = False
         _renewer.register(self)
 
     # -- identity -------------------------------------------------------------
@@ -130,12 +131,11 @@ class Lease:
             return
         self._released = True
         _renewer.unregister(self)
-        if self._lost is None:  # a lost lease is the pool's already
-            with contextlib.suppress(Exception):  # the pool is gone: nothing to give back to
-                if self._manager_fast is not None:
-                    self._manager_fast.call("release", self.lease_id, self._failed)
-                else:
-                    self._manager.release.remote(self.lease_id, self._failed)
+        with contextlib.suppress(Exception):  # the pool is gone: nothing to give back to
+            if self._host_gone:  # let the pool check the host at once, before it hands out more of its sandboxes
+                self._manager_call("report_host_failure", self._grant.host_id)
+            elif self._lost is None:  # a reclaimed lease is the pool's already
+                self._manager_call("release", self.lease_id, self._failed)
 
     def close(self) -> None:
         """Same as release()."""
@@ -170,15 +170,19 @@ class Lease:
         from ray.exceptions import RayActorError
 
         lost = f"{self!r}: the host holding the sandbox died; acquire a new lease"
-        if self._host_fast is not None:
-            try:
-                return self._host_fast.call(method, ticket, *args)
-            except ConnectionError:
-                raise LeaseLostError(lost) from None
         try:
+            if self._host_fast is not None:
+                return self._host_fast.call(method, ticket, *args)
             return raycalls.get(getattr(self._host, method).remote(ticket, *args))
-        except RayActorError:
+        except (ConnectionError, RayActorError, HostBrokenError):
+            self._host_gone = True
             raise LeaseLostError(lost) from None
+
+    def _manager_call(self, method: str, *args: Any) -> None:
+        if self._manager_fast is not None:
+            self._manager_fast.call(method, *args)
+        else:
+            getattr(self._manager, method).remote(*args)
 
     def _mark_lost(self, why: str) -> None:
         self._lost = why

@@ -83,7 +83,7 @@ class PoolManager:
             self._start_host(node_id, capacity)
         if not self._hosts:
             raise PoolError("no Ray node can host sandboxes; start one with resources {'snapgym_host': 1}")
-        self._fastpath = FastPathServer(self, frozenset({"acquire", "release", "renew"}))
+        self._fastpath = FastPathServer(self, frozenset({"acquire", "release", "renew", "report_host_failure"}))
         threading.Thread(target=self._maintain, name="snapgym-pool", daemon=True).start()
         threading.Thread(target=self._watch_hosts, name="snapgym-pool-health", daemon=True).start()
 
@@ -157,6 +157,18 @@ class PoolManager:
                 else:
                     slot.renewed_at = now
         return lost
+
+    def report_host_failure(self, host_id: str) -> None:
+        """A lease found its host gone: check it now, so no acquire is handed its dead sandboxes."""
+        import ray
+
+        host = self._hosts.get(host_id)
+        if host is None or not host.alive:
+            return
+        try:
+            ray.get(host.handle.ping.remote(), timeout=5)
+        except Exception:
+            self._host_died(host)
 
     def stats(self) -> dict[str, Any]:
         """Slot counts by state, latency percentiles, failures, hosts, and per-snapshot targets."""

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import gymnasium as gym
 import ray
+from pool_fixtures import host_pid, process_args, wait_until
 
 import envs
 from pool import SandboxPool
@@ -64,7 +65,9 @@ def test_a_dead_host_ends_the_episode_as_an_infra_failure(make_pool: Callable[..
     try:
         env.reset()
         lease = env.sandbox
+        pid = host_pid(lease)  # type: ignore[arg-type]
         ray.kill(lease._host, no_restart=True)  # type: ignore[union-attr]
+        wait_until(lambda: process_args(pid) is None, "the host actor's process to exit")
         _, reward, terminated, truncated, info = env.step("ls")
         assert (reward, terminated, truncated, info["scored"]) == (0.0, False, True, False)
         assert info["infra_error"].startswith(("LeaseLostError", "SandboxCrashedError")), info["infra_error"]
