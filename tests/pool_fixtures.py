@@ -53,7 +53,10 @@ def ray_cluster() -> Iterator[None]:
     """A local Ray instance for the whole session (reused if something else started one)."""
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+        # address="local": a private instance, even if a `ray start` cluster runs on this machine
+        ray.init(
+            address="local", num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False
+        )
     yield
     if started:
         ray.shutdown()
