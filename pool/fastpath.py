@@ -17,6 +17,7 @@ import os
 import pickle
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -32,11 +33,10 @@ class FastPathServer:
     def __init__(self, target: object, methods: frozenset[str]) -> None:
         self._target = target
         self._methods = methods
-        root = os.path.join(tempfile.gettempdir(), "snapgym-fastpath")
-        os.makedirs(root, mode=0o700, exist_ok=True)
-        os.chmod(root, 0o700)
-        _reap_dead(root)
-        self._dir = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root)
+        root = _private_root()
+        if root is not None:
+            _reap_dead(root)
+        self._dir = tempfile.mkdtemp(prefix=f"{os.getpid()}-" if root else "snapgym-fastpath-", dir=root)
         self.path = os.path.join(self._dir, "sock")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self.path)
@@ -117,6 +117,21 @@ class FastPathClient:
                 raise ConnectionError(f"cannot reach the fast path at {self.path}: {exc}") from None
             self._local.conn = conn
         return conn
+
+
+def _private_root() -> str | None:
+    """``$TMPDIR/snapgym-fastpath-<uid>``, if it is a real directory only this user can enter.
+
+    Anyone may create names in /tmp: a folder someone else made (or a symlink)
+    is never trusted, and each server then falls back to its own random folder.
+    """
+    root = os.path.join(tempfile.gettempdir(), f"snapgym-fastpath-{os.getuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(root, 0o700)
+    info = os.lstat(root)
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077 == 0:
+        return root
+    return None
 
 
 def _reap_dead(root: str) -> None:
