@@ -69,7 +69,8 @@ class SandboxPool:
             ray.init(address=ray_address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
         factory = backend_factory or local_backend_factory(**dict(self.config.backend_options))
         manager_class = raycalls.actor_class(PoolManager, num_cpus=0, max_concurrency=1024, max_restarts=0)
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        # On the driver's node, so the driver reaches the manager through the same-node fast path.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._manager = manager_class.options(scheduling_strategy=here).remote(self.config, factory)
         self._fastpath_path: str = raycalls.get(self._manager.fastpath.remote())
         self._init_caches()
