@@ -22,6 +22,7 @@ from typing import Any
 from pool.contract import Backend, Sandbox
 from pool.errors import HostBrokenError, LeaseLostError, SandboxError, SnapgymError
 from pool.fastpath import FastPathServer
+from pool.orphans import exit_when_orphaned
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.templates import Template
@@ -70,6 +71,8 @@ class SandboxHost:
         # Many threads wait on sandboxes here; hand the GIL over quickly when a reply lands.
         sys.setswitchinterval(0.0005)
         self._fastpath = FastPathServer(self, LEASE_METHODS)
+        if _in_ray_worker():
+            exit_when_orphaned()
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -235,6 +238,15 @@ def _node_id() -> str | None:
         return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
     except Exception:  # not in a Ray worker
         return None
+
+
+def _in_ray_worker() -> bool:
+    try:
+        import ray
+
+        return bool(ray.is_initialized()) and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+    except Exception:
+        return False
 
 
 def _rss_bytes() -> int:

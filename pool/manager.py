@@ -32,6 +32,7 @@ from pool.errors import (
 )
 from pool.fastpath import FastPathServer
 from pool.host import BackendFactory, RestoreReport, host_actor_class
+from pool.orphans import exit_when_orphaned
 from pool.pool_config import HOST_RESOURCE, SLOTS_RESOURCE, PoolConfig
 from pool.pool_metrics import PoolMetrics, percentiles_ms
 from pool.slots import HostRecord, Served, Slot, SlotState
@@ -79,6 +80,7 @@ class PoolManager:
         # the callbacks only hand their results to this thread.
         self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapgym-pool-events")
         self._host_class = host_actor_class()
+        exit_when_orphaned()
         for node_id, capacity in _hosting_nodes(config):
             self._start_host(node_id, capacity)
         if not self._hosts:
