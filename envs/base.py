@@ -13,6 +13,7 @@ reward of such a step is 0.0 and must not be read as the agent's score.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import enum
 import time
@@ -49,7 +50,7 @@ class EpisodeState(enum.Enum):
     CLOSED = "closed"
 
 
-class SandboxEnv(gym.Env[dict[str, Any], str]):
+class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
     """A Gymnasium environment whose episodes run in a snapgym sandbox.
 
     Args:
@@ -212,9 +213,9 @@ class SandboxEnv(gym.Env[dict[str, Any], str]):
 
     # -- for subclasses and wrappers ------------------------------------------
 
+    @abc.abstractmethod
     def _run(self, action: str) -> ExecResult:
         """Run one action in the sandbox."""
-        raise NotImplementedError
 
     def _on_episode_start(self) -> None:
         """Called after the sandbox is at the episode's start state."""

@@ -13,6 +13,7 @@ Dockerfile or ``[snapgym] verifier_setup`` in task.toml.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from envs.tasks import Task
 from pool.contract import Sandbox
+from pool.errors import FileOperationError
 from pool.results import ExecResult
 
 TESTS_DIR = "/tests"
@@ -92,29 +94,45 @@ def _verdict(sandbox: Sandbox, result: ExecResult) -> Verdict:
 
 
 def _read_rewards(sandbox: Sandbox) -> tuple[dict[str, float], str | None]:
-    listing = sandbox.exec(f"ls {LOGS_DIR}", timeout_s=30).stdout.split()
-    if "reward.json" in listing:
-        raw = sandbox.read_file(f"{LOGS_DIR}/reward.json", max_bytes=1 << 20)
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return {}, f"reward.json is not JSON: {raw[:200]!r}"
-        if not isinstance(data, dict) or "reward" not in data:
-            return {}, "reward.json must be an object with a 'reward' key"
-        values = {str(k): v for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        if "reward" not in values or not all(math.isfinite(v) for v in values.values()):
-            return {}, f"reward.json holds a non-numeric or non-finite reward: {data.get('reward')!r}"
-        return {k: float(v) for k, v in values.items()}, None
-    if "reward.txt" in listing:
-        raw = sandbox.read_file(f"{LOGS_DIR}/reward.txt", max_bytes=4096)
-        try:
-            reward = float(raw.decode().strip())
-        except (ValueError, UnicodeDecodeError):
-            return {}, f"reward.txt does not hold a number: {raw[:200]!r}"
-        if not math.isfinite(reward):
-            return {}, f"reward.txt holds a non-finite number: {reward}"
-        return {"reward": reward}, None
+    json_raw = _read_if_present(sandbox, f"{LOGS_DIR}/reward.json", 1 << 20)
+    if json_raw is not None:
+        return _parse_reward_json(json_raw)
+    text_raw = _read_if_present(sandbox, f"{LOGS_DIR}/reward.txt", 4096)
+    if text_raw is not None:
+        return _parse_reward_txt(text_raw)
     return {}, f"test.sh wrote neither {LOGS_DIR}/reward.txt nor reward.json"
+
+
+def _read_if_present(sandbox: Sandbox, path: str, max_bytes: int) -> bytes | None:
+    try:
+        return sandbox.read_file(path, max_bytes=max_bytes)
+    except FileOperationError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise
+
+
+def _parse_reward_json(raw: bytes) -> tuple[dict[str, float], str | None]:
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}, f"reward.json is not JSON: {raw[:200]!r}"
+    if not isinstance(data, dict) or "reward" not in data:
+        return {}, "reward.json must be an object with a 'reward' key"
+    values = {str(k): v for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    if "reward" not in values or not all(math.isfinite(v) for v in values.values()):
+        return {}, f"reward.json holds a non-numeric or non-finite reward: {data.get('reward')!r}"
+    return {k: float(v) for k, v in values.items()}, None
+
+
+def _parse_reward_txt(raw: bytes) -> tuple[dict[str, float], str | None]:
+    try:
+        reward = float(raw.decode().strip())
+    except (ValueError, UnicodeDecodeError):
+        return {}, f"reward.txt does not hold a number: {raw[:200]!r}"
+    if not math.isfinite(reward):
+        return {}, f"reward.txt holds a non-finite number: {reward}"
+    return {"reward": reward}, None
 
 
 def run_script_command(path: str) -> str:

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from pool import raycalls
 from pool.errors import (
     AcquireTimeoutError,
     CrashLoopError,
@@ -546,23 +547,15 @@ def _hosting_nodes(config: PoolConfig) -> list[tuple[str, int]]:
 
 def _describe(exc: BaseException) -> str:
     """One line for an error from an actor call, without Ray's remote traceback."""
-    from ray.exceptions import RayTaskError
-
-    if isinstance(exc, RayTaskError):
-        unwrap: Any = exc.as_instanceof_cause
-        exc = unwrap()
-        if not isinstance(exc, SnapgymError):
-            return f"{type(exc).__name__} in a pool host"
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    cause = raycalls.cause_of(exc)
+    if cause is not exc and not isinstance(cause, SnapgymError):
+        return f"{type(cause).__name__} in a pool host"
+    message = str(cause).splitlines()[0] if str(cause) else ""
+    return f"{type(cause).__name__}: {message}"
 
 
 def _is_host_failure(exc: BaseException) -> bool:
     """Whether an actor call failed because the host itself is dead or broken."""
-    from ray.exceptions import RayActorError, RayTaskError
+    from ray.exceptions import RayActorError
 
-    if isinstance(exc, RayActorError):
-        return True
-    if isinstance(exc, RayTaskError):
-        unwrap: Any = exc.as_instanceof_cause
-        return isinstance(unwrap(), HostBrokenError)
-    return False
+    return isinstance(exc, RayActorError) or isinstance(raycalls.cause_of(exc), HostBrokenError)

@@ -15,11 +15,21 @@ def get(ref: Any, *, timeout_s: float | None = None) -> Any:
     try:
         return ray.get(ref, timeout=timeout_s)
     except RayTaskError as exc:
-        unwrap: Any = exc.as_instanceof_cause
-        cause = unwrap()
+        cause = cause_of(exc)
         if isinstance(cause, SnapgymError):
             raise cause from None
         raise
+
+
+def cause_of(exc: BaseException) -> BaseException:
+    """The exception an actor method raised, for a RayTaskError; any other exception as is."""
+    from ray.exceptions import RayTaskError
+
+    if isinstance(exc, RayTaskError):
+        unwrap: Any = exc.as_instanceof_cause
+        cause: BaseException = unwrap()
+        return cause
+    return exc
 
 
 def actor_class(cls: type, **options: Any) -> Any:

@@ -18,6 +18,7 @@ every sandbox and actor.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import socket
@@ -79,6 +80,7 @@ class SandboxPool:
         self._closed = False
         self._hosts: dict[str, tuple[Any, FastPathClient | None]] = {}
         self._snapshots: dict[str, Snapshot] = {}
+        self._added: dict[str, Snapshot] = {}
         self._manager_fast = FastPathClient(self._fastpath_path) if reachable(self._fastpath_path) else None
 
     @classmethod
@@ -97,8 +99,12 @@ class SandboxPool:
         """Build a template on every host (cached) and keep warm sandboxes of it."""
 
         self._check_open()
+        key = json.dumps(template.fingerprint(), sort_keys=True)
+        if key in self._added:  # many environments of one task share one build round trip
+            return self._added[key]
         snapshot: Snapshot = raycalls.get(self._manager.add.remote(template))
         self._snapshots[snapshot.id] = snapshot
+        self._added[key] = snapshot
         return snapshot
 
     def acquire(self, snapshot: Snapshot | str, *, timeout_s: float | None = None) -> Lease:
