@@ -132,9 +132,23 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     store.store(group="backend", name="local_schema", node=LocalBackendConfig)
     store.store(group="benchmark", name="reset_latency_schema", node=ResetLatencyConfig)
+    from benchmarks import schemas
+    from benchmarks.scenarios.eval import EvalBenchConfig
+    from benchmarks.scenarios.fork import ForkBenchConfig
     from benchmarks.scenarios.pool import PoolBenchConfig
+    from benchmarks.scenarios.throughput import ThroughputConfig
 
+    store.store(name="snapgym_schema", node=schemas.RunConfig)
     store.store(group="benchmark", name="pool_schema", node=PoolBenchConfig)
+    store.store(group="benchmark", name="eval_schema", node=EvalBenchConfig)
+    store.store(group="benchmark", name="throughput_schema", node=ThroughputConfig)
+    store.store(group="benchmark", name="fork_schema", node=ForkBenchConfig)
+    store.store(group="pool", name="pool_schema", node=schemas.PoolSettings)
+    store.store(group="suite", name="suite_schema", node=schemas.SuiteConfig)
+    store.store(group="agent", name="oracle_schema", node=schemas.OracleAgentConfig)
+    store.store(group="agent", name="noop_schema", node=schemas.NoopAgentConfig)
+    store.store(group="agent", name="replay_schema", node=schemas.ReplayAgentConfig)
+    store.store(group="agent", name="llm_schema", node=schemas.LLMAgentConfig)
 
 
 def reject_unknown_keys(cfg: DictConfig, prefix: str = "") -> None:

@@ -62,6 +62,16 @@ class Report:
     """Goals and whether they were met."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """Context: host, versions, config, snapshot id (JSON-ready)."""
+    headline: Mapping[str, float | None] = field(default_factory=dict)
+    """Extra figures a multirun compares (besides each method's p50 and each target's value)."""
+
+    def write(self, output_dir: Path) -> Path:
+        """Write summary.json and samples.csv; returns the summary path."""
+        return write(self, output_dir)
+
+    def table(self) -> str:
+        """The terminal table."""
+        return format_table(self)
 
 
 def summary(report: Report) -> dict[str, Any]:
@@ -75,12 +85,16 @@ def summary(report: Report) -> dict[str, Any]:
     targets = {
         t.name: {"description": t.description, "limit": t.limit, "value": t.value, "met": t.met} for t in report.targets
     }
+    headline: dict[str, Any] = {f"{name}_p50_ms": m.get("p50_ms") for name, m in methods.items()}
+    headline.update({name: target["value"] for name, target in targets.items()})
+    headline.update(report.headline)
     return {
         "scenario": report.scenario,
         "methods": methods,
         "ratios": dict(report.ratios),
         "targets": targets,
         "meta": dict(report.meta),
+        "headline": headline,
     }
 
 

@@ -1,40 +1,51 @@
-"""Benchmark runner: ``python -m benchmarks.run benchmark=<scenario> backend=<backend>``.
+"""snapgym's main job: ``python -m benchmarks.run [group=choice ...] [key=value ...]``.
 
-Hydra composes ``configs/config.yaml`` against the schemas in
-``benchmarks.config``, so a mistyped key or a wrong type stops the run before
-any sandbox starts. The chosen scenario runs against the chosen backend; its
-``summary.json`` and ``samples.csv`` go to Hydra's run directory and a table
-is printed.
+Hydra composes ``configs/config.yaml`` (groups ``benchmark``, ``backend``,
+``pool``, ``suite``, ``agent``, plus the run settings) against the schemas in
+``benchmarks.config`` and ``benchmarks.schemas``, so a mistyped key, a wrong
+type or an unknown choice stops the run before any sandbox starts. With no
+arguments it evaluates the built-in suite with the reference-solution agent
+on the local backend. Results go to Hydra's run directory (``outputs/...``).
 
 Examples:
     python -m benchmarks.run
-    python -m benchmarks.run benchmark.repetitions.restore=1000 backend.store_dir=/tmp/store
-    python -m benchmarks.run hydra.run.dir=results/reset
+    python -m benchmarks.run agent=noop episodes_per_task=4 pass_at_k=[1,4]
+    python -m benchmarks.run pool=ray pool.size=8
+    python -m benchmarks.run resume=outputs/2026-11-29/12-00-00-eval
+    python -m benchmarks.run benchmark=reset_latency
+    python -m benchmarks.run -m benchmark=throughput pool.size=1,2,4,8
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from benchmarks import report
 from benchmarks.config import register_configs, reject_unknown_keys
-from pool import Backend, ConfigError, load_backend
+from benchmarks.job import Job, Outcome
+from pool import ConfigError
+from pool.errors import SnapgymError
 
-# benchmark.name -> module whose ``run(cfg, backend) -> Report`` measures it; imported lazily.
+# benchmark.name -> module whose ``run(job) -> Outcome`` measures it; imported lazily.
 SCENARIOS: dict[str, str] = {
+    "eval": "benchmarks.scenarios.eval",
     "reset_latency": "benchmarks.scenarios.reset_latency",
     "pool": "benchmarks.scenarios.pool",
+    "throughput": "benchmarks.scenarios.throughput",
+    "fork": "benchmarks.scenarios.fork",
 }
+EXIT_USAGE = 2
+"""Exit status of a run refused for bad input (config, task, credentials) or stopped early."""
 
-Scenario = Callable[[Any, Backend], report.Report]
+Scenario = Callable[[Job], Outcome]
 
 log = logging.getLogger(__name__)
 
@@ -52,26 +63,21 @@ def load_scenario(name: str) -> Scenario:
     return cast(Scenario, importlib.import_module(module_name).run)
 
 
-def open_backend(cfg: DictConfig) -> Backend:
-    """Construct the backend named by ``cfg.name`` with the other keys as keywords."""
-    options = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
-    return cast(Backend, load_backend(options.pop("name"), **options))
-
-
 @hydra.main(config_path="../configs", config_name="config", version_base="1.3")
 def _run(cfg: DictConfig) -> None:
-    reject_unknown_keys(cfg)
-    scenario = load_scenario(cfg.benchmark.name)
-    settings = OmegaConf.to_object(cfg.benchmark)
-    output_dir = Path(HydraConfig.get().runtime.output_dir)
-    backend = open_backend(cfg.backend)
+    job = Job(cfg, Path(HydraConfig.get().runtime.output_dir))
     try:
-        log.info("running %s on the %s backend", cfg.benchmark.name, backend.name)
-        outcome = scenario(settings, backend)
+        reject_unknown_keys(cfg)
+        scenario = load_scenario(cfg.benchmark.name)
+        log.info("running %s", cfg.benchmark.name)
+        outcome = scenario(job)
+    except SnapgymError as exc:
+        print(f"snapgym: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     finally:
-        backend.close()
-    summary_path = report.write(outcome, output_dir)
-    print(report.format_table(outcome))
+        job.close()
+    summary_path = outcome.write(job.output_dir)
+    print(outcome.table())
     print(f"\nsummary: {summary_path}")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from pool.results import ExecResult
 
 TESTS_DIR = "/tests"
 LOGS_DIR = "/logs/verifier"
+REWARD_FILES = ("reward.json", "reward.txt")
 _MAX_VERIFIER_OUTPUT = 256 * 1024
 
 
@@ -64,10 +66,19 @@ def verify(sandbox: Sandbox, task: Task, *, env: dict[str, str] | None = None) -
     Raises:
         SandboxError: the sandbox failed (an infrastructure failure, not a verdict).
     """
-    sandbox.exec(f"rm -rf {TESTS_DIR} {LOGS_DIR} && mkdir -p {TESTS_DIR} {LOGS_DIR}", timeout_s=60)
-    copy_dir_into(sandbox, task.tests_dir, TESTS_DIR)
+    # The tests go to a folder the agent cannot have prepared and replace /tests in the same exec
+    # that clears stale rewards and starts test.sh; [ -e ] tests are builtins, so the usual case
+    # costs one process (mv) before test.sh.
+    staging = f"/.snapgym-tests-{secrets.token_hex(8)}"
+    copy_dir_into(sandbox, task.tests_dir, staging)
+    sandbox.write_file(f"{LOGS_DIR}/.snapgym", b"")  # creates the folder test.sh writes into
+    prepare = (
+        f"{{ [ ! -e {TESTS_DIR} ] || rm -rf {TESTS_DIR}; }}"
+        + "".join(f" && {{ [ ! -e {LOGS_DIR}/{name} ] || rm -rf {LOGS_DIR}/{name}; }}" for name in REWARD_FILES)
+        + f" && mv {staging} {TESTS_DIR} || {{ echo 'snapgym: could not install the tests' >&2; exit 97; }}"
+    )
     result = sandbox.exec(
-        run_script_command(f"{TESTS_DIR}/test.sh"),
+        f"{prepare}\n{run_script_command(f'{TESTS_DIR}/test.sh')}",
         timeout_s=task.settings.verifier_timeout_s,
         cwd=task.workdir,
         env={"TEST_DIR": TESTS_DIR, **task.settings.environment.env, **task.settings.verifier_env, **(env or {})},

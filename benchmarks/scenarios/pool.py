@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from benchmarks.job import Job
 from benchmarks.report import Report, Skipped, Target
 from benchmarks.stats import percentile
 from benchmarks.timing import measure
@@ -97,8 +98,10 @@ class PoolBenchConfig:
     """Thresholds checked in the summary."""
 
 
-def run(cfg: PoolBenchConfig, backend: Backend) -> Report:
-    """Measure the pool against ``backend`` used directly."""
+def run(job: Job) -> Report:
+    """Measure the pool against the job's backend used directly."""
+    cfg: PoolBenchConfig = job.settings
+    backend = job.backend
     options = _backend_options(backend)
     methods: dict[str, list[float] | Skipped] = {}
     pool = SandboxPool(PoolConfig(min_warm=cfg.min_warm, max_warm=cfg.min_warm, max_size=4 * cfg.min_warm,

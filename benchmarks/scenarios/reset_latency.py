@@ -49,6 +49,7 @@ from typing import Any
 
 from benchmarks import docker_baseline, naive_baseline, rootfs, workspace
 from benchmarks.config import ResetLatencyConfig
+from benchmarks.job import Job
 from benchmarks.report import Report, Skipped, Target
 from benchmarks.stats import percentile
 from benchmarks.timing import measure
@@ -68,8 +69,10 @@ _CLEAN_CHECK = (
 Outcome = list[float] | Skipped
 
 
-def run(cfg: ResetLatencyConfig, backend: Backend) -> Report:
-    """Measure every method of the scenario on ``backend``; see the module docstring."""
+def run(job: Job) -> Report:
+    """Measure every method of the scenario on the job's backend; see the module docstring."""
+    cfg: ResetLatencyConfig = job.settings
+    backend = job.backend
     _check_repetitions(cfg)
     snapshot, build_s = _build(backend, cfg)
     measured: dict[str, Outcome] = {}

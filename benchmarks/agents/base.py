@@ -1,0 +1,61 @@
+"""What an agent is to the runner: something that, per episode, turns observations into actions.
+
+The agent loop runs in the runner's process, outside the sandbox (the
+"sandbox as a tool" pattern): model keys, prompts and the ledger never enter
+a sandbox; only the actions do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import gymnasium as gym
+
+from envs.tasks import Task
+from pool.errors import SnapgymError
+
+Observation = dict[str, Any]
+
+
+class AgentError(SnapgymError):
+    """The agent failed (a bug, an unusable reply): the episode ends as ``agent_error``, not retried."""
+
+
+class ModelUnavailableError(SnapgymError):
+    """The model endpoint could not be reached or kept failing: an infrastructure failure, retried."""
+
+
+class ModelRequestError(SnapgymError):
+    """The model endpoint refused the request itself (bad key, unknown model): the run stops, resumable."""
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeContext:
+    """What an agent may know about the episode it is about to play."""
+
+    task: Task
+    """The task (its instruction is also the first observation)."""
+    env: gym.Env[Observation, str]
+    """The environment; ``env.unwrapped.sandbox`` is the sandbox (the oracle copies its solution in)."""
+    env_id: str
+    """``snapgym/Shell-v0`` or ``snapgym/Python-v0``: what an action means."""
+    seed: int
+    """The episode's seed (also passed to ``env.reset``)."""
+
+
+class Policy(Protocol):
+    """One episode's decision maker."""
+
+    def act(self, observation: Observation, info: dict[str, Any]) -> str:
+        """The next action, given the last observation and info (``envs.SUBMIT`` ends the episode)."""
+
+
+class Agent(Protocol):
+    """A factory of per-episode policies; shared by the runner's threads, so it keeps no episode state."""
+
+    name: str
+    """Recorded in the ledger as the episode's ``agent``."""
+
+    def start(self, episode: EpisodeContext) -> Policy:
+        """A policy for one episode, called after ``env.reset``."""

@@ -1,0 +1,99 @@
+"""A minimal client of OpenAI-compatible chat completions (``POST {base_url}/chat/completions``).
+
+It speaks the wire protocol directly with the standard library, so any
+server that implements it works (OpenAI, vLLM, SGLang, llama.cpp, LiteLLM,
+Ollama). Transient failures (connection errors, timeouts, 429, 5xx) are
+retried with exponential backoff and then raise ModelUnavailableError (an
+infrastructure failure); a request the server refuses (400, 401, 403, 404)
+raises ModelRequestError at once, since retrying cannot fix it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.agents.base import AgentError, ModelRequestError, ModelUnavailableError
+
+Message = dict[str, str]
+_RETRIED_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class ChatEndpoint:
+    """Where and how to ask the model."""
+
+    base_url: str
+    """e.g. ``https://api.openai.com/v1`` or ``http://localhost:8000/v1``."""
+    model: str
+    """The ``model`` field of the request."""
+    api_key: str | None
+    """Sent as ``Authorization: Bearer``; read from the environment by the caller, never logged."""
+    timeout_s: float = 120.0
+    """Per request."""
+    max_retries: int = 4
+    """Retries of a transient failure before giving up."""
+    backoff_s: float = 1.0
+    """First retry delay; doubles each time."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatReply:
+    """The first choice's text and the token usage the server reported."""
+
+    content: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def complete(endpoint: ChatEndpoint, messages: Sequence[Message], **params: Any) -> ChatReply:
+    """Ask for one completion of ``messages`` (extra ``params`` such as temperature go in the body)."""
+    body = json.dumps({"model": endpoint.model, "messages": list(messages), **params}).encode()
+    delay = endpoint.backoff_s
+    for attempt in range(endpoint.max_retries + 1):
+        try:
+            return _parse_reply(_post(endpoint, body))
+        except ModelUnavailableError:
+            if attempt == endpoint.max_retries:
+                raise
+        time.sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable")
+
+
+def _post(endpoint: ChatEndpoint, body: bytes) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if endpoint.api_key:
+        headers["Authorization"] = f"Bearer {endpoint.api_key}"
+    request = urllib.request.Request(
+        endpoint.base_url.rstrip("/") + "/chat/completions", data=body, headers=headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=endpoint.timeout_s) as response:
+            payload: dict[str, Any] = json.loads(response.read())
+            return payload
+    except urllib.error.HTTPError as exc:
+        detail = exc.read()[:500].decode("utf-8", "replace")
+        message = f"{endpoint.base_url}: HTTP {exc.code} for model {endpoint.model!r}: {detail}"
+        if exc.code in _RETRIED_STATUS:
+            raise ModelUnavailableError(message) from None
+        raise ModelRequestError(message + " (check agent.base_url, agent.model and the API key)") from None
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ModelUnavailableError(f"{endpoint.base_url}: cannot reach the model server ({reason})") from None
+    except json.JSONDecodeError:
+        raise ModelUnavailableError(f"{endpoint.base_url}: the reply was not JSON") from None
+
+
+def _parse_reply(payload: dict[str, Any]) -> ChatReply:
+    try:
+        content = payload["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise AgentError(f"the model's reply has no choices[0].message.content: {str(payload)[:300]}") from None
+    usage = payload.get("usage") or {}
+    return ChatReply(str(content or ""), int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))

@@ -1,0 +1,116 @@
+"""An agent backed by any OpenAI-compatible chat model.
+
+The conversation: a system prompt saying how to act, the task's instruction,
+then, per step, the model's reply and the observation it produced. The
+model's reply becomes an action: the last fenced code block in it, or, when
+there is none, the whole reply; a reply that is just ``submit`` ends the
+episode. The API key is read from the environment variable the config
+names, in this process only: nothing but the extracted action reaches the
+sandbox, and the key is never written to the ledger or the config dump.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from benchmarks.agents.base import EpisodeContext, Observation
+from benchmarks.agents.chat import ChatEndpoint, Message, complete
+from envs.base import SUBMIT
+from pool.errors import ConfigError
+
+SYSTEM_PROMPT = """You are operating a Linux machine to complete a task.
+Each of your replies is run as one action and you will see its output.
+{action_kind}
+Put the action in one fenced code block. Reply with exactly `submit` when the task is done."""
+SHELL_ACTIONS = "An action is a bash command (cd and exported variables persist between actions)."
+PYTHON_ACTIONS = "An action is Python source, run in one persistent interpreter (variables persist)."
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+
+
+class LLMAgent:
+    """Asks a chat model for each action.
+
+    Args:
+        base_url: the endpoint's base URL (``.../v1``).
+        model: the model name.
+        api_key_env: the environment variable holding the key; empty for servers without auth.
+        temperature: sampling temperature (group rollouts want > 0).
+        max_tokens: cap on each reply.
+        max_observation_chars: observations are cut to their head and tail beyond this.
+        timeout_s, max_retries: per request, see ``benchmarks.agents.chat``.
+
+    Raises:
+        ConfigError: the key's variable is named but not set (raised before any sandbox starts).
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        max_observation_chars: int = 8000,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+    ) -> None:
+        self.name = f"llm:{model}"
+        key = os.environ.get(api_key_env) if api_key_env else None
+        if api_key_env and not key:
+            raise ConfigError(
+                f"agent=llm reads its API key from ${api_key_env}, which is not set; export it, "
+                "or set agent.api_key_env='' for a server without authentication"
+            )
+        self._endpoint = ChatEndpoint(base_url, model, key, timeout_s=timeout_s, max_retries=max_retries)
+        self._params = {"temperature": temperature, "max_tokens": max_tokens}
+        self.max_observation_chars = max_observation_chars
+
+    def start(self, episode: EpisodeContext) -> _ChatPolicy:
+        """A conversation for one episode."""
+        kind = PYTHON_ACTIONS if episode.env_id.endswith("Python-v0") else SHELL_ACTIONS
+        messages: list[Message] = [
+            {"role": "system", "content": SYSTEM_PROMPT.format(action_kind=kind)},
+            {"role": "user", "content": episode.task.instruction},
+        ]
+        params = {**self._params, "seed": episode.seed}
+        return _ChatPolicy(self._endpoint, messages, params, self.max_observation_chars)
+
+
+class _ChatPolicy:
+    def __init__(self, endpoint: ChatEndpoint, messages: list[Message], params: dict[str, Any], limit: int) -> None:
+        self._endpoint = endpoint
+        self._messages = messages
+        self._params = params
+        self._limit = limit
+        self._replied = False
+
+    def act(self, observation: Observation, info: dict[str, Any]) -> str:
+        if self._replied:
+            self._messages.append({"role": "user", "content": clip(str(observation["output"]), self._limit)})
+        reply = complete(self._endpoint, self._messages, **self._params)
+        self._replied = True
+        self._messages.append({"role": "assistant", "content": reply.content})
+        return action_from_reply(reply.content)
+
+
+def action_from_reply(reply: str) -> str:
+    """The action in a model's reply: ``submit``, else the last fenced block, else the reply itself."""
+    text = reply.strip()
+    if text.strip("`").strip().lower() == SUBMIT:
+        return SUBMIT
+    blocks = _FENCE.findall(reply)
+    if blocks:
+        block: str = blocks[-1].strip("\n")
+        return SUBMIT if block.strip().lower() == SUBMIT else block
+    return text
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to its head and tail when longer than ``limit`` characters."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - limit} characters cut ...]\n{text[-half:]}"

@@ -1,0 +1,31 @@
+"""The agent that does nothing: it submits the start state (a task's floor, which should score 0)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.agents.base import EpisodeContext, Observation
+from envs.base import SUBMIT
+
+
+class NoopAgent:
+    """Submits at once, after ``steps`` runs of ``true`` (useful to time the episode loop itself)."""
+
+    def __init__(self, *, steps: int = 0) -> None:
+        self.name = "noop"
+        self.steps = steps
+
+    def start(self, episode: EpisodeContext) -> _NoopPolicy:
+        """A policy that idles ``steps`` times, then submits."""
+        return _NoopPolicy(self.steps)
+
+
+class _NoopPolicy:
+    def __init__(self, steps: int) -> None:
+        self._left = steps
+
+    def act(self, observation: Observation, info: dict[str, Any]) -> str:
+        if self._left <= 0:
+            return SUBMIT
+        self._left -= 1
+        return "true"

@@ -1,0 +1,60 @@
+"""The reference-solution agent: it runs the task's ``solution/solve.sh``, then submits.
+
+The solution enters the sandbox only now, through the sandbox's file API (as
+Harbor's oracle uploads it), and runs as one action, so its output is an
+ordinary observation and the step timeout applies to it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from benchmarks.agents.base import AgentError, EpisodeContext, Observation
+from envs.base import SUBMIT
+from envs.oracle import SOLUTION_DIR
+from envs.verifier import copy_dir_into, run_script_command
+
+
+class OracleAgent:
+    """Plays every task with its reference solution; a task without one is an agent error."""
+
+    def __init__(self) -> None:
+        self.name = "oracle"
+
+    def start(self, episode: EpisodeContext) -> _OraclePolicy:
+        """A policy that copies the solution in, runs it, and submits."""
+        if episode.task.solution_dir is None:
+            raise AgentError(f"task {episode.task.id} has no solution/solve.sh for the oracle to run")
+        return _OraclePolicy(episode)
+
+
+class _OraclePolicy:
+    def __init__(self, episode: EpisodeContext) -> None:
+        self._episode = episode
+        self._ran = False
+
+    def act(self, observation: Observation, info: dict[str, Any]) -> str:
+        if self._ran:
+            return SUBMIT
+        self._ran = True
+        task = self._episode.task
+        sandbox = self._episode.env.unwrapped.sandbox  # type: ignore[attr-defined]
+        assert task.solution_dir is not None
+        copy_dir_into(sandbox, task.solution_dir, SOLUTION_DIR)
+        return solution_action(self._episode.env_id, task.settings.solution_env)
+
+
+def solution_action(env_id: str, solution_env: dict[str, str] | Any) -> str:
+    """The action that runs ``/solution/solve.sh`` (then removes /solution) in an env of ``env_id``."""
+    assignments = " ".join(f"{name}={shlex.quote(value)}" for name, value in dict(solution_env).items())
+    script = f"env {assignments} sh -c {shlex.quote(run_script_command(SOLUTION_DIR + '/solve.sh'))}"
+    command = f"({script}); snapgym_status=$?; rm -rf {SOLUTION_DIR}; (exit $snapgym_status)"
+    if env_id.endswith("Python-v0"):
+        return (
+            "import subprocess as _sp, sys as _sys\n"
+            f"_r = _sp.run(['/bin/sh', '-c', {command!r}], capture_output=True, text=True)\n"
+            "print(_r.stdout, end=''); print(_r.stderr, end='', file=_sys.stderr)\n"
+            "_r.returncode"
+        )
+    return command

@@ -1,0 +1,166 @@
+"""One attempt of one episode: reset, let the agent act until the episode ends, classify the end.
+
+The outcome classes, as recorded in the ledger:
+
+- ``scored``: the verifier scored the end state (``reward``); ``end_reason``
+  says whether the agent submitted, ran out of steps, or hit the task's time limit.
+- ``agent_error``: the agent raised or gave an unusable reply. Counts as a
+  failed episode (reward 0 in means), not retried.
+- ``timeout``: the episode outran ``episode_timeout_s`` (agent included).
+  Counts as a failed episode, not retried.
+- ``infra_error``: the sandbox, backend, pool, verifier or model endpoint
+  failed. Retried under a new attempt id; never averaged in as a reward.
+
+An action the environment refuses (too large, a NUL, not text) does not end
+the episode: it counts as a step and the agent is told why.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from benchmarks.agents.base import Agent, EpisodeContext, ModelRequestError, ModelUnavailableError
+from envs.errors import InvalidActionError
+from envs.tasks import Task
+
+SCORED = "scored"
+AGENT_ERROR = "agent_error"
+TIMEOUT = "timeout"
+INFRA_ERROR = "infra_error"
+OUTCOMES = (SCORED, AGENT_ERROR, TIMEOUT, INFRA_ERROR)
+_MAX_ERROR_CHARS = 4000
+_FAILED = object()
+"""What an agent call returns when the agent failed (the result says how)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeSpec:
+    """One scheduled episode."""
+
+    episode_id: str
+    """``<task_id>:<sample>``: stable across resumes."""
+    task_id: str
+    sample: int
+    """Index within the task's group (0..episodes_per_task-1)."""
+    seed: int
+
+
+@dataclass(slots=True)
+class AttemptResult:
+    """How one attempt ended, with its provenance and timings."""
+
+    outcome: str
+    reward: float | None = None
+    error: str | None = None
+    end_reason: str | None = None
+    steps: int = 0
+    snapshot_id: str | None = None
+    start_digest: str | None = None
+    reset_latency_ms: float | None = None
+    agent_s: float = 0.0
+    env_s: float = 0.0
+    episode_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_retryable(self) -> bool:
+        """Only infrastructure failures are retried."""
+        return self.outcome == INFRA_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeLimits:
+    """Per-episode limits of the run."""
+
+    env_id: str
+    episode_timeout_s: float | None = None
+
+
+def play(env: gym.Env[Any, str], task: Task, agent: Agent, spec: EpisodeSpec, limits: EpisodeLimits) -> AttemptResult:
+    """Play one attempt of ``spec`` in ``env``.
+
+    Raises:
+        ModelRequestError: the model endpoint refuses every request; the run must stop.
+    """
+    started = time.perf_counter()
+    result = AttemptResult(outcome=INFRA_ERROR)
+    try:
+        _play(env, task, agent, spec, limits, result, started)
+    except ModelRequestError:
+        raise
+    except Exception as exc:  # anything the environment raised that it did not classify: infrastructure
+        result.outcome, result.error = INFRA_ERROR, _describe(exc, with_traceback=True)
+    result.episode_s = time.perf_counter() - started
+    return result
+
+
+def _play(
+    env: gym.Env[Any, str],
+    task: Task,
+    agent: Agent,
+    spec: EpisodeSpec,
+    limits: EpisodeLimits,
+    result: AttemptResult,
+    started: float,
+) -> None:
+    clock = time.perf_counter()
+    obs, info = env.reset(seed=spec.seed)
+    result.env_s += time.perf_counter() - clock
+    result.snapshot_id, result.start_digest = info.get("snapshot_id"), info.get("start_digest")
+    result.reset_latency_ms = float(info.get("reset_latency_s", 0.0)) * 1000
+    policy = _agent_call(result, lambda: agent.start(EpisodeContext(task, env, limits.env_id, spec.seed)))
+    if policy is _FAILED:
+        return
+    while True:
+        if limits.episode_timeout_s is not None and time.perf_counter() - started > limits.episode_timeout_s:
+            result.outcome, result.error = TIMEOUT, f"the episode ran past episode_timeout_s={limits.episode_timeout_s}"
+            return
+        action = _agent_call(result, functools.partial(policy.act, obs, info))
+        if action is _FAILED:
+            return
+        clock = time.perf_counter()
+        try:
+            obs, reward, terminated, truncated, info = env.step(action)
+        except InvalidActionError as exc:
+            obs, reward, terminated, truncated, info = env.unwrapped.refuse(f"invalid action: {exc}")  # type: ignore[attr-defined]
+        result.env_s += time.perf_counter() - clock
+        result.steps = int(info.get("step", result.steps + 1))
+        if terminated or truncated:
+            _finish(result, float(reward), info)
+            return
+
+
+def _agent_call(result: AttemptResult, call: Any) -> Any:
+    clock = time.perf_counter()
+    try:
+        return call()
+    except (ModelRequestError, KeyboardInterrupt):
+        raise
+    except ModelUnavailableError as exc:
+        result.outcome, result.error = INFRA_ERROR, _describe(exc)
+    except Exception as exc:
+        result.outcome, result.error = AGENT_ERROR, _describe(exc, with_traceback=True)
+    finally:
+        result.agent_s += time.perf_counter() - clock
+    return _FAILED
+
+
+def _finish(result: AttemptResult, reward: float, info: dict[str, Any]) -> None:
+    result.end_reason = info.get("end_reason")
+    if info.get("scored"):
+        result.outcome, result.reward = SCORED, reward
+    else:
+        result.outcome, result.error = INFRA_ERROR, str(info.get("infra_error", "the episode was not scored"))
+
+
+def _describe(exc: BaseException, *, with_traceback: bool = False) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if with_traceback:
+        text += "\n" + "".join(traceback.format_tb(exc.__traceback__)[-3:])
+    return text[:_MAX_ERROR_CHARS]

@@ -1,0 +1,63 @@
+"""What a scenario gets from the runner (the composed config, a backend, its output folder) and returns."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+from omegaconf import DictConfig, OmegaConf
+
+from pool import Backend, load_backend
+from pool.errors import SnapgymError
+
+
+class Outcome(Protocol):
+    """What a scenario hands back: it writes its files and prints a table."""
+
+    def write(self, output_dir: Path) -> Path:
+        """Write the results into ``output_dir``; returns the summary.json path."""
+
+    def table(self) -> str:
+        """A plain-text table for the terminal."""
+
+
+@dataclass
+class Job:
+    """One run of one scenario."""
+
+    config: DictConfig
+    """The whole composed config (backend, pool, suite, agent, benchmark, run settings)."""
+    output_dir: Path
+    """Hydra's run directory (or ``output_dir`` from the config)."""
+    _backends: list[Backend] = field(default_factory=list)
+
+    @property
+    def settings(self) -> Any:
+        """The scenario's own settings, as its schema dataclass."""
+        return OmegaConf.to_object(self.config.benchmark)
+
+    def backend_options(self) -> dict[str, Any]:
+        """The backend's keyword options (everything under ``backend`` but ``name``)."""
+        options = cast(dict[str, Any], OmegaConf.to_container(self.config.backend, resolve=True))
+        options.pop("name")
+        return options
+
+    def open_backend(self) -> Backend:
+        """A new backend as the config describes it; closed by :meth:`close`."""
+        backend = cast(Backend, load_backend(self.config.backend.name, **self.backend_options()))
+        self._backends.append(backend)
+        return backend
+
+    @property
+    def backend(self) -> Backend:
+        """The job's backend, opened on first use."""
+        return self._backends[0] if self._backends else self.open_backend()
+
+    def close(self) -> None:
+        """Close every backend this job opened."""
+        for backend in self._backends:
+            with contextlib.suppress(SnapgymError):
+                backend.close()
+        self._backends.clear()

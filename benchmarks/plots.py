@@ -1,0 +1,67 @@
+"""PNG plots of a run: reward by task, reset latency distribution, throughput over time (matplotlib, Agg)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+
+from benchmarks.episodes import INFRA_ERROR
+
+REWARD_PLOT = "reward_by_task.png"
+RESET_PLOT = "reset_latency.png"
+THROUGHPUT_PLOT = "throughput.png"
+
+
+def write_plots(run_dir: Path, frame: pd.DataFrame) -> list[Path]:
+    """Write the three plots of an episode table; returns their paths (none for an empty table)."""
+    if frame.empty:
+        return []
+    return [_reward_by_task(run_dir, frame), _reset_latency(run_dir, frame), _throughput(run_dir, frame)]
+
+
+def _reward_by_task(run_dir: Path, frame: pd.DataFrame) -> Path:
+    counted = frame[frame["outcome"] != INFRA_ERROR]
+    means = counted.assign(reward=counted["reward"].fillna(0.0)).groupby("task_id")["reward"].mean().sort_index()
+    figure, axes = plt.subplots(figsize=(8, max(2.5, 0.3 * len(means) + 1)))
+    axes.barh(means.index, means.values, color="#4c72b0")
+    axes.set_xlim(0, 1.05)
+    axes.set_xlabel("mean reward (infrastructure failures excluded)")
+    axes.invert_yaxis()
+    axes.set_title("Reward by task")
+    return _save(figure, run_dir / REWARD_PLOT)
+
+
+def _reset_latency(run_dir: Path, frame: pd.DataFrame) -> Path:
+    figure, axes = plt.subplots(figsize=(7, 3.5))
+    values = frame["reset_latency_ms"].dropna()
+    axes.hist(values, bins=min(50, max(5, len(values) // 4)), color="#55a868")
+    axes.set_xlabel("reset latency (ms)")
+    axes.set_ylabel("episodes")
+    axes.set_title(f"Reset latency (p50 {values.median():.2f} ms)" if len(values) else "Reset latency")
+    return _save(figure, run_dir / RESET_PLOT)
+
+
+def _throughput(run_dir: Path, frame: pd.DataFrame) -> Path:
+    figure, axes = plt.subplots(figsize=(7, 3.5))
+    for run_id, group in frame.groupby("run_id"):
+        finished = group["finished_at"].sort_values()
+        axes.plot(finished - group["started_at"].min(), range(1, len(finished) + 1), label=str(run_id))
+    axes.set_xlabel("seconds since the session started")
+    axes.set_ylabel("episodes finished")
+    axes.set_title("Throughput")
+    if frame["run_id"].nunique() > 1:
+        axes.legend(title="session")
+    return _save(figure, run_dir / THROUGHPUT_PLOT)
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

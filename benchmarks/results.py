@@ -1,0 +1,176 @@
+"""A run's results: the episode table (from the ledger), summary.json, and the terminal table.
+
+``summary.json`` keys (eval and throughput):
+
+- ``scenario``, ``run_dir``, ``suite``, ``agent``, ``env_id``, ``backend``.
+- ``counts``: ``scheduled``, ``finished``, one count per outcome (``scored``,
+  ``agent_error``, ``timeout``, ``infra_error``), ``retried_attempts`` (attempts
+  that failed on infrastructure and were run again), ``interrupted_attempts``.
+- ``mean_reward``: over finished episodes except ``infra_error`` ones (agent
+  errors and timeouts count as 0; infrastructure failures are left out, never 0).
+- ``pass_rate``: the share of those episodes whose reward reached the threshold.
+- ``pass_at_k``: {k: mean over tasks of the unbiased pass@k estimate}
+  (Chen et al. 2021), for each k <= the episodes a task has.
+- ``by_task``: per task, the same figures plus ``start_states_identical``.
+- ``start_states_identical``: every episode started from its task snapshot's digest.
+- ``latency_ms``: percentiles (p50/p90/p99/mean/n) of ``reset`` and ``episode``.
+- ``throughput``: ``episodes``, ``wall_s``, ``episodes_per_s`` (finished episodes
+  per second of wall time, summed over the run's sessions when it was resumed).
+- ``headline``: the few numbers a multirun compares.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from benchmarks.episodes import INFRA_ERROR, OUTCOMES
+from benchmarks.ledger import ATTEMPT_FAILED, read_records
+from benchmarks.stats import summarize
+
+EPISODES_PARQUET = "episodes.parquet"
+EPISODES_CSV = "episodes.csv"
+SUMMARY_FILE = "summary.json"
+
+
+def episodes_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """One row per finished episode, sorted by task and sample."""
+    frame = pd.DataFrame([{k: v for k, v in r.items() if k != "kind"} for r in records])
+    if frame.empty:
+        return frame
+    return frame.sort_values(["task_id", "sample"], kind="stable").reset_index(drop=True)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of a task with ``n`` episodes, ``c`` of them passed."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def summarize_run(
+    run_dir: Path, frame: pd.DataFrame, *, scheduled: int, ks: Sequence[int], meta: dict[str, Any]
+) -> dict[str, Any]:
+    """The summary.json of a run (see the module docstring for its keys)."""
+    counts = {"scheduled": scheduled, "finished": len(frame)}
+    counts.update({o: int((frame["outcome"] == o).sum()) if len(frame) else 0 for o in OUTCOMES})
+    failed = [r for r in read_records(run_dir / "ledger.jsonl") if r["kind"] == ATTEMPT_FAILED]
+    counts["retried_attempts"] = sum(not r.get("interrupted") for r in failed)
+    counts["interrupted_attempts"] = sum(bool(r.get("interrupted")) for r in failed)
+    by_task = {str(task): _task_figures(group, ks) for task, group in frame.groupby("task_id")} if len(frame) else {}
+    summary: dict[str, Any] = {
+        "scenario": meta.get("scenario", "eval"),
+        "run_dir": str(run_dir),
+        **{k: v for k, v in meta.items() if k != "scenario"},
+        "counts": counts,
+        **_reward_figures(frame, ks, by_task),
+        "by_task": by_task,
+        "start_states_identical": all(t["start_states_identical"] for t in by_task.values()),
+        "latency_ms": {
+            "reset": _percentiles(frame.get("reset_latency_ms")),
+            "episode": _percentiles(None if frame.empty else frame["episode_s"] * 1000),
+        },
+        "throughput": _throughput(frame),
+    }
+    summary["headline"] = {
+        "mean_reward": summary["mean_reward"],
+        "pass_rate": summary["pass_rate"],
+        "episodes_per_s": summary["throughput"]["episodes_per_s"],
+        "reset_p50_ms": (summary["latency_ms"]["reset"] or {}).get("p50_ms"),
+        "episode_p50_ms": (summary["latency_ms"]["episode"] or {}).get("p50_ms"),
+        "infra_error": counts[INFRA_ERROR],
+    }
+    return summary
+
+
+def write_tables(run_dir: Path, frame: pd.DataFrame, summary: dict[str, Any]) -> None:
+    """Write episodes.parquet, episodes.csv and summary.json into ``run_dir``."""
+    frame.to_parquet(run_dir / EPISODES_PARQUET, index=False)
+    frame.to_csv(run_dir / EPISODES_CSV, index=False)
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The terminal table: one row per task, then the totals."""
+    rows = {
+        task: {
+            "episodes": figures["episodes"],
+            "mean_reward": _fmt(figures["mean_reward"]),
+            "pass@1": _fmt(figures["pass_at_k"].get("1")),
+            "infra_err": figures["infra_error"],
+            "agent_err": figures["agent_error"] + figures["timeout"],
+            "episode_s": _fmt(figures["mean_episode_s"], 2),
+        }
+        for task, figures in summary["by_task"].items()
+    }
+    table = pd.DataFrame.from_dict(rows, orient="index").to_string() if rows else "(no episodes)"
+    counts = summary["counts"]
+    throughput = summary["throughput"]
+    lines = [
+        f"== {summary['scenario']}: {summary.get('suite', '')} with agent {summary.get('agent', '')} ==",
+        table,
+        "",
+        f"episodes {counts['finished']}/{counts['scheduled']}: scored {counts['scored']}, "
+        f"agent errors {counts['agent_error']}, timeouts {counts['timeout']}, infra errors {counts['infra_error']} "
+        f"(attempts retried: {counts['retried_attempts']})",
+        f"mean reward {_fmt(summary['mean_reward'])}, pass rate {_fmt(summary['pass_rate'])}, "
+        + ", ".join(f"pass@{k} {_fmt(v)}" for k, v in summary["pass_at_k"].items()),
+        f"start states identical: {summary['start_states_identical']}; "
+        f"{_fmt(throughput['episodes_per_s'], 1)} episodes/s over {_fmt(throughput['wall_s'], 1)} s",
+    ]
+    return "\n".join(lines)
+
+
+def _reward_figures(frame: pd.DataFrame, ks: Sequence[int], by_task: dict[str, Any]) -> dict[str, Any]:
+    counted = frame[frame["outcome"] != INFRA_ERROR] if len(frame) else frame
+    rewards = counted["reward"].fillna(0.0) if len(counted) else pd.Series(dtype=float)
+    at_k: dict[str, float] = {}
+    for k in ks:
+        values = [t["pass_at_k"][str(k)] for t in by_task.values() if str(k) in t["pass_at_k"]]
+        if values:
+            at_k[str(k)] = float(sum(values) / len(values))
+    return {
+        "mean_reward": float(rewards.mean()) if len(rewards) else None,
+        "pass_rate": float(counted["passed"].mean()) if len(counted) else None,
+        "pass_at_k": at_k,
+    }
+
+
+def _task_figures(group: pd.DataFrame, ks: Sequence[int]) -> dict[str, Any]:
+    counted = group[group["outcome"] != INFRA_ERROR]
+    n, c = len(counted), int(counted["passed"].sum())
+    starts = group["start_digest"].dropna()
+    digest = group["task_snapshot_digest"].dropna()
+    return {
+        "episodes": len(group),
+        **{o: int((group["outcome"] == o).sum()) for o in OUTCOMES},
+        "mean_reward": float(counted["reward"].fillna(0.0).mean()) if n else None,
+        "pass_at_k": {str(k): pass_at_k(n, c, k) for k in ks if 0 < k <= n},
+        "mean_episode_s": float(group["episode_s"].mean()),
+        "start_states_identical": bool(len(digest) == 0 or (starts == digest.iloc[0]).all()),
+    }
+
+
+def _percentiles(values: Any) -> dict[str, float] | None:
+    if values is None:
+        return None
+    samples = [float(v) for v in values if v is not None and not math.isnan(v)]
+    return asdict(summarize(samples)) if samples else None
+
+
+def _throughput(frame: pd.DataFrame) -> dict[str, Any]:
+    if frame.empty:
+        return {"episodes": 0, "wall_s": 0.0, "episodes_per_s": None}
+    spans = frame.groupby("run_id").agg(start=("started_at", "min"), end=("finished_at", "max"))
+    wall = float((spans["end"] - spans["start"]).sum())
+    return {"episodes": len(frame), "wall_s": wall, "episodes_per_s": len(frame) / wall if wall > 0 else None}
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"

@@ -1,0 +1,150 @@
+"""Eval: play the suite with the agent and score every episode (the default scenario).
+
+Method:
+    The suite's tasks are loaded and their snapshots built (or found in the
+    store) before any episode; the agent is constructed first, so a missing
+    API key fails before any sandbox starts. ``episodes_per_task`` episodes
+    of each task then run, ``pool.size`` at a time, each from its task's
+    snapshot (see ``benchmarks.evaluation``). Every attempt and result is
+    appended to ``ledger.jsonl``; infrastructure failures are retried up to
+    ``max_attempts``. Reported: the outcome counts, mean reward and pass@k by
+    task, reset latency (from the environment's ``info``, time to put a
+    sandbox at the snapshot) and episode latency percentiles (wall time from
+    reset to the verifier's verdict, agent included; numpy, linear
+    interpolation), and throughput (finished episodes per second of wall time).
+    Nothing is discarded as warm-up: an evaluation reports what it did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from benchmarks import results, rundir
+from benchmarks.agents import make_agent
+from benchmarks.evaluation import EvalSettings, Evaluation, plan_episodes
+from benchmarks.job import Job
+from benchmarks.ledger import Ledger, read_results
+from benchmarks.plots import write_plots
+from benchmarks.progress import Progress
+from benchmarks.schemas import PoolKind
+from benchmarks.suites import select_tasks
+from benchmarks.supply import SandboxSupply
+from envs.tasks import Task
+
+
+@dataclass
+class EvalBenchConfig:
+    """The eval scenario has no settings of its own: the suite, agent and run settings say it all."""
+
+    name: str = "eval"
+    """Scenario name."""
+    plots: bool = True
+    """Write the PNG plots."""
+
+
+@dataclass
+class EvalOutcome:
+    """A finished (or stopped) evaluation's summary."""
+
+    run_dir: Path
+    summary: dict[str, Any]
+
+    def write(self, output_dir: Path) -> Path:
+        """The files are already in the run directory; returns its summary.json."""
+        return self.run_dir / results.SUMMARY_FILE
+
+    def table(self) -> str:
+        """Per-task table and totals."""
+        return results.format_summary(self.summary) + f"\nresults: {self.run_dir}"
+
+
+def run(job: Job) -> EvalOutcome:
+    """Run the evaluation the job's config describes; see the module docstring."""
+    run_dir, config, resumed = rundir.resolve(job.config, job.output_dir)
+    agent = make_agent(_plain(config.agent))
+    tasks = _tasks(config)
+    return evaluate(job, config, run_dir, tasks, agent, resumed=resumed, plots=config.benchmark.plots)
+
+
+def evaluate(
+    job: Job, config: DictConfig, run_dir: Path, tasks: list[Task], agent: Any, *, resumed: bool, plots: bool
+) -> EvalOutcome:
+    """Play the plan into ``run_dir``'s ledger and write its reports (also used by throughput)."""
+    settings = eval_settings(config)
+    supply = open_supply(job, config)
+    ledger = Ledger.open(run_dir, fsync=config.ledger_fsync)
+    scheduled = len(plan_episodes(tasks, settings.episodes_per_task, settings.seed))
+    progress = Progress(total=scheduled, done=len(ledger.state.results), enabled=config.progress,
+                        description=config.benchmark.name + (" (resumed)" if resumed else ""))  # fmt: skip
+    try:
+        Evaluation(tasks, agent, supply, ledger, settings, on_result=progress.update).run()
+        pool_stats = supply.stats()
+    finally:
+        progress.close()
+        ledger.close()
+        with contextlib.suppress(Exception):
+            supply.close()
+    return report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots,
+                  extra={"pool_stats": pool_stats} if pool_stats else {})  # fmt: skip
+
+
+def report(
+    run_dir: Path, config: DictConfig, scheduled: int, *, agent_name: str, backend: str, plots: bool,
+    extra: dict[str, Any] | None = None,
+) -> EvalOutcome:  # fmt: skip
+    """Tables, summary.json and plots of the run directory's ledger."""
+    frame = results.episodes_frame(read_results(run_dir))
+    meta = {
+        "scenario": config.benchmark.name,
+        "suite": config.suite.name,
+        "agent": agent_name,
+        "env_id": eval_settings(config).env_id,
+        "backend": backend,
+        "pool": config.pool.kind.value if hasattr(config.pool.kind, "value") else str(config.pool.kind),
+        "pool_size": config.pool.size,
+        **(extra or {}),
+    }
+    summary = results.summarize_run(run_dir, frame, scheduled=scheduled, ks=list(config.pass_at_k), meta=meta)
+    results.write_tables(run_dir, frame, summary)
+    if plots:
+        write_plots(run_dir, frame)
+    return EvalOutcome(run_dir, json.loads(json.dumps(summary, default=str)))
+
+
+def eval_settings(config: DictConfig) -> EvalSettings:
+    """The runner's settings from the config."""
+    env = config.env
+    return EvalSettings(
+        env_id=env.value if hasattr(env, "value") else str(env),
+        episodes_per_task=config.episodes_per_task,
+        seed=config.seed,
+        concurrency=config.pool.size,
+        max_steps=config.max_steps,
+        step_timeout_s=config.step_timeout_s,
+        episode_timeout_s=config.episode_timeout_s,
+        max_attempts=config.max_attempts,
+        success_threshold=config.success_threshold,
+    )
+
+
+def open_supply(job: Job, config: DictConfig) -> SandboxSupply:
+    """The run's sandboxes: a backend here, or a Ray pool."""
+    kind = config.pool.kind if isinstance(config.pool.kind, PoolKind) else PoolKind[str(config.pool.kind)]
+    return SandboxSupply(kind, job.open_backend, backend_options=job.backend_options(), pool_settings=config.pool)
+
+
+def _tasks(config: DictConfig) -> list[Task]:
+    suite = config.suite
+    return select_tasks(suite.path, include=list(suite.include), exclude=list(suite.exclude), limit=suite.limit)
+
+
+def _plain(node: Any) -> dict[str, Any]:
+    container = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(container, dict)
+    return {str(k): v for k, v in container.items()}

@@ -1,0 +1,82 @@
+"""Fork: what it costs to branch a mid-episode state into 1..64 children.
+
+Method:
+    One episode of the trivial task runs a few steps that change files (so
+    the state differs from the task snapshot), then ``checkpoint()`` freezes
+    it into a snapshot (timed as ``checkpoint``, ``repetitions`` times, each
+    after one more change). For each n in ``children``, ``env.fork(n, snap)``
+    is timed: n environments whose sandboxes already sit at the checkpoint,
+    through the configured pool (``direct``: the backend's fork; ``ray``:
+    checkpoints live on their node, so children are restored there). Every
+    child is then checked to hold the checkpoint's file (untimed) and
+    closed (untimed). ``warmup`` forks of the smallest n run first and are
+    discarded. Reported per n: percentiles of the fork call, and the p50
+    divided by n (cost per child).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from benchmarks.job import Job
+from benchmarks.report import Report
+from benchmarks.scenarios.eval import open_supply
+from benchmarks.scenarios.throughput import TRIVIAL_TASK
+from benchmarks.stats import percentile
+from benchmarks.timing import measure
+from envs.tasks import load_task
+from pool.errors import ConfigError
+
+
+@dataclass
+class ForkBenchConfig:
+    """Branching cost by number of children."""
+
+    name: str = "fork"
+    """Scenario name."""
+    children: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    """Numbers of children to fork into."""
+    repetitions: int = 5
+    """Timed forks per number of children."""
+    warmup: int = 2
+    """Discarded forks first."""
+
+
+def run(job: Job) -> Report:
+    """Time checkpoint and fork; see the module docstring."""
+    cfg: ForkBenchConfig = job.settings
+    if not cfg.children or min(cfg.children) < 1 or cfg.repetitions < 1:
+        raise ConfigError("benchmark.children must be positive numbers and benchmark.repetitions >= 1")
+    supply = open_supply(job, job.config)
+    env = supply.make_env("snapgym/Shell-v0", load_task(TRIVIAL_TASK), max_steps=10**6)
+    try:
+        env.reset(seed=0)
+        env.step("echo ok > /app/answer.txt && mkdir -p /app/work && seq 1000 > /app/work/numbers")
+        counter = iter(range(10**9))
+        checkpoint = measure(
+            env.unwrapped.checkpoint,  # type: ignore[attr-defined]
+            repetitions=cfg.repetitions,
+            before=lambda: env.step(f"echo {next(counter)} > /app/work/step"),
+        )
+        snapshot = env.unwrapped.checkpoint()  # type: ignore[attr-defined]
+        methods: dict[str, list[float]] = {"checkpoint": checkpoint}
+        for index, n in enumerate(sorted(set(cfg.children))):
+            methods[f"fork_{n}"] = measure(
+                lambda n=n: env.unwrapped.fork(n, snapshot),  # type: ignore[attr-defined, misc]
+                repetitions=cfg.repetitions,
+                warmup=cfg.warmup if index == 0 else 0,
+                after=_check_and_close,
+            )
+    finally:
+        env.close()
+        supply.close()
+    per_child = {f"fork_{n}_per_child_ms": percentile(methods[f"fork_{n}"], 50) / n for n in sorted(set(cfg.children))}
+    return Report("fork", methods, meta={"pool": str(job.config.pool.kind), **per_child}, headline=per_child)
+
+
+def _check_and_close(children: list[object]) -> None:
+    for child in children:
+        sandbox = child.sandbox  # type: ignore[attr-defined]
+        if sandbox.read_file("/app/answer.txt") != b"ok\n":
+            raise AssertionError("a forked child does not hold the checkpoint's files")
+        child.close()  # type: ignore[attr-defined]

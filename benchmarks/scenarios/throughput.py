@@ -1,0 +1,109 @@
+"""Throughput: complete episodes per second as the number of concurrent episodes grows.
+
+Method:
+    One trivial task (``benchmarks/tasks/trivial``: the verifier checks a
+    file) and a replay agent whose first action solves it (``echo ok >
+    /app/answer.txt``) and whose other ``steps - 1`` are ``true``, so an episode is
+    a reset, ``steps`` steps, a submit and the verifier: what every episode
+    costs beyond the agent's own thinking. The episodes run through the real
+    runner (the ledger is written and fsync-ed per record, as in an eval),
+    ``pool.size`` at a time, on the configured pool (``direct`` or ``ray``).
+    First ``warmup_episodes`` are run and discarded (in their own ledger under
+    ``warmup/``); then ``episodes`` are timed. Throughput is the number of
+    finished episodes divided by the wall time from the first episode's start
+    to the last one's end; episode and reset latency percentiles come from the
+    ledger (numpy, linear interpolation). Sweep the size with Hydra's
+    multirun: ``-m benchmark=throughput pool.size=1,2,4,8``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import rundir
+from benchmarks.agents import ReplayAgent
+from benchmarks.job import Job
+from benchmarks.results import SUMMARY_FILE
+from benchmarks.scenarios.eval import EvalOutcome, evaluate
+from envs.tasks import load_task
+
+TRIVIAL_TASK = Path(__file__).resolve().parents[1] / "tasks" / "trivial"
+
+
+@dataclass
+class ThroughputConfig:
+    """Complete episodes per second of a trivial task."""
+
+    name: str = "throughput"
+    """Scenario name."""
+    task: str | None = None
+    """A task directory; None: the trivial task shipped in benchmarks/tasks."""
+    episodes: int = 400
+    """Timed episodes."""
+    warmup_episodes: int = 20
+    """Episodes run first and discarded."""
+    steps: int = 3
+    """Steps per episode (``true``), before the submit."""
+    target_episodes_per_s: float = 100.0
+    """Reported as met or missed."""
+    plots: bool = True
+    """Write the PNG plots."""
+
+
+@dataclass
+class ThroughputOutcome:
+    """An eval-style outcome plus the throughput target."""
+
+    evaluation: EvalOutcome
+
+    def write(self, output_dir: Path) -> Path:
+        """summary.json is already written; returns its path."""
+        return self.evaluation.write(output_dir)
+
+    def table(self) -> str:
+        """The run's table and the target line."""
+        target = self.evaluation.summary["targets"]["episodes_per_s"]
+        verdict = {True: "met", False: "MISSED", None: "n/a"}[target["met"]]
+        value = "-" if target["value"] is None else f"{target['value']:.1f}"
+        return self.evaluation.table() + f"\ntarget {target['description']}: {value}  {verdict}"
+
+
+def run(job: Job) -> ThroughputOutcome:
+    """Measure throughput at ``pool.size``; see the module docstring."""
+    cfg: ThroughputConfig = job.settings
+    run_dir, config, _ = rundir.resolve(job.config, job.output_dir)
+    task = load_task(cfg.task or TRIVIAL_TASK)
+    agent = ReplayAgent(actions=episode_actions(cfg.steps))
+    config = config.copy()
+    config.max_steps = cfg.steps + 1
+    config.pass_at_k = [1]
+    config.suite.name = task.id
+    if cfg.warmup_episodes:
+        config.episodes_per_task = cfg.warmup_episodes
+        warm = config.copy()
+        warm.progress = False
+        evaluate(job, warm, run_dir / "warmup", [task], agent, resumed=False, plots=False)
+    config.episodes_per_task = cfg.episodes
+    outcome = evaluate(job, config, run_dir, [task], agent, resumed=False, plots=cfg.plots)
+    rate = outcome.summary["throughput"]["episodes_per_s"]
+    outcome.summary["targets"] = {"episodes_per_s": _target(rate, cfg.target_episodes_per_s)}
+    outcome.summary["method"] = {"steps": cfg.steps, "warmup_episodes": cfg.warmup_episodes, "task": task.id}
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(outcome.summary, indent=2) + "\n")
+    return ThroughputOutcome(outcome)
+
+
+def episode_actions(steps: int) -> list[str]:
+    """``steps`` actions: the first solves the trivial task, the rest are ``true``."""
+    return ["echo ok > /app/answer.txt", *["true"] * (steps - 1)][:steps]
+
+
+def _target(value: float | None, limit: float) -> dict[str, Any]:
+    return {
+        "description": f"episodes/s >= {limit:g}",
+        "limit": limit,
+        "value": value,
+        "met": None if value is None else value >= limit,
+    }

@@ -1,0 +1,155 @@
+"""Config schemas of the runner's groups (pool, suite, agent) and of the run itself.
+
+Like ``benchmarks.config``, each is a plain dataclass registered with
+Hydra's ConfigStore; choices are Enums, so a wrong value fails while Hydra
+composes and the message lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+
+class PoolKind(enum.Enum):
+    """Where the episodes' sandboxes come from."""
+
+    direct = "direct"
+    """A backend in this process; each running episode holds one sandbox and restores it in place."""
+    ray = "ray"
+    """A Ray-managed SandboxPool (this machine, or the Ray cluster the job runs on)."""
+
+
+class EnvKind(enum.Enum):
+    """What an action is."""
+
+    shell = "snapgym/Shell-v0"
+    python = "snapgym/Python-v0"
+
+
+@dataclass
+class PoolSettings:
+    """How many episodes run at once, and the Ray pool's sizing and limits."""
+
+    kind: PoolKind = PoolKind.direct
+    """``direct`` or ``ray``."""
+    size: int = 4
+    """Episodes run at once (threads of the runner, one sandbox each)."""
+    min_warm: int = 1
+    """ray: ready sandboxes kept per task snapshot even when idle."""
+    max_warm: int = 8
+    """ray: the most ready sandboxes kept per task snapshot."""
+    max_size: int = 256
+    """ray: the most sandboxes in the pool."""
+    lease_ttl_s: float = 30.0
+    """ray: a lease not renewed for this long is reclaimed."""
+    acquire_timeout_s: float = 120.0
+    """ray: how long a reset waits for a ready sandbox."""
+    max_failures: int = 20
+    """ray: failed sandboxes of one snapshot within ``failure_window_s`` that stop its recreation."""
+    failure_window_s: float = 60.0
+    """ray: the window of ``max_failures``."""
+
+
+@dataclass
+class SuiteConfig:
+    """Which tasks to run."""
+
+    name: str = "builtin"
+    """A label for reports."""
+    path: str | None = None
+    """A folder of Harbor-format task directories; None: the built-in suite."""
+    include: list[str] = field(default_factory=list)
+    """Task ids or glob patterns to keep (empty: all)."""
+    exclude: list[str] = field(default_factory=list)
+    """Task ids or glob patterns to drop."""
+    limit: int | None = None
+    """Keep only the first N tasks (sorted by id) after filtering."""
+
+
+@dataclass
+class OracleAgentConfig:
+    """Runs each task's reference solution."""
+
+    name: str = "oracle"
+
+
+@dataclass
+class NoopAgentConfig:
+    """Submits the start state (after ``steps`` runs of ``true``)."""
+
+    name: str = "noop"
+    steps: int = 0
+    """Runs of ``true`` before submitting."""
+
+
+@dataclass
+class ReplayAgentConfig:
+    """Actions from a JSONL file or a list."""
+
+    name: str = "replay"
+    path: str | None = None
+    """A JSONL file of ``{"action": ...}`` lines or a RecordTrajectory recording."""
+    actions: list[str] = field(default_factory=list)
+    """Actions for every task, when ``path`` is null."""
+
+
+@dataclass
+class LLMAgentConfig:
+    """A model behind an OpenAI-compatible chat completions endpoint."""
+
+    name: str = "llm"
+    base_url: str = "https://api.openai.com/v1"
+    """The endpoint's base URL."""
+    model: str = MISSING
+    """The model name (required)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """The environment variable that holds the key ('' for none). The key itself is never config."""
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    max_observation_chars: int = 8000
+    """Observations sent to the model are cut to their head and tail beyond this."""
+    timeout_s: float = 120.0
+    """Per request."""
+    max_retries: int = 4
+    """Retries of a transient failure (connection, 429, 5xx) before the attempt counts as an infra failure."""
+
+
+@dataclass
+class RunConfig:
+    """The whole run: one choice per group, and the run settings."""
+
+    backend: Any = MISSING
+    pool: Any = MISSING
+    suite: Any = MISSING
+    agent: Any = MISSING
+    benchmark: Any = MISSING
+    env: EnvKind = EnvKind.shell
+    """``shell`` (Shell-v0) or ``python`` (Python-v0)."""
+    episodes_per_task: int = 1
+    """k: episodes per task, all from the task's snapshot (a group, for pass@k)."""
+    seed: int = 0
+    """Episode i of a task gets seed ``seed + i``."""
+    max_steps: int = 50
+    """Steps per episode before it is truncated (the verifier still scores it)."""
+    step_timeout_s: float = 120.0
+    """Timeout of one action."""
+    episode_timeout_s: float | None = None
+    """Wall-clock budget of one episode, agent included; past it the episode ends as ``timeout``."""
+    max_attempts: int = 3
+    """Attempts of an episode whose infrastructure failed, before it ends as ``infra_error``."""
+    pass_at_k: list[int] = field(default_factory=lambda: [1])
+    """k values of pass@k in the summary (each <= episodes_per_task; larger ones are skipped)."""
+    success_threshold: float = 1.0
+    """A reward at or above this is a pass."""
+    output_dir: str | None = None
+    """Where results go; None: Hydra's run directory (outputs/<date>/<time>)."""
+    resume: Any = False
+    """true: continue the run in ``output_dir`` (or the latest unfinished run); or a run directory."""
+    progress: bool = True
+    """Show a progress bar on stderr."""
+    ledger_fsync: bool = True
+    """fsync each ledger record before moving on (durable against power loss, not just a crash)."""
