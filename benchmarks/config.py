@@ -2,8 +2,9 @@
 
 Every YAML file under ``configs/`` names one of these schemas first in its
 defaults list, so Hydra checks names and types of every key while composing,
-before any sandbox starts. Hydra's ``+key=value`` slips past that check, so
-the runner also calls ``reject_unknown_keys`` before it starts anything.
+before any sandbox starts. Hydra's ``+key=value`` slips past that check, and
+a required key (``???``) is only noticed when read, so the runner also calls
+``reject_unknown_keys`` and ``require_values`` before it starts anything.
 
 The schemas are plain (mutable) dataclasses, not the frozen ones the style
 guide asks for: OmegaConf marks a frozen dataclass read-only, which would
@@ -145,6 +146,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="fork_schema", node=ForkBenchConfig)
     store.store(group="pool", name="pool_schema", node=schemas.PoolSettings)
     store.store(group="suite", name="suite_schema", node=schemas.SuiteConfig)
+    store.store(group="suite", name="dir_suite_schema", node=schemas.DirSuiteConfig)
     store.store(group="agent", name="oracle_schema", node=schemas.OracleAgentConfig)
     store.store(group="agent", name="noop_schema", node=schemas.NoopAgentConfig)
     store.store(group="agent", name="replay_schema", node=schemas.ReplayAgentConfig)
@@ -165,6 +167,17 @@ def reject_unknown_keys(cfg: DictConfig, prefix: str = "") -> None:
         raise ConfigError(f"unknown config key(s): {', '.join(unknown)}; check the spelling in the YAML or override")
 
 
+def require_values(cfg: DictConfig) -> None:
+    """Fail on required keys (``???`` in a schema, such as ``agent.model``) that nothing set.
+
+    Raises:
+        ConfigError: naming every such key by its full dotted name.
+    """
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise ConfigError(f"required config key(s) not set: {', '.join(missing)}; give them as key=value")
+
+
 def _unknown_keys(node: DictConfig, prefix: str) -> list[str]:
     schema = OmegaConf.get_type(node)
     known = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
@@ -173,6 +186,6 @@ def _unknown_keys(node: DictConfig, prefix: str) -> list[str]:
         name = prefix + key
         if known is not None and key not in known:
             found.append(name)
-        elif isinstance(child := node[key], DictConfig):
+        elif not OmegaConf.is_missing(node, key) and isinstance(child := node[key], DictConfig):
             found.extend(_unknown_keys(child, f"{name}."))
     return found

@@ -118,11 +118,10 @@ def _play(
     if policy is _FAILED:
         return
     while True:
-        if limits.episode_timeout_s is not None and time.perf_counter() - started > limits.episode_timeout_s:
-            result.outcome, result.error = TIMEOUT, f"the episode ran past episode_timeout_s={limits.episode_timeout_s}"
+        if _out_of_time(result, limits, started):
             return
         action = _agent_call(result, functools.partial(policy.act, obs, info))
-        if action is _FAILED:
+        if action is _FAILED or _out_of_time(result, limits, started):  # an action that came too late is not played
             return
         clock = time.perf_counter()
         try:
@@ -134,6 +133,15 @@ def _play(
         if terminated or truncated:
             _finish(result, float(reward), info)
             return
+
+
+def _out_of_time(result: AttemptResult, limits: EpisodeLimits, started: float) -> bool:
+    """Whether the episode has run past its budget (then the result says ``timeout``)."""
+    budget = limits.episode_timeout_s
+    if budget is None or time.perf_counter() - started <= budget:
+        return False
+    result.outcome, result.error = TIMEOUT, f"the episode ran past episode_timeout_s={budget}"
+    return True
 
 
 def _agent_call(result: AttemptResult, call: Any) -> Any:

@@ -53,10 +53,7 @@ def combine(sweep_dir: Path) -> pd.DataFrame:
 
 def plot_combined(frame: pd.DataFrame, path: Path) -> Path | None:
     """Each headline figure against the numeric swept key; None when no key is numeric and swept."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     swept = [c for c in frame.columns if "=" not in c and c != "job" and _is_swept_number(frame, c)]
     if not swept:
@@ -71,7 +68,8 @@ def plot_combined(frame: pd.DataFrame, path: Path) -> Path | None:
     ]
     if not metrics:
         return None
-    figure, axes = plt.subplots(len(metrics), 1, figsize=(6, 2.6 * len(metrics)), squeeze=False)
+    figure = Figure(figsize=(6, 2.6 * len(metrics)))
+    axes = figure.subplots(len(metrics), 1, squeeze=False)
     ordered = frame.sort_values(x)
     for axis, metric in zip(axes[:, 0], metrics, strict=True):
         axis.plot(ordered[x], ordered[metric], marker="o")
@@ -79,7 +77,6 @@ def plot_combined(frame: pd.DataFrame, path: Path) -> Path | None:
         axis.set_ylabel(metric)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
-    plt.close(figure)
     return path
 
 

@@ -1,13 +1,13 @@
-"""PNG plots of a run: reward by task, reset latency distribution, throughput over time (matplotlib, Agg)."""
+"""PNG plots of a run: reward by task, reset latency distribution, throughput over time (matplotlib).
+
+Figures are plain ``matplotlib.figure.Figure`` objects, not pyplot's, so this never changes the caller's
+matplotlib backend (a notebook keeps its inline plots) and leaves no figure open.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -28,7 +28,8 @@ def write_plots(run_dir: Path, frame: pd.DataFrame) -> list[Path]:
 def _reward_by_task(run_dir: Path, frame: pd.DataFrame) -> Path:
     counted = frame[frame["outcome"] != INFRA_ERROR]
     means = counted.assign(reward=counted["reward"].fillna(0.0)).groupby("task_id")["reward"].mean().sort_index()
-    figure, axes = plt.subplots(figsize=(8, max(2.5, 0.3 * len(means) + 1)))
+    figure = Figure(figsize=(8, max(2.5, 0.3 * len(means) + 1)))
+    axes = figure.subplots()
     axes.barh(means.index, means.values, color="#4c72b0")
     axes.set_xlim(0, 1.05)
     axes.set_xlabel("mean reward (infrastructure failures excluded)")
@@ -38,7 +39,8 @@ def _reward_by_task(run_dir: Path, frame: pd.DataFrame) -> Path:
 
 
 def _reset_latency(run_dir: Path, frame: pd.DataFrame) -> Path:
-    figure, axes = plt.subplots(figsize=(7, 3.5))
+    figure = Figure(figsize=(7, 3.5))
+    axes = figure.subplots()
     values = frame["reset_latency_ms"].dropna()
     axes.hist(values, bins=min(50, max(5, len(values) // 4)), color="#55a868")
     axes.set_xlabel("reset latency (ms)")
@@ -48,7 +50,8 @@ def _reset_latency(run_dir: Path, frame: pd.DataFrame) -> Path:
 
 
 def _throughput(run_dir: Path, frame: pd.DataFrame) -> Path:
-    figure, axes = plt.subplots(figsize=(7, 3.5))
+    figure = Figure(figsize=(7, 3.5))
+    axes = figure.subplots()
     for run_id, group in frame.groupby("run_id"):
         finished = group["finished_at"].sort_values()
         axes.plot(finished - group["started_at"].min(), range(1, len(finished) + 1), label=str(run_id))
@@ -63,5 +66,4 @@ def _throughput(run_dir: Path, frame: pd.DataFrame) -> Path:
 def _save(figure: Figure, path: Path) -> Path:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
-    plt.close(figure)
     return path

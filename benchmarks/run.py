@@ -29,7 +29,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from benchmarks.config import register_configs, reject_unknown_keys
+from benchmarks.config import register_configs, reject_unknown_keys, require_values
 from benchmarks.job import Job, Outcome
 from pool import ConfigError
 from pool.errors import SnapgymError
@@ -68,6 +68,7 @@ def _run(cfg: DictConfig) -> None:
     job = Job(cfg, Path(HydraConfig.get().runtime.output_dir))
     try:
         reject_unknown_keys(cfg)
+        require_values(cfg)
         scenario = load_scenario(cfg.benchmark.name)
         log.info("running %s", cfg.benchmark.name)
         outcome = scenario(job)

@@ -71,6 +71,22 @@ class SuiteConfig:
 
 
 @dataclass
+class DirSuiteConfig:
+    """Tasks from a folder of Harbor-format task directories (``suite=dir suite.path=...``)."""
+
+    name: str = "dir"
+    """A label for reports."""
+    path: str = MISSING
+    """The folder (required)."""
+    include: list[str] = field(default_factory=list)
+    """Task ids or glob patterns to keep (empty: all)."""
+    exclude: list[str] = field(default_factory=list)
+    """Task ids or glob patterns to drop."""
+    limit: int | None = None
+    """Keep only the first N tasks (sorted by id) after filtering."""
+
+
+@dataclass
 class OracleAgentConfig:
     """Runs each task's reference solution."""
 

@@ -81,8 +81,7 @@ class SandboxSupply:
         if self.pool is not None:
             return
         with self._lock:
-            died = getattr(self._backend, "daemon_has_died", None)
-            if died is not None and died():
+            if getattr(self._backend, "daemon_has_died", False):  # a property of LocalBackend
                 old, self._backend = self._backend, self._open_backend()
                 with contextlib.suppress(SnapgymError):
                     assert old is not None

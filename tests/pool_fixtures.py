@@ -54,9 +54,7 @@ def ray_cluster() -> Iterator[None]:
     started = not ray.is_initialized()
     if started:
         # address="local": a private instance, even if a `ray start` cluster runs on this machine
-        ray.init(
-            address="local", num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False
-        )
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     yield
     if started:
         ray.shutdown()

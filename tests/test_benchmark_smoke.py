@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,16 +25,38 @@ TINY_BUDGET = [
     "benchmark.workspace.n_files=20",
     "benchmark.workspace.mean_file_bytes=2000",
 ]
+EVAL_TASKS = ("log-error-count", "top-ips")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+EPISODE_COLUMNS = {
+    "episode_id", "task_id", "sample", "seed", "attempt", "attempt_id", "outcome", "reward", "passed", "end_reason",
+    "steps", "snapshot_id", "start_digest", "task_snapshot_digest", "reset_latency_ms", "episode_s", "agent", "backend",
+}  # fmt: skip
+SUMMARY_KEYS = {
+    "counts", "mean_reward", "pass_rate", "pass_at_k", "by_task", "latency_ms", "throughput",
+    "start_states_identical", "headline",
+}  # fmt: skip
 
 
-def run_benchmark(*overrides: str) -> subprocess.CompletedProcess[str]:
+def run_benchmark(*overrides: str, multirun: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}  # Hydra's own messages, as users see them
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", *overrides],
+        [sys.executable, "-m", "benchmarks.run", *(["-m"] if multirun else []), *overrides],
         cwd=REPO,
+        env=env,
         capture_output=True,
         text=True,
         timeout=240,
     )
+
+
+@pytest.fixture(scope="module")
+def shared_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One snapshot store for the runs that succeed, so each task's snapshot is built once."""
+    return tmp_path_factory.mktemp("bench-store")
+
+
+def is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_reset_latency_reports_every_method(tmp_path: Path) -> None:
@@ -89,3 +113,151 @@ def test_pool_benchmark_reports_every_method(tmp_path: Path) -> None:
     assert summary["meta"]["capacity"]["memory_per_sandbox_mib"] is not None
     assert summary["meta"]["pool_stats"]["acquires"] >= 10
     assert set(summary["targets"]) == {"acquire_p50_ms", "exec_overhead_ms", "warm_sandboxes", "memory_per_sandbox_mib"}
+
+
+def test_eval_writes_ledger_tables_summary_and_plots(tmp_path: Path, shared_store: Path) -> None:
+    """The default scenario on two tasks: one ledger result and one table row per episode, a summary, three plots."""
+    out = tmp_path / "run"
+    done = run_benchmark(
+        f"suite.include=[{','.join(EVAL_TASKS)}]",
+        "episodes_per_task=2",
+        "pass_at_k=[1,2]",
+        f"backend.store_dir={shared_store}",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    records = [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]
+    results = [r for r in records if r["kind"] == "result"]
+    assert sorted(r["episode_id"] for r in results) == [f"{t}:{i}" for t in sorted(EVAL_TASKS) for i in (0, 1)]
+
+    episodes = pd.read_parquet(out / "episodes.parquet")
+    assert not EPISODE_COLUMNS - set(episodes.columns)
+    assert len(episodes) == 4 and episodes["attempt_id"].is_unique
+    assert sorted(episodes["attempt_id"]) == sorted(r["attempt_id"] for r in results)
+    assert episodes.groupby("task_id")["sample"].apply(sorted).to_dict() == {t: [0, 1] for t in EVAL_TASKS}
+    assert (episodes["outcome"] == "scored").all() and (episodes["reward"] == 1.0).all()
+    assert (episodes["start_digest"] == episodes["task_snapshot_digest"]).all()
+    table = pd.read_csv(out / "episodes.csv")
+    assert list(table.columns) == list(episodes.columns)
+    assert sorted(table["attempt_id"]) == sorted(episodes["attempt_id"])
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert not SUMMARY_KEYS - set(summary)
+    assert summary["counts"]["scheduled"] == summary["counts"]["finished"] == summary["counts"]["scored"] == 4
+    assert summary["mean_reward"] == 1.0
+    assert summary["pass_at_k"] == {"1": 1.0, "2": 1.0}
+    assert set(summary["by_task"]) == set(EVAL_TASKS)
+    assert summary["start_states_identical"] is True
+    assert summary["latency_ms"]["reset"]["n"] == summary["latency_ms"]["episode"]["n"] == 4
+    assert summary["throughput"]["episodes"] == 4 and summary["throughput"]["episodes_per_s"] > 0
+    assert {"mean_reward", "episodes_per_s", "reset_p50_ms"} <= set(summary["headline"])
+    for plot in ("reward_by_task.png", "reset_latency.png", "throughput.png"):
+        assert is_png(out / plot), plot
+
+    assert "== eval: builtin with agent oracle ==" in done.stdout
+    assert all(task in done.stdout for task in EVAL_TASKS)
+    assert "pass@2 1.000" in done.stdout
+    assert f"summary: {out / 'summary.json'}" in done.stdout
+
+
+def test_throughput_reports_episodes_per_second(tmp_path: Path, shared_store: Path) -> None:
+    """Warm-up episodes go to their own ledger; the timed ones give a rate and a target verdict."""
+    out = tmp_path / "run"
+    done = run_benchmark(
+        "benchmark=throughput",
+        "benchmark.episodes=30",
+        "benchmark.warmup_episodes=2",
+        f"backend.store_dir={shared_store}",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"]["finished"] == summary["counts"]["scored"] == 30
+    assert summary["mean_reward"] == 1.0
+    assert summary["throughput"]["episodes_per_s"] > 0
+    target = summary["targets"]["episodes_per_s"]
+    assert target["value"] == summary["throughput"]["episodes_per_s"] and target["met"] in (True, False)
+    assert summary["method"] == {"steps": 3, "warmup_episodes": 2, "task": "trivial"}
+    assert len(pd.read_parquet(out / "warmup" / "episodes.parquet")) == 2
+    assert len(pd.read_parquet(out / "episodes.parquet")) == 30
+    assert "target episodes/s >= 100" in done.stdout
+
+
+def test_fork_times_checkpoint_and_each_fork(tmp_path: Path, shared_store: Path) -> None:
+    out = tmp_path / "run"
+    done = run_benchmark(
+        "benchmark=fork",
+        "benchmark.children=[1,4]",
+        "benchmark.repetitions=2",
+        "benchmark.warmup=1",
+        f"backend.store_dir={shared_store}",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["methods"]) == {"checkpoint", "fork_1", "fork_4"}
+    assert all(entry["n"] == 2 and entry["p50_ms"] > 0 for entry in summary["methods"].values())
+    assert summary["meta"]["pool"] == "direct"
+    assert {"fork_1_per_child_ms", "fork_4_per_child_ms"} <= set(summary["headline"])
+    samples = pd.read_csv(out / "samples.csv")
+    assert samples.groupby("method").size().to_dict() == {"checkpoint": 2, "fork_1": 2, "fork_4": 2}
+
+
+def test_multirun_combines_the_sweep(tmp_path: Path, shared_store: Path) -> None:
+    """A Hydra sweep over pool.size leaves one job folder per value and a combined table and plot."""
+    sweep = tmp_path / "sweep"
+    done = run_benchmark(
+        "benchmark=throughput",
+        "pool.size=1,2",
+        "benchmark.episodes=20",
+        "benchmark.warmup_episodes=1",
+        f"backend.store_dir={shared_store}",
+        f"hydra.sweep.dir={sweep}",
+        multirun=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    combined = pd.read_csv(sweep / "combined.csv")
+    assert len(combined) == 2
+    assert sorted(combined["pool.size"]) == [1, 2]
+    assert (combined["episodes_per_s"] > 0).all() and (combined["mean_reward"] == 1.0).all()
+    assert is_png(sweep / "combined.png")
+    assert all((sweep / job / "summary.json").is_file() for job in ("0", "1"))
+    assert "== multirun: 2 jobs ==" in done.stdout
+
+
+BAD_INPUT = {
+    "mistyped top-level key": (["episodes_per_tsk=2"], ["episodes_per_tsk"]),
+    "unknown agent": (["agent=gpt"], ["gpt", "oracle", "noop", "replay", "llm"]),
+    "unknown pool kind": (["pool.kind=bogus"], ["bogus", "direct", "ray"]),
+    "unknown env": (["env=ruby"], ["ruby", "shell", "python"]),
+    "unknown task": (["suite.include=[no-such-task]"], ["no-such-task", *EVAL_TASKS]),
+    "misspelt task": (["suite.include=[log-eror-count]"], ["log-eror-count", "did you mean log-error-count"]),
+    "resume of no run": (["resume=/nonexistent"], ["/nonexistent", "run.yaml"]),
+    "llm without a model": (["agent=llm"], ["agent.model"]),
+    "llm key not set": (
+        ["agent=llm", "agent.model=m", "agent.api_key_env=SNAPGYM_SMOKE_UNSET_KEY"],
+        ["SNAPGYM_SMOKE_UNSET_KEY"],
+    ),
+}
+
+
+@pytest.mark.parametrize(("overrides", "words"), BAD_INPUT.values(), ids=BAD_INPUT.keys())
+def test_bad_input_fails_before_any_sandbox(tmp_path: Path, overrides: list[str], words: list[str]) -> None:
+    """A message naming the problem (and the valid choices, where there are some), no traceback, no sandbox."""
+    store, out = tmp_path / "store", tmp_path / "run"
+    done = run_benchmark(*overrides, f"backend.store_dir={store}", f"hydra.run.dir={out}")
+    assert done.returncode != 0
+    missing = [word for word in words if word not in done.stderr]
+    assert not missing, f"stderr lacks {missing}:\n{done.stderr[-3000:]}"
+    assert "Traceback" not in done.stderr
+    assert not store.exists()
+    assert not (out / "ledger.jsonl").exists() and not (out / "summary.json").exists()
+
+
+def test_dir_suite_without_a_path_fails_before_any_sandbox(tmp_path: Path) -> None:
+    store, out = tmp_path / "store", tmp_path / "run"
+    done = run_benchmark("suite=dir", "suite.include=[top-ips]", f"backend.store_dir={store}", f"hydra.run.dir={out}")
+    assert done.returncode != 0
+    assert "suite.path" in done.stderr
+    assert not store.exists()

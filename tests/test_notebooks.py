@@ -9,18 +9,30 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+SHOWS_PLOTS = {"02_evaluate_and_analyze.ipynb"}
+"""Notebooks that must display at least one figure inline."""
+
+
+def test_every_notebook_is_collected() -> None:
+    """A renamed or moved notebook would otherwise drop out of the tests silently."""
+    assert {"01_quickstart.ipynb", "02_evaluate_and_analyze.ipynb"} <= {p.name for p in NOTEBOOKS}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every cell executes without error in a fresh python3 kernel."""
+    """Every cell executes without error in a fresh python3 kernel, working in a temporary folder."""
     monkeypatch.setenv("SNAPGYM_STORE", str(tmp_path / "store"))
+    # The kernel imports this checkout's packages, whatever (if anything) is installed in site-packages.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": tmp_path}})
     client.execute(env=dict(os.environ))
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.get("output_type") == "error"]
+    if path.name in SHOWS_PLOTS:
+        assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name} showed no figure inline"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

@@ -346,3 +346,101 @@ def test_pool_benchmark_job_uses_both_nodes(cluster: Cluster, tmp_path: Path) ->
     assert summary["meta"]["capacity"]["ready"] == 2 * SLOTS_PER_NODE
     assert set(summary["methods"]) == {"acquire", "reset", "exec_lease", "exec_direct"}
     assert all(entry["n"] == 5 for entry in summary["methods"].values())
+
+
+# -- a node dies mid-run ----------------------------------------------------------------------------------
+
+KILL_EPISODES = 48
+KILL_AFTER_RESULTS = 10
+KILL_PLAN = [
+    "pool=ray",
+    "pool.size=6",  # more episodes at once than one node holds sandboxes: both nodes serve the run
+    "pool.min_warm=2",
+    "pool.max_warm=8",
+    f"pool.max_size={2 * SLOTS_PER_NODE}",
+    "suite=dir",
+    "suite.path=benchmarks/tasks/trivial",
+    f"episodes_per_task={KILL_EPISODES}",
+    "agent=replay",
+    "agent.actions=['sleep 0.4','echo ok > /app/answer.txt']",
+    "max_attempts=5",
+    "progress=false",
+]
+
+
+def _ledger(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def _kill_worker_node(cluster: Cluster) -> set[int]:
+    """SIGKILL every process of the second node at once (its raylet, workers, host actor, sandbox daemon)."""
+    starter = cluster.starters[1]
+    victims = {starter.pid} | _descendants({starter.pid}) | _mentioning(f"{cluster.root}/w/")
+    victims |= _descendants(victims)
+    _signal_all(victims, signal.SIGKILL)
+    return victims
+
+
+@pytest.mark.timeout(600)
+def test_killing_a_node_mid_run_loses_no_episode(cluster: Cluster, tmp_path: Path) -> None:
+    """An eval job on the Ray pool survives the death of one node: every episode ends exactly once.
+
+    Episodes whose sandbox was on the killed node fail as infrastructure errors, are retried under new attempt
+    ids on the surviving node, and score; none is recorded twice and none is averaged in as a 0.
+    """
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    out = tmp_path / "run"
+    job_id = f"snapgym-kill-{uuid.uuid4().hex[:8]}"
+    entrypoint = [sys.executable, "-m", "benchmarks.run", *KILL_PLAN, f"backend.store_dir={tmp_path / 'store'}",
+                  f"output_dir={out}", f"hydra.run.dir={tmp_path / 'hydra'}"]  # fmt: skip
+    client = JobSubmissionClient(cluster.dashboard_url, headers=cluster.headers())
+    submitted = subprocess.run(
+        [*_ray_cli(), "job", "submit", "--no-wait", f"--address={cluster.dashboard_url}", f"--submission-id={job_id}",
+         f"--working-dir={REPO}", f"--runtime-env-json={json.dumps({'excludes': UPLOAD_EXCLUDES})}",
+         "--", *entrypoint],
+        capture_output=True, text=True, timeout=120, env=_env(cluster.token),
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+
+    ledger = out / "ledger.jsonl"
+    deadline = time.monotonic() + 300
+    while sum(r["kind"] == "result" for r in _ledger(ledger)) < KILL_AFTER_RESULTS:
+        status = client.get_job_status(job_id)
+        assert status in (JobStatus.PENDING, JobStatus.RUNNING), (status, client.get_job_logs(job_id)[-4000:])
+        assert time.monotonic() < deadline, "the job recorded too few results in time"
+        time.sleep(0.2)
+    before = _ledger(ledger)
+    assert sum(r["kind"] == "result" for r in before) < KILL_EPISODES, "the run ended before the kill"
+    _kill_worker_node(cluster)
+
+    while (status := client.get_job_status(job_id)) in (JobStatus.PENDING, JobStatus.RUNNING):
+        assert time.monotonic() < deadline + 200, "the job did not finish after the node died"
+        time.sleep(0.5)
+    logs = client.get_job_logs(job_id)
+    assert status == JobStatus.SUCCEEDED, logs[-5000:]
+
+    records = _ledger(ledger)
+    results = [r for r in records if r["kind"] == "result"]
+    ids = [r["episode_id"] for r in results]
+    assert len(ids) == len(set(ids)) == KILL_EPISODES, "every episode must end exactly once"
+    assert {r["outcome"] for r in results} == {"scored"}, [r for r in results if r["outcome"] != "scored"][:3]
+    assert all(r["reward"] == 1.0 for r in results)
+
+    failed = [r for r in records if r["kind"] == "attempt_failed" and not r["interrupted"]]
+    assert failed, "killing a node that held leased sandboxes must fail some attempts"
+    retried = {r["episode_id"] for r in failed}
+    for result in results:
+        if result["episode_id"] in retried:
+            assert result["attempt"] >= 2 and result["infra_failures"] >= 1, result
+    attempt_ids = [r["attempt_id"] for r in records if r["kind"] == "attempt"]
+    assert len(attempt_ids) == len(set(attempt_ids)), "attempt ids are unique"
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"]["finished"] == summary["counts"]["scheduled"] == KILL_EPISODES
+    assert summary["counts"]["retried_attempts"] == len(failed)
+    assert summary["mean_reward"] == 1.0
+    hosts = summary["pool_stats"]["hosts"]
+    assert sum(not h["alive"] for h in hosts) >= 1 or summary["pool_stats"]["host_failures"] >= 1, hosts

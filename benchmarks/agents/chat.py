@@ -10,6 +10,7 @@ raises ModelRequestError at once, since retrying cannot fix it.
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -83,7 +84,7 @@ def _post(endpoint: ChatEndpoint, body: bytes) -> dict[str, Any]:
         if exc.code in _RETRIED_STATUS:
             raise ModelUnavailableError(message) from None
         raise ModelRequestError(message + " (check agent.base_url, agent.model and the API key)") from None
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+    except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         raise ModelUnavailableError(f"{endpoint.base_url}: cannot reach the model server ({reason})") from None
     except json.JSONDecodeError:
@@ -96,4 +97,5 @@ def _parse_reply(payload: dict[str, Any]) -> ChatReply:
     except (KeyError, IndexError, TypeError):
         raise AgentError(f"the model's reply has no choices[0].message.content: {str(payload)[:300]}") from None
     usage = payload.get("usage") or {}
-    return ChatReply(str(content or ""), int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
+    tokens = (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))  # null: not counted
+    return ChatReply(str(content or ""), *tokens)

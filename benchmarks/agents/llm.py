@@ -98,6 +98,7 @@ class _ChatPolicy:
 
 def action_from_reply(reply: str) -> str:
     """The action in a model's reply: ``submit``, else the last fenced block, else the reply itself."""
+    reply = reply.replace("\r\n", "\n")
     text = reply.strip()
     if text.strip("`").strip().lower() == SUBMIT:
         return SUBMIT
@@ -112,5 +113,6 @@ def clip(text: str, limit: int) -> str:
     """``text`` cut to its head and tail when longer than ``limit`` characters."""
     if len(text) <= limit:
         return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - limit} characters cut ...]\n{text[-half:]}"
+    head = limit // 2
+    tail = len(text) - (limit - head)  # slicing from here, not text[-n:], keeps nothing when n == 0
+    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[tail:]}"

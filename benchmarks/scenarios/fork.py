@@ -22,6 +22,7 @@ from benchmarks.job import Job
 from benchmarks.report import Report
 from benchmarks.scenarios.eval import open_supply
 from benchmarks.scenarios.throughput import TRIVIAL_TASK
+from benchmarks.schemas import PoolKind
 from benchmarks.stats import percentile
 from benchmarks.timing import measure
 from envs.tasks import load_task
@@ -71,7 +72,7 @@ def run(job: Job) -> Report:
         env.close()
         supply.close()
     per_child = {f"fork_{n}_per_child_ms": percentile(methods[f"fork_{n}"], 50) / n for n in sorted(set(cfg.children))}
-    return Report("fork", methods, meta={"pool": str(job.config.pool.kind), **per_child}, headline=per_child)
+    return Report("fork", methods, meta={"pool": PoolKind(job.config.pool.kind).value, **per_child}, headline=per_child)
 
 
 def _check_and_close(children: list[object]) -> None:
