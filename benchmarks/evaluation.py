@@ -149,6 +149,8 @@ class Evaluation:
             record = self._result_record(spec, attempt, result, started_at, failures)
             self.ledger.append(record)
             self._on_result(record)
+            if self.supply.pool is not None:
+                self._release_sandbox()
             return
 
     def _attempt(self, spec: EpisodeSpec) -> AttemptResult:
@@ -172,6 +174,14 @@ class Evaluation:
             self._envs.append(env)
         self._local.env, self._local.task_id = env, task.id
         return env
+
+    def _release_sandbox(self) -> None:
+        """Give the finished episode's lease back, so a thread waiting for a sandbox is not starved
+        by one that has nothing left to run (the pool may hold fewer sandboxes than there are threads)."""
+        env = getattr(self._local, "env", None)
+        if env is not None:
+            with contextlib.suppress(Exception):
+                env.unwrapped.release_sandbox()
 
     def _drop_env(self) -> None:
         env = getattr(self._local, "env", None)

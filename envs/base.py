@@ -211,6 +211,17 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             children.append(child)
         return children
 
+    def release_sandbox(self) -> None:
+        """Hand the sandbox back between episodes (to the pool, which restores it for the next holder).
+
+        The next ``reset()`` leases (or creates) another. Call it when an environment will sit idle
+        while others need sandboxes: an idle environment on a pool otherwise keeps its lease. An
+        episode still running is abandoned without a verdict.
+        """
+        self._check_not_closed()
+        self._discard_sandbox()
+        self._state = EpisodeState.NEEDS_RESET
+
     # -- for subclasses and wrappers ------------------------------------------
 
     @abc.abstractmethod

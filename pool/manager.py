@@ -43,6 +43,8 @@ from pool.templates import Template
 _OPEN_CHUNK = 16
 _PING_EVERY_S = 1.0
 _PING_TIMEOUT_S = 30.0
+_NODE_SCAN_EVERY_S = 5.0
+"""How often the pool looks for hosting nodes that joined the cluster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,8 @@ class PoolManager:
         self._leases: dict[str, Slot] = {}
         self._served: dict[str, Served] = {}
         self._node_restarts: Counter[str] = Counter()
+        self._adopting: set[str] = set()
+        self._refused_nodes: set[str] = set()
         self._metrics = PoolMetrics()
         self._closed = False
         # Ray runs future callbacks on its own threads, where calling Ray again can deadlock;
@@ -191,6 +195,7 @@ class PoolManager:
                 "lost_leases": m.lost_leases,
                 "host_failures": m.host_failures,
                 "host_restarts": m.host_restarts,
+                "hosts_joined": m.hosts_joined,
                 "hosts": [
                     {"id": h.id, "node_id": h.node_id, "alive": h.alive, "slots": h.slots, "capacity": h.capacity}
                     for h in self._hosts.values()
@@ -416,10 +421,15 @@ class PoolManager:
                 self._cond.wait(self.config.tick_s)
 
     def _watch_hosts(self) -> None:
-        """Ping every host each second; one that fails or hangs is replaced (apart from upkeep)."""
+        """Ping every host each second (one that fails or hangs is replaced), and look for new nodes."""
+        last_scan = time.monotonic()
         while not self._closed:
             time.sleep(_PING_EVERY_S)
             self._check_hosts()
+            if time.monotonic() - last_scan >= _NODE_SCAN_EVERY_S:
+                last_scan = time.monotonic()
+                with contextlib.suppress(Exception):  # the GCS may be briefly unreachable
+                    self._adopt_new_nodes()
 
     def _reclaim_expired_locked(self, now: float) -> None:
         for lease_id, slot in list(self._leases.items()):
@@ -466,21 +476,24 @@ class PoolManager:
         if dead.node_id not in {node_id for node_id, _ in _hosting_nodes(self.config)}:
             return
         self._node_restarts[dead.node_id] += 1
+        with self._cond:
+            templates = tuple(s.template for s in self._served.values())
         try:
-            host = self._start_host(dead.node_id, dead.capacity)
-            import ray
-
-            with self._cond:
-                templates = [s.template for s in self._served.values()]
-            ray.get([host.handle.build.remote(t) for t in templates])
+            self._start_host(dead.node_id, dead.capacity, templates)
         except Exception:
             return
         with self._cond:
             self._metrics.host_restarts += 1
-            for served in self._served.values():
-                self._refill_locked(served)
 
-    def _start_host(self, node_id: str, capacity: int) -> HostRecord:
+    def _start_host(self, node_id: str, capacity: int, templates: tuple[Template, ...] = ()) -> HostRecord:
+        """Start a host actor on a node, build the served templates there, then register it.
+
+        Registering only after the builds means no refill opens a sandbox of a snapshot the
+        host does not have yet.
+
+        Raises:
+            SnapshotError: a template built to another digest on this node (its userland differs).
+        """
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -488,10 +501,47 @@ class PoolManager:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
         ).remote(self._factory, capacity=capacity)
         info = ray.get(handle.ping.remote(), timeout=120)
+        if templates:
+            built: list[Snapshot] = ray.get([handle.build.remote(t) for t in templates], timeout=600)
+            with self._cond:
+                expected = {s.snapshot.id: s.snapshot.digest for s in self._served.values()}
+            foreign = [b for b in built if b.id in expected and expected[b.id] != b.digest]
+            if foreign:
+                with contextlib.suppress(Exception):
+                    ray.kill(handle, no_restart=True)
+                raise SnapshotError(
+                    f"node {node_id[:8]} built {foreign[0].id} to another digest: its host userland differs"
+                )
         record = HostRecord(uuid.uuid4().hex[:12], node_id, handle, capacity, fastpath=info.get("fastpath"))
         with self._cond:
             self._hosts[record.id] = record
+            for served in self._served.values():
+                self._refill_locked(served)
         return record
+
+    def _adopt_new_nodes(self) -> None:
+        """Start hosts on hosting nodes that joined the cluster after the pool started."""
+        with self._cond:
+            known = {h.node_id for h in self._hosts.values()} | self._adopting | self._refused_nodes
+        for node_id, capacity in _hosting_nodes(self.config):
+            if node_id not in known:
+                with self._cond:
+                    self._adopting.add(node_id)
+                threading.Thread(target=self._adopt, args=(node_id, capacity), daemon=True).start()
+
+    def _adopt(self, node_id: str, capacity: int) -> None:
+        try:
+            with self._cond:
+                templates = tuple(s.template for s in self._served.values())
+            self._start_host(node_id, capacity, templates)
+            with self._cond:
+                self._metrics.hosts_joined += 1
+        except Exception:
+            with self._cond:
+                self._refused_nodes.add(node_id)  # not retried: a node that cannot host stays out
+        finally:
+            with self._cond:
+                self._adopting.discard(node_id)
 
     # -- small helpers --------------------------------------------------------
 

@@ -33,3 +33,4 @@ class PoolMetrics:
     lost_leases: int = 0
     host_failures: int = 0
     host_restarts: int = 0
+    hosts_joined: int = 0

@@ -184,15 +184,24 @@ def _rootfs_filter(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None
 
 
 def remove_tree(path: Path) -> None:
-    """Delete a tree without following symlinks, even where modes deny writes."""
+    """Delete a tree without following symlinks, even where modes deny writes.
 
-    def _make_writable(func: object, p: str, exc_info: object) -> None:
-        os.chmod(os.path.dirname(p), 0o700)
-        if os.path.isdir(p) and not os.path.islink(p):
-            os.chmod(p, 0o700)
-            shutil.rmtree(p, onerror=_make_writable)
-        elif os.path.lexists(p):
-            os.unlink(p)
+    Entries that vanish meanwhile are fine: two backends starting on one machine may
+    reap the same crashed run's folder at once.
+    """
+
+    def _make_writable(func: object, p: str, exc_info: tuple[type[BaseException], BaseException, object]) -> None:
+        if isinstance(exc_info[1], FileNotFoundError):
+            return  # already gone: another process (a second backend reaping the same orphan) removed it
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, 0o700)
+                shutil.rmtree(p, onerror=_make_writable)
+            elif os.path.lexists(p):
+                os.unlink(p)
+        except FileNotFoundError:
+            pass
 
     if path.exists() or path.is_symlink():
         shutil.rmtree(path, onerror=_make_writable)
