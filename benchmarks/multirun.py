@@ -66,6 +66,8 @@ def plot_combined(frame: pd.DataFrame, path: Path) -> Path | None:
         and pd.api.types.is_numeric_dtype(frame[c])
         and frame[c].notna().any()
     ]
+    varying = [c for c in metrics if frame[c].nunique() > 1]
+    metrics = varying or metrics  # constant figures (all rewards 1.0, say) add panels without information
     if not metrics:
         return None
     figure = Figure(figsize=(6, 2.6 * len(metrics)))

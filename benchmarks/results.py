@@ -121,6 +121,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"(attempts retried: {counts['retried_attempts']})",
         f"mean reward {_fmt(summary['mean_reward'])}, pass rate {_fmt(summary['pass_rate'])}, "
         + ", ".join(f"pass@{k} {_fmt(v)}" for k, v in summary["pass_at_k"].items()),
+        *(f"skipped {task}: {why}" for task, why in summary.get("skipped_tasks", {}).items()),
         f"start states identical: {summary['start_states_identical']}; "
         f"{_fmt(throughput['episodes_per_s'], 1)} episodes/s over {_fmt(throughput['wall_s'], 1)} s",
     ]

@@ -4,38 +4,80 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from envs.errors import TaskNotFoundError
-from envs.tasks import Task, builtin_task_ids, load_task, load_tasks
+from envs.errors import HostPackagesMissingError, TaskNotFoundError
+from envs.tasks import Task, builtin_task_ids, load_task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Suite:
+    """The tasks of a run, and the built-in ones left out because this host lacks their packages."""
+
+    tasks: list[Task]
+    skipped: dict[str, str] = field(default_factory=dict)
+    """task id -> why (the apt packages to install)."""
 
 
 def select_tasks(
     path: str | None, *, include: Sequence[str] = (), exclude: Sequence[str] = (), limit: int | None = None
-) -> list[Task]:
+) -> Suite:
     """Load the suite and keep the tasks whose ids match ``include`` and not ``exclude``.
+
+    When the whole suite is asked for (no ``include``), a task whose apt packages this host
+    lacks is skipped with the reason instead of stopping the run (a fresh machine still runs
+    the rest); a task named in ``include`` must load.
 
     Raises:
         TaskNotFoundError: the folder is missing, or an ``include`` entry matches no task
             (with the closest ids), or nothing is left after filtering.
         TaskError: a task directory is invalid (the message names the file and field).
     """
-    available = builtin_task_ids() if path is None else [task.id for task in load_tasks(path)]
+    available = _task_specs(path)
+    ids = list(available)
     for pattern in include:
-        if not fnmatch.filter(available, pattern):
-            close = difflib.get_close_matches(pattern, available, n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else f"; the suite has {', '.join(available)}"
+        if not fnmatch.filter(ids, pattern):
+            close = difflib.get_close_matches(pattern, ids, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; the suite has {', '.join(ids)}"
             raise TaskNotFoundError(f"suite.include entry {pattern!r} matches no task{hint}")
     chosen = [
         task_id
-        for task_id in available
+        for task_id in ids
         if (not include or any(fnmatch.fnmatch(task_id, p) for p in include))
         and not any(fnmatch.fnmatch(task_id, p) for p in exclude)
     ]
     chosen = chosen[:limit] if limit is not None else chosen
     if not chosen:
         raise TaskNotFoundError("no task is left after suite.include, suite.exclude and suite.limit")
+    tasks, skipped = [], {}
+    for task_id in chosen:
+        try:
+            tasks.append(load_task(available[task_id]))
+        except HostPackagesMissingError as exc:
+            if include:
+                raise
+            skipped[task_id] = f"needs apt-get install {' '.join(exc.packages)}"
+            log.warning("skipping task %s: this host lacks %s", task_id, ", ".join(exc.packages))
+    if not tasks:
+        raise TaskNotFoundError(f"no task of the suite can run on this host: {skipped}")
+    return Suite(tasks, skipped)
+
+
+def _task_specs(path: str | None) -> dict[str, str | Path]:
+    """Task id -> what ``load_task`` takes, sorted by id."""
     if path is None:
-        return [load_task(task_id) for task_id in chosen]
-    by_id = {task.id: task for task in load_tasks(path)}
-    return [by_id[task_id] for task_id in chosen]
+        return {task_id: task_id for task_id in builtin_task_ids()}
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise TaskNotFoundError(f"no task folder at {root}; set suite.path to a folder of task directories")
+    if (root / "task.toml").is_file():
+        return {root.resolve().name: root}
+    found: dict[str, str | Path] = {p.resolve().name: p for p in sorted(root.iterdir()) if (p / "task.toml").is_file()}
+    if not found:
+        raise TaskNotFoundError(f"{root} holds no task directories (folders with a task.toml)")
+    return found

@@ -14,7 +14,14 @@ from __future__ import annotations
 import gymnasium as gym
 
 from envs.base import SUBMIT, EpisodeState, SandboxEnv
-from envs.errors import DockerfileError, InvalidActionError, ResetNeededError, TaskError, TaskNotFoundError
+from envs.errors import (
+    DockerfileError,
+    HostPackagesMissingError,
+    InvalidActionError,
+    ResetNeededError,
+    TaskError,
+    TaskNotFoundError,
+)
 from envs.observations import NO_COMMAND, TIMED_OUT
 from envs.oracle import check_task, run_solution
 from envs.python_env import PythonEnv
@@ -52,6 +59,7 @@ __all__ = [
     "CommandPolicy",
     "DockerfileError",
     "EpisodeState",
+    "HostPackagesMissingError",
     "InvalidActionError",
     "PythonEnv",
     "RecordTrajectory",

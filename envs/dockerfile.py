@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envs.errors import DockerfileError
+from envs.errors import DockerfileError, HostPackagesMissingError
 from envs.filesteps import mkdir_step, write_file_steps
 from envs.hostpackages import missing_host_packages
 from pool.backends.local.hostbase import DEFAULT_PATH
@@ -360,10 +360,11 @@ class _Translator:
         if packages:
             missing = self.missing(packages)
             if missing:
-                self.fail(
-                    f"apt packages {', '.join(missing)} are not installed on this host, whose userland the "
-                    f"'host' base uses: install them on the host (apt-get install {' '.join(missing)}) or map "
-                    f"{self.image!r} to a root filesystem"
+                raise HostPackagesMissingError(
+                    f"{self.path}:{self.line}: apt packages {', '.join(missing)} are not installed on this host, "
+                    f"whose userland the 'host' base uses: install them on the host "
+                    f"(apt-get install {' '.join(missing)}) or map {self.image!r} to a root filesystem",
+                    missing,
                 )
 
     def json_words(self, text: str, keyword: str) -> list[str]:

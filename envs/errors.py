@@ -30,6 +30,15 @@ class DockerfileError(ConfigError):
     """A Dockerfile instruction cannot be turned into a template step."""
 
 
+class HostPackagesMissingError(DockerfileError):
+    """A task on the host base needs apt packages this host does not have."""
+
+    def __init__(self, message: str, packages: list[str]) -> None:
+        super().__init__(message)
+        self.packages = packages
+        """The missing packages."""
+
+
 class InvalidActionError(SnapgymError, gymnasium.error.InvalidAction, ValueError):
     """The action is of the wrong type, too large, or cannot reach a shell."""
 

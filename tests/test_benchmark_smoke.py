@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -261,3 +262,29 @@ def test_dir_suite_without_a_path_fails_before_any_sandbox(tmp_path: Path) -> No
     assert done.returncode != 0
     assert "suite.path" in done.stderr
     assert not store.exists()
+
+
+def test_a_task_whose_host_packages_are_missing_is_skipped_not_fatal(tmp_path: Path) -> None:
+    """A suite where one task needs an apt package this host lacks runs the rest and says what to install;
+    naming that task explicitly is an error that says the same."""
+    suite = tmp_path / "suite"
+    shutil.copytree(REPO / "benchmarks" / "tasks" / "trivial", suite / "trivial")
+    needy = suite / "needs-package"
+    shutil.copytree(REPO / "benchmarks" / "tasks" / "trivial", needy)
+    (needy / "environment" / "setup.sh").unlink()
+    (needy / "environment" / "Dockerfile").write_text(
+        "FROM ubuntu:24.04\nRUN apt-get update && apt-get install -y snapgym-no-such-package\nWORKDIR /app\n"
+    )
+    store, out = tmp_path / "store", tmp_path / "run"
+    done = run_benchmark("suite=dir", f"suite.path={suite}", "progress=false", f"backend.store_dir={store}",
+                         f"hydra.run.dir={out}")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["by_task"]) == {"trivial"}
+    assert summary["skipped_tasks"] == {"needs-package": "needs apt-get install snapgym-no-such-package"}
+    assert "skipped needs-package" in done.stdout
+
+    named = run_benchmark("suite=dir", f"suite.path={suite}", "suite.include=[needs-package]",
+                          f"backend.store_dir={store}", f"hydra.run.dir={tmp_path / 'named'}")  # fmt: skip
+    assert named.returncode == 2
+    assert "apt-get install snapgym-no-such-package" in named.stderr

@@ -33,7 +33,7 @@ from benchmarks.ledger import Ledger, read_results
 from benchmarks.plots import write_plots
 from benchmarks.progress import Progress
 from benchmarks.schemas import PoolKind
-from benchmarks.suites import select_tasks
+from benchmarks.suites import Suite, select_tasks
 from benchmarks.supply import SandboxSupply
 from envs.tasks import Task
 
@@ -68,12 +68,21 @@ def run(job: Job) -> EvalOutcome:
     """Run the evaluation the job's config describes; see the module docstring."""
     run_dir, config, resumed = rundir.resolve(job.config, job.output_dir)
     agent = make_agent(_plain(config.agent))
-    tasks = _tasks(config)
-    return evaluate(job, config, run_dir, tasks, agent, resumed=resumed, plots=config.benchmark.plots)
+    suite = _suite(config)
+    return evaluate(job, config, run_dir, suite.tasks, agent, resumed=resumed, plots=config.benchmark.plots,
+                    skipped=suite.skipped)  # fmt: skip
 
 
 def evaluate(
-    job: Job, config: DictConfig, run_dir: Path, tasks: list[Task], agent: Any, *, resumed: bool, plots: bool
+    job: Job,
+    config: DictConfig,
+    run_dir: Path,
+    tasks: list[Task],
+    agent: Any,
+    *,
+    resumed: bool,
+    plots: bool,
+    skipped: dict[str, str] | None = None,
 ) -> EvalOutcome:
     """Play the plan into ``run_dir``'s ledger and write its reports (also used by throughput)."""
     settings = eval_settings(config)
@@ -90,8 +99,10 @@ def evaluate(
         ledger.close()
         with contextlib.suppress(Exception):
             supply.close()
-    return report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots,
-                  extra={"pool_stats": pool_stats} if pool_stats else {})  # fmt: skip
+    extra: dict[str, Any] = {"skipped_tasks": skipped or {}}
+    if pool_stats:
+        extra["pool_stats"] = pool_stats
+    return report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots, extra=extra)
 
 
 def report(
@@ -139,7 +150,7 @@ def open_supply(job: Job, config: DictConfig) -> SandboxSupply:
     return SandboxSupply(kind, job.open_backend, backend_options=job.backend_options(), pool_settings=config.pool)
 
 
-def _tasks(config: DictConfig) -> list[Task]:
+def _suite(config: DictConfig) -> Suite:
     suite = config.suite
     return select_tasks(suite.path, include=list(suite.include), exclude=list(suite.exclude), limit=suite.limit)
 
