@@ -184,6 +184,13 @@ class SandboxHost:
         """Slot count and this process's memory (resident set), for the pool's statistics."""
         return {"slots": len(self._slots), "capacity": self.capacity, "rss_bytes": _rss_bytes(), "node": _node_id()}
 
+    def machine_memory(self) -> tuple[str, int]:
+        """(machine id, bytes in use on the machine: MemTotal - MemAvailable).
+
+        The machine id is the kernel's boot id, so two Ray nodes on one machine report one machine.
+        """
+        return _machine_id(), used_memory_bytes()
+
     # -- internals ------------------------------------------------------------
 
     @property
@@ -247,6 +254,24 @@ def _in_ray_worker() -> bool:
         return bool(ray.is_initialized()) and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
     except Exception:
         return False
+
+
+def used_memory_bytes() -> int:
+    """MemTotal - MemAvailable of this machine, from /proc/meminfo."""
+    fields = {}
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            key, value = line.split(":", 1)
+            fields[key] = int(value.split()[0]) * 1024
+    return fields["MemTotal"] - fields["MemAvailable"]
+
+
+def _machine_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            return boot.read().strip()
+    except OSError:
+        return os.uname().nodename
 
 
 def _rss_bytes() -> int:

@@ -203,6 +203,13 @@ class PoolManager:
                 "snapshots": {sid: self._snapshot_stats_locked(s) for sid, s in self._served.items()},
             }
 
+    def machine_memory(self) -> dict[str, int]:
+        """Bytes in use on each machine that hosts sandboxes (machine id -> MemTotal - MemAvailable)."""
+        import ray
+
+        reports = ray.get([h.handle.machine_memory.remote() for h in self._alive_hosts()], timeout=60)
+        return dict(reports)
+
     def wait_ready(self, snapshot_id: str, n: int, timeout_s: float) -> int:
         """Wait until ``n`` sandboxes of a snapshot are READY (for warm-up); returns how many are."""
         deadline = time.monotonic() + timeout_s

@@ -154,6 +154,12 @@ class SandboxPool:
         stats: dict[str, Any] = ray.get(self._manager.stats.remote())
         return stats
 
+    def machine_memory(self) -> dict[str, int]:
+        """Bytes of memory in use on each machine that hosts the pool's sandboxes (by kernel boot id)."""
+        self._check_open()
+        memory: dict[str, int] = raycalls.get(self._manager.machine_memory.remote())
+        return memory
+
     def close(self) -> None:
         """Destroy every sandbox and actor of the pool. Idempotent."""
         import ray

@@ -344,6 +344,7 @@ def test_pool_benchmark_job_uses_both_nodes(cluster: Cluster, tmp_path: Path) ->
 
     # The capacity pool warmed every slot of the cluster, more than either node may hold.
     assert summary["meta"]["capacity"]["ready"] == 2 * SLOTS_PER_NODE
+    assert summary["meta"]["capacity"]["machines"] == 1, "two nodes on one machine count its memory once"
     assert set(summary["methods"]) == {"acquire", "reset", "exec_lease", "exec_direct"}
     assert all(entry["n"] == 5 for entry in summary["methods"].values())
 

@@ -19,9 +19,12 @@ Method:
       same machine noise. ``exec_overhead_ms`` is the difference of the p50s.
     - capacity: a second pool with ``capacity.sandboxes`` as its size warms
       that many sandboxes. Memory is MemTotal - MemAvailable from
-      /proc/meminfo, read after the pool's actors are up and before the
-      sandboxes start (Ray's fixed cost), and again once they are all ready;
-      the difference divided by the number ready is the cost per sandbox.
+      /proc/meminfo of every machine that hosts the pool's sandboxes (each
+      host actor reads its own machine; machines are told apart by kernel
+      boot id, so two Ray nodes on one machine count once), summed, read
+      after the pool's actors are up and before the sandboxes start (Ray's
+      fixed cost), and again once they are all ready; the difference divided
+      by the number ready is the cost per sandbox.
 
     Each latency method runs ``warmup`` discarded iterations, then its
     repetitions; the clock is ``time.perf_counter_ns`` around the timed calls.
@@ -176,17 +179,18 @@ def _capacity(cfg: PoolBenchConfig, options: dict[str, Any]) -> dict[str, Any]:
     try:
         snapshot = pool.add(TEMPLATE)
         time.sleep(1.0)
-        before = _used_bytes()
+        before = sum(pool.machine_memory().values())
         started = time.perf_counter()
         ready = pool.warm_up(snapshot, n, timeout_s=cfg.capacity.timeout_s)
         warm_s = time.perf_counter() - started
         time.sleep(1.0)
-        after = _used_bytes()
+        machines = pool.machine_memory()
+        after = sum(machines.values())
     finally:
         pool.close()
     per_sandbox = (after - before) / ready / 2**20 if ready else None
     return {"requested": n, "ready": ready, "warm_up_s": warm_s, "memory_per_sandbox_mib": per_sandbox,
-            "used_before_mib": before / 2**20, "used_after_mib": after / 2**20}  # fmt: skip
+            "used_before_mib": before / 2**20, "used_after_mib": after / 2**20, "machines": len(machines)}  # fmt: skip
 
 
 def _targets(
@@ -215,15 +219,6 @@ def _time_ms(call: Callable[[], object]) -> float:
     started = time.perf_counter_ns()
     call()
     return (time.perf_counter_ns() - started) / 1e6
-
-
-def _used_bytes() -> int:
-    fields = {}
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            key, value = line.split(":", 1)
-            fields[key] = int(value.split()[0]) * 1024
-    return fields["MemTotal"] - fields["MemAvailable"]
 
 
 def _backend_options(backend: Backend) -> dict[str, Any]:
