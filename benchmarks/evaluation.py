@@ -38,14 +38,23 @@ class EvalSettings:
     """What the runner needs from the config."""
 
     env_id: str = "snapgym/Shell-v0"
+    """The environment every episode runs in."""
     episodes_per_task: int = 1
+    """Episodes of each task (a group, for pass@k)."""
     seed: int = 0
+    """Episode i of a task gets ``seed + i``."""
     concurrency: int = 4
+    """Episodes played at once (threads)."""
     max_steps: int = 50
+    """Steps before an episode is truncated."""
     step_timeout_s: float = 120.0
+    """Timeout of one action."""
     episode_timeout_s: float | None = None
+    """Wall-clock budget of an episode, agent included."""
     max_attempts: int = 3
+    """Attempts of an episode whose infrastructure failed."""
     success_threshold: float = 1.0
+    """A reward at or above this is a pass."""
 
 
 class RunStoppedError(SnapgymError):

@@ -18,6 +18,8 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib
 import logging
 import sys
@@ -31,6 +33,7 @@ from omegaconf import DictConfig
 
 from benchmarks.config import register_configs, reject_unknown_keys, require_values
 from benchmarks.job import Job, Outcome
+from benchmarks.schemas import RunConfig
 from pool import ConfigError
 from pool.errors import SnapgymError
 
@@ -83,9 +86,33 @@ def _run(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """Register the config schemas, then hand the command line to Hydra."""
+    """Register the config schemas, check top-level keys, then hand the command line to Hydra."""
     register_configs()
+    try:
+        check_top_level_keys(sys.argv[1:])
+    except ConfigError as exc:
+        print(f"snapgym: ConfigError: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     _run()
+
+
+def check_top_level_keys(arguments: list[str]) -> None:
+    """Refuse a ``key=value`` whose top-level key no schema has, suggesting the closest keys.
+
+    Hydra refuses such keys too, but without saying which keys exist.
+
+    Raises:
+        ConfigError: naming the key, the closest valid keys, and all of them.
+    """
+    valid = {f.name for f in dataclasses.fields(RunConfig)} | {"hydra"}
+    for argument in arguments:
+        if argument.startswith("-") or "=" not in argument or argument[0] in "+~":
+            continue
+        key = argument.split("=", 1)[0].split(".", 1)[0].split("@", 1)[0]
+        if key not in valid:
+            close = difflib.get_close_matches(key, sorted(valid), n=3)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise ConfigError(f"unknown config key {key!r}; {hint}valid keys: {', '.join(sorted(valid))}")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from pool.results import ExecResult
 TESTS_DIR = "/tests"
 LOGS_DIR = "/logs/verifier"
 REWARD_FILES = ("reward.json", "reward.txt")
+_NO_MV = "snapgym: this image has no mv"
 _MAX_VERIFIER_OUTPUT = 256 * 1024
 
 
@@ -68,23 +69,32 @@ def verify(sandbox: Sandbox, task: Task, *, env: dict[str, str] | None = None) -
     """
     # The tests go to a folder the agent cannot have prepared and replace /tests in the same exec
     # that clears stale rewards and starts test.sh; [ -e ] tests are builtins, so the usual case
-    # costs one process (mv) before test.sh.
+    # costs one process (mv) before test.sh. An image without mv gets the two-exec way.
     staging = f"/.snapgym-tests-{secrets.token_hex(8)}"
     copy_dir_into(sandbox, task.tests_dir, staging)
     sandbox.write_file(f"{LOGS_DIR}/.snapgym", b"")  # creates the folder test.sh writes into
     prepare = (
+        f"command -v mv >/dev/null 2>&1 || {{ echo '{_NO_MV}' >&2; exit 97; }}\n"
         f"{{ [ ! -e {TESTS_DIR} ] || rm -rf {TESTS_DIR}; }}"
         + "".join(f" && {{ [ ! -e {LOGS_DIR}/{name} ] || rm -rf {LOGS_DIR}/{name}; }}" for name in REWARD_FILES)
         + f" && mv {staging} {TESTS_DIR} || {{ echo 'snapgym: could not install the tests' >&2; exit 97; }}"
     )
-    result = sandbox.exec(
+    result = _run_tests(sandbox, task, prepare, env)
+    if result.exit_code == 97 and result.stderr.startswith(_NO_MV):
+        sandbox.exec(f"rm -rf {staging} {TESTS_DIR} {LOGS_DIR} && mkdir -p {TESTS_DIR} {LOGS_DIR}", timeout_s=60)
+        copy_dir_into(sandbox, task.tests_dir, TESTS_DIR)
+        result = _run_tests(sandbox, task, "true", env)
+    return _verdict(sandbox, result)
+
+
+def _run_tests(sandbox: Sandbox, task: Task, prepare: str, env: dict[str, str] | None) -> ExecResult:
+    return sandbox.exec(
         f"{prepare}\n{run_script_command(f'{TESTS_DIR}/test.sh')}",
         timeout_s=task.settings.verifier_timeout_s,
         cwd=task.workdir,
         env={"TEST_DIR": TESTS_DIR, **task.settings.environment.env, **task.settings.verifier_env, **(env or {})},
         max_output_bytes=_MAX_VERIFIER_OUTPUT,
     )
-    return _verdict(sandbox, result)
 
 
 def _verdict(sandbox: Sandbox, result: ExecResult) -> Verdict:
