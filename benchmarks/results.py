@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from benchmarks.episodes import INFRA_ERROR, OUTCOMES
-from benchmarks.ledger import ATTEMPT_FAILED, read_records
+from benchmarks.ledger import ATTEMPT_FAILED, LEDGER_FILE, RESULT, read_records
 from benchmarks.stats import summarize
 
 EPISODES_PARQUET = "episodes.parquet"
@@ -47,6 +47,14 @@ def episodes_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return frame.sort_values(["task_id", "sample"], kind="stable").reset_index(drop=True)
 
 
+def read_run(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """The episode table and the ``attempt_failed`` records of a run directory's ledger, read once."""
+    path = run_dir / LEDGER_FILE
+    records = list(read_records(path)) if path.exists() else []
+    failed = [r for r in records if r["kind"] == ATTEMPT_FAILED]
+    return episodes_frame([r for r in records if r["kind"] == RESULT]), failed
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k of a task with ``n`` episodes, ``c`` of them passed."""
     if n - c < k:
@@ -55,12 +63,26 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def summarize_run(
-    run_dir: Path, frame: pd.DataFrame, *, scheduled: int, ks: Sequence[int], meta: dict[str, Any]
+    run_dir: Path,
+    frame: pd.DataFrame,
+    failed: Sequence[dict[str, Any]],
+    *,
+    scheduled: int,
+    ks: Sequence[int],
+    meta: dict[str, Any],
 ) -> dict[str, Any]:
-    """The summary.json of a run (see the module docstring for its keys)."""
+    """The summary.json of a run (see the module docstring for its keys).
+
+    Args:
+        run_dir: the run directory (recorded in the summary).
+        frame: the episode table (``episodes_frame`` of the result records).
+        failed: the ledger's ``attempt_failed`` records.
+        scheduled: episodes the plan holds.
+        ks: the k values of pass@k.
+        meta: context copied into the summary (scenario, suite, agent, ...).
+    """
     counts = {"scheduled": scheduled, "finished": len(frame)}
     counts.update({o: int((frame["outcome"] == o).sum()) if len(frame) else 0 for o in OUTCOMES})
-    failed = [r for r in read_records(run_dir / "ledger.jsonl") if r["kind"] == ATTEMPT_FAILED]
     counts["retried_attempts"] = sum(not r.get("interrupted") for r in failed)
     counts["interrupted_attempts"] = sum(bool(r.get("interrupted")) for r in failed)
     by_task = {str(task): _task_figures(group, ks) for task, group in frame.groupby("task_id")} if len(frame) else {}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envs.errors import HostPackagesMissingError, TaskNotFoundError
-from envs.tasks import Task, builtin_task_ids, load_task
+from envs.tasks import Task, builtin_task_ids, load_task, task_dirs
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +72,4 @@ def _task_specs(path: str | None) -> dict[str, str | Path]:
     """Task id -> what ``load_task`` takes, sorted by id."""
     if path is None:
         return {task_id: task_id for task_id in builtin_task_ids()}
-    root = Path(path).expanduser()
-    if not root.is_dir():
-        raise TaskNotFoundError(f"no task folder at {root}; set suite.path to a folder of task directories")
-    if (root / "task.toml").is_file():
-        return {root.resolve().name: root}
-    found: dict[str, str | Path] = {p.resolve().name: p for p in sorted(root.iterdir()) if (p / "task.toml").is_file()}
-    if not found:
-        raise TaskNotFoundError(f"{root} holds no task directories (folders with a task.toml)")
-    return found
+    return {directory.resolve().name: directory for directory in task_dirs(path)}

@@ -94,12 +94,21 @@ def load_task(spec: str | Path | Task, *, bases: Mapping[str, str] | None = None
 
 def load_tasks(folder: str | Path, *, bases: Mapping[str, str] | None = None) -> list[Task]:
     """Every task in a folder of task directories (or the folder itself if it is one)."""
+    return [_load_dir(path, dict(bases or {})) for path in task_dirs(folder)]
+
+
+def task_dirs(folder: str | Path) -> list[Path]:
+    """The task directories in a folder (or the folder itself if it is one), sorted, without loading them.
+
+    Raises:
+        TaskNotFoundError: no folder there, or it holds no task directory.
+    """
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise TaskNotFoundError(f"no task folder at {root}")
     if (root / "task.toml").is_file():
-        return [_load_dir(root, dict(bases or {}))]
-    found = [_load_dir(p, dict(bases or {})) for p in sorted(root.iterdir()) if (p / "task.toml").is_file()]
+        return [root]
+    found = [p for p in sorted(root.iterdir()) if (p / "task.toml").is_file()]
     if not found:
         raise TaskNotFoundError(f"{root} holds no task directories (folders with a task.toml)")
     return found

@@ -27,8 +27,8 @@ import pytest
 
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
 from benchmarks.evaluation import EvalSettings, Evaluation
-from benchmarks.ledger import LEDGER_FILE, Ledger, LedgerState, read_records, read_results
-from benchmarks.results import episodes_frame, summarize_run
+from benchmarks.ledger import LEDGER_FILE, Ledger, LedgerState, read_records
+from benchmarks.results import read_run, summarize_run
 from benchmarks.schemas import PoolKind
 from benchmarks.supply import SandboxSupply
 from envs import SUBMIT
@@ -158,8 +158,8 @@ def evaluate(
 
 
 def summary_of(run_dir: Path, scheduled: int) -> dict[str, Any]:
-    frame = episodes_frame(read_results(run_dir))
-    return summarize_run(run_dir, frame, scheduled=scheduled, ks=[1], meta={})
+    frame, failed = read_run(run_dir)
+    return summarize_run(run_dir, frame, failed, scheduled=scheduled, ks=[1], meta={})
 
 
 def results_by_episode(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:

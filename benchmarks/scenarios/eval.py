@@ -29,7 +29,7 @@ from benchmarks import results, rundir
 from benchmarks.agents import make_agent
 from benchmarks.evaluation import EvalSettings, Evaluation, plan_episodes
 from benchmarks.job import Job
-from benchmarks.ledger import Ledger, read_results
+from benchmarks.ledger import Ledger
 from benchmarks.plots import write_plots
 from benchmarks.progress import Progress
 from benchmarks.schemas import PoolKind
@@ -110,7 +110,7 @@ def report(
     extra: dict[str, Any] | None = None,
 ) -> EvalOutcome:  # fmt: skip
     """Tables, summary.json and plots of the run directory's ledger."""
-    frame = results.episodes_frame(read_results(run_dir))
+    frame, failed = results.read_run(run_dir)
     meta = {
         "scenario": config.benchmark.name,
         "suite": config.suite.name,
@@ -121,7 +121,7 @@ def report(
         "pool_size": config.pool.size,
         **(extra or {}),
     }
-    summary = results.summarize_run(run_dir, frame, scheduled=scheduled, ks=list(config.pass_at_k), meta=meta)
+    summary = results.summarize_run(run_dir, frame, failed, scheduled=scheduled, ks=list(config.pass_at_k), meta=meta)
     results.write_tables(run_dir, frame, summary)
     if plots:
         write_plots(run_dir, frame)
