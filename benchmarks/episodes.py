@@ -62,6 +62,8 @@ class AttemptResult:
     steps: int = 0
     snapshot_id: str | None = None
     start_digest: str | None = None
+    verification: str | None = None
+    """The verification mode the episode ran in ("strict" or "shared")."""
     reset_latency_ms: float | None = None
     agent_s: float = 0.0
     env_s: float = 0.0
@@ -113,6 +115,7 @@ def _play(
     obs, info = env.reset(seed=spec.seed)
     result.env_s += time.perf_counter() - clock
     result.snapshot_id, result.start_digest = info.get("snapshot_id"), info.get("start_digest")
+    result.verification = info.get("verification")
     result.reset_latency_ms = float(info.get("reset_latency_s", 0.0)) * 1000
     policy = _agent_call(result, lambda: agent.start(EpisodeContext(task, env, limits.env_id, spec.seed)))
     if policy is _FAILED:

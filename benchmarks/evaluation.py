@@ -55,6 +55,8 @@ class EvalSettings:
     """Attempts of an episode whose infrastructure failed."""
     success_threshold: float = 1.0
     """A reward at or above this is a pass."""
+    verification: str | None = None
+    """"strict" or "shared" for every episode; None: each task's own mode."""
 
 
 class RunStoppedError(SnapgymError):
@@ -176,9 +178,10 @@ class Evaluation:
         if current is not None and getattr(self._local, "task_id", None) == task.id:
             return current  # type: ignore[no-any-return]
         self._drop_env()
-        env = self.supply.make_env(
-            self.settings.env_id, task, max_steps=self.settings.max_steps, step_timeout_s=self.settings.step_timeout_s
-        )
+        options: dict[str, Any] = {"max_steps": self.settings.max_steps, "step_timeout_s": self.settings.step_timeout_s}
+        if self.settings.verification is not None:
+            options["verification"] = self.settings.verification
+        env = self.supply.make_env(self.settings.env_id, task, **options)
         with self._envs_lock:
             self._envs.append(env)
         self._local.env, self._local.task_id = env, task.id

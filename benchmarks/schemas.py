@@ -30,6 +30,17 @@ class EnvKind(enum.Enum):
     python = "snapgym/Python-v0"
 
 
+class VerificationChoice(enum.Enum):
+    """How every episode's verifier is kept apart from its agent (see ``envs.verifier``)."""
+
+    task = "task"
+    """What each task declares (``[snapgym] verification``); strict when it declares nothing."""
+    strict = "strict"
+    """The verifier runs in a fresh sandbox that shows only the task's outputs of the agent's end state."""
+    shared = "shared"
+    """The verifier runs beside the agent's live processes, as in Harbor (private reward channel and tests)."""
+
+
 @dataclass
 class PoolSettings:
     """How many episodes run at once, and the Ray pool's sizing and limits."""
@@ -145,6 +156,8 @@ class RunConfig:
     benchmark: Any = MISSING
     env: EnvKind = EnvKind.shell
     """``shell`` (Shell-v0) or ``python`` (Python-v0)."""
+    verification: VerificationChoice = VerificationChoice.task
+    """``task`` (each task's own mode), ``strict`` or ``shared`` for every episode."""
     episodes_per_task: int = 1
     """k: episodes per task, all from the task's snapshot (a group, for pass@k)."""
     seed: int = 0

@@ -34,6 +34,7 @@ from pool.contract import Backend, Sandbox
 from pool.errors import CommandRejectedError, ConfigError, SandboxError, SnapgymError
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
+from pool.verification import VerifyMode
 
 SUBMIT = "submit"
 """The action that ends an episode and asks for the verdict."""
@@ -62,6 +63,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         max_action_bytes: the largest action accepted (UTF-8 bytes).
         max_output_bytes: cap on each of stdout and stderr in an observation.
         bases: image -> base spec for Dockerfile ``FROM`` lines (see envs.dockerfile).
+        verification: ``"strict"`` or ``"shared"`` for every episode; None: what the task
+            declares (strict when it declares nothing). See envs.verifier.
         render_mode: ``"ansi"`` returns the last observation's text from render().
     """
 
@@ -78,6 +81,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         max_action_bytes: int = 64 * 1024,
         max_output_bytes: int = 64 * 1024,
         bases: Mapping[str, str] | None = None,
+        verification: str | VerifyMode | None = None,
         render_mode: str | None = None,
     ) -> None:
         if max_steps < 1 or step_timeout_s <= 0 or max_action_bytes < 1 or max_output_bytes < 1:
@@ -87,6 +91,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         if backend is not None and pool is not None:
             raise ConfigError("give a backend or a pool, not both")
         self.task = load_task(task, bases=bases)
+        self.verification = VerifyMode.parse(verification) if verification is not None else self.task.verification
+        self._verification_override = verification is not None
         self.pool = pool
         self.backend = backend
         self._source: SandboxSource
@@ -145,6 +151,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             "start_digest": self._sandbox.start_digest,
             "reset_latency_s": latency,
             "backend": self._source.name,
+            "verification": self.verification.value,
         }
         self._last_text = self.task.instruction
         return make_observation(self.task.instruction, NO_COMMAND), info
@@ -241,6 +248,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             step_timeout_s=self.step_timeout_s,
             max_action_bytes=self.max_action_bytes,
             max_output_bytes=self.max_output_bytes,
+            verification=self.verification if self._verification_override else None,
             render_mode=self.render_mode,
         )
 

@@ -11,11 +11,20 @@ snapgym adds one optional table, ``[snapgym]``:
     Commands run at build time, after the Dockerfile, that install what
     ``tests/test.sh`` needs (e.g. ``["pip install pytest==8.4.1"]``), so that
     verification never needs the network.
+``verification``
+    ``"strict"`` (the default) or ``"shared"``: how the verifier is kept apart
+    from the agent (see ``envs.verifier``). Declare ``"shared"`` when the tests
+    need a process the agent started or changes outside the outputs.
+``outputs``
+    strict: the directories whose end state the verifier sees (absolute
+    paths; default: the working directory). Everything else comes from the
+    known-good snapshot.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import tomllib
 from collections.abc import Mapping
@@ -27,6 +36,7 @@ from envs.errors import TaskError
 
 _TOP_KEYS = {"version", "schema_version", "metadata", "task", "source", "verifier", "agent", "environment", "solution"}
 _NETWORK_MODES = {"public", "no-network"}
+_VERIFICATION_MODES = {"strict", "shared"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +70,10 @@ class TaskSettings:
     solution_env: Mapping[str, str] = field(default_factory=dict)
     environment: EnvironmentSettings = field(default_factory=EnvironmentSettings)
     verifier_setup: tuple[str, ...] = ()
+    verification: str | None = None
+    """``[snapgym] verification``: "strict", "shared", or None (not declared: strict)."""
+    outputs: tuple[str, ...] = ()
+    """``[snapgym] outputs``: directories the strict verifier sees (empty: the working directory)."""
 
 
 def parse_task_toml(path: Path) -> TaskSettings:
@@ -95,7 +109,7 @@ class _Reader:
         verifier = self.table("verifier", {"timeout_sec", "env", "user", "network_mode", "allowed_hosts"})
         agent = self.table("agent", {"timeout_sec", "user", "network_mode", "allowed_hosts"})
         solution = self.table("solution", {"env"})
-        snapgym = self.table("snapgym", {"verifier_setup"})
+        snapgym = self.table("snapgym", {"verifier_setup", "verification", "outputs"})
         for section, table in (("verifier", verifier), ("agent", agent)):
             self.check_user(section, table)
             self.check_network(section, table)
@@ -112,7 +126,22 @@ class _Reader:
             solution_env=self.str_map("solution.env", solution.get("env", {})),
             environment=self.environment(),
             verifier_setup=self.str_list("snapgym.verifier_setup", snapgym.get("verifier_setup", [])),
+            verification=self.verification(snapgym.get("verification")),
+            outputs=self.outputs(snapgym.get("outputs", [])),
         )
+
+    def verification(self, value: Any) -> str | None:
+        if value is not None and value not in _VERIFICATION_MODES:
+            self.fail("snapgym.verification", f"must be one of {sorted(_VERIFICATION_MODES)}, got {value!r}")
+        return None if value is None else str(value)
+
+    def outputs(self, value: Any) -> tuple[str, ...]:
+        paths = self.str_list("snapgym.outputs", value)
+        for path in paths:
+            normal = posixpath.normpath(path)
+            if not path.startswith("/") or normal == "/" or normal.startswith("//"):
+                self.fail("snapgym.outputs", f"each output must be an absolute directory other than /, got {path!r}")
+        return tuple(dict.fromkeys(posixpath.normpath(p) for p in paths))
 
     def environment(self) -> EnvironmentSettings:
         known = {

@@ -25,6 +25,7 @@ from envs.errors import TaskError, TaskNotFoundError
 from envs.taskconfig import TaskSettings, parse_task_toml
 from pool.backends.local import hostbase
 from pool.templates import Template
+from pool.verification import VerifyMode
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 """Where the built-in suite lives."""
@@ -53,6 +54,16 @@ class Task:
     def tests_dir(self) -> Path:
         """The verifier's files, copied to /tests at verification time."""
         return self.path / "tests"
+
+    @property
+    def verification(self) -> VerifyMode:
+        """How the verifier is kept apart from the agent: the task's ``[snapgym] verification``, else strict."""
+        return VerifyMode.parse(self.settings.verification or VerifyMode.STRICT)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Directories whose end state a strict verifier sees: ``[snapgym] outputs``, else the working directory."""
+        return self.settings.outputs or ((self.workdir,) if self.workdir != "/" else ())
 
     @property
     def solution_dir(self) -> Path | None:

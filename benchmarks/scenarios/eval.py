@@ -141,7 +141,14 @@ def eval_settings(config: DictConfig) -> EvalSettings:
         episode_timeout_s=config.episode_timeout_s,
         max_attempts=config.max_attempts,
         success_threshold=config.success_threshold,
+        verification=_verification(config),
     )
+
+
+def _verification(config: DictConfig) -> str | None:
+    choice = config.get("verification", "task")
+    name = choice.value if hasattr(choice, "value") else str(choice)
+    return None if name == "task" else name
 
 
 def open_supply(job: Job, config: DictConfig) -> SandboxSupply:

@@ -1,0 +1,104 @@
+"""What a backend does to a sandbox when its agent's turn ends and the verifier's begins.
+
+The verifier's reward is only worth something if the agent cannot reach it
+except through the task's outputs. ``sandbox.begin_verification(plan)`` is the
+one call where a backend puts that boundary in place; the environments
+(``envs.verifier``) decide which plan a task gets and read the verdict.
+
+Two modes:
+
+``strict``
+    Every process of the agent is killed (and gone) before anything else.
+    The verifier then runs in a fresh sandbox at the agent's start snapshot,
+    with its own namespaces and resource budget, in which only the
+    ``outputs`` paths show the agent's end state. Interpreters, the loader,
+    shells, their configuration and everything else come from the known-good
+    snapshot. A symbolic link in the outputs that would lead the verifier
+    into its private paths (``/tests``, ``/logs/verifier``) is removed and
+    reported.
+
+``shared``
+    The agent's processes stay alive (a service the tests talk to) and the
+    verifier sees the agent's whole filesystem, as in Harbor. Still private
+    to the verifier: ``/tests`` and ``private_dirs`` (the reward channel),
+    the top-level symbolic links (``/bin`` and friends) and the loader and
+    shell configuration under ``/etc`` as the known-good snapshot had them.
+    The agent's processes cannot signal or trace the verifier's where the
+    kernel offers Landlock scoping (``Capabilities.verifier_isolation``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pool.errors import ConfigError
+
+
+class VerifyMode(enum.Enum):
+    """How the verifier is separated from the agent (see the module docstring)."""
+
+    STRICT = "strict"
+    SHARED = "shared"
+
+    @classmethod
+    def parse(cls, value: str | VerifyMode) -> VerifyMode:
+        """A mode from its name; ConfigError lists the valid ones."""
+        if isinstance(value, VerifyMode):
+            return value
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            valid = ", ".join(m.value for m in cls)
+            raise ConfigError(f"unknown verification mode {value!r}; choose one of: {valid}") from None
+
+
+TESTS_PATH = "/tests"
+"""Where the verifier's files appear."""
+REWARD_DIR = "/logs/verifier"
+"""The reward channel: a directory only the verifier's processes see."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerificationPlan:
+    """What the verifier's side of a sandbox looks like.
+
+    Paths inside the sandbox are absolute and normalised; ``tests_dir`` is a
+    folder on the host (the task's ``tests/``), shown as a writable copy at
+    ``tests_path`` whose pristine content the agent never saw.
+    """
+
+    mode: VerifyMode
+    tests_dir: Path
+    """The host folder shown at ``tests_path``."""
+    outputs: tuple[str, ...] = ()
+    """strict: the directories carried over from the agent's end state."""
+    tests_path: str = TESTS_PATH
+    private_dirs: tuple[str, ...] = (REWARD_DIR,)
+    """Fresh, empty directories that only the verifier's processes see."""
+
+    def __post_init__(self) -> None:
+        for path in (*self.outputs, self.tests_path, *self.private_dirs):
+            if (
+                not path.startswith("/")
+                or path == "/"
+                or "\0" in path
+                or any(part in ("", ".", "..") for part in path.strip("/").split("/"))
+            ):
+                raise ConfigError(f"verification paths must be absolute, normalised and not '/': {path!r}")
+        if self.mode is VerifyMode.STRICT and not self.outputs:
+            raise ConfigError("a strict verification needs at least one output directory")
+
+
+@dataclass(frozen=True, slots=True)
+class VerificationReport:
+    """What the backend did when the verifier's turn began."""
+
+    mode: VerifyMode
+    removed_links: tuple[str, ...] = ()
+    """strict: symbolic links in the outputs that pointed into the verifier's private paths."""
+    missing_outputs: tuple[str, ...] = ()
+    """strict: outputs that were not a directory in the agent's end state (shown empty)."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    """Anything else the verifier should know, e.g. a protection this machine lacks."""
