@@ -5,10 +5,12 @@
 (:data:`SUBMIT`) or runs out of steps or time; then the verifier scores the
 end state. Subclasses say only how an action runs (:meth:`SandboxEnv._run`).
 
-Infrastructure failures (the sandbox died, the backend failed, the verifier
-produced no reward) end the episode with ``truncated=True``,
+Infrastructure failures (the sandbox died, the backend failed, the verifier's
+sandbox could not start) end the episode with ``truncated=True``,
 ``info["scored"] = False`` and the error in ``info["infra_error"]``; the
-reward of such a step is 0.0 and must not be read as the agent's score.
+reward of such a step is 0.0 and must not be read as the agent's score. A
+verifier that ran but left no valid reward scores 0.0 (see envs.verifier:
+whatever the agent did to its sandbox, it gets a verdict).
 """
 
 from __future__ import annotations
@@ -297,10 +299,15 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._last_text = obs["output"]
         assert self._sandbox is not None
         try:
-            verdict = verify(self._sandbox, self.task, env=self._episode_env())
+            verdict = verify(
+                self._sandbox, self.task, mode=self.verification, known_good=self.task_snapshot, env=self._episode_env()
+            )
         except SandboxError as exc:
-            verdict = Verdict(None, error=f"{type(exc).__name__}: {exc}")
-        info.update(end_reason=reason, verifier=verdict.as_info(), scored=verdict.reward is not None)
+            verdict = Verdict(None, error=f"{type(exc).__name__}: {exc}", mode=self.verification.value)
+        info.update(
+            end_reason=reason, verifier=verdict.as_info(), scored=verdict.reward is not None,
+            verification=self.verification.value,
+        )  # fmt: skip
         if verdict.reward is None:
             info["infra_error"] = f"verifier: {verdict.error}"
             return obs, 0.0, False, True, info

@@ -50,8 +50,8 @@ def check_task(backend: Backend, task: Task) -> TaskCheck:
     snapshot = backend.build(task.template)
     build_s = time.perf_counter() - started
     with backend.create(snapshot) as sandbox:
-        noop = verify(sandbox, task)
+        noop = verify(sandbox, task, known_good=snapshot)
         sandbox.restore()
         run_solution(sandbox, task)
-        oracle = verify(sandbox, task)
+        oracle = verify(sandbox, task, known_good=snapshot)
     return TaskCheck(task.id, oracle, noop, build_s)

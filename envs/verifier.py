@@ -1,14 +1,63 @@
-"""Run a task's tests in the sandbox at the end of an episode and read the reward.
+"""The verifier: a trust boundary between what the agent did and the reward it gets.
 
-Harbor's contract: ``tests/`` is copied to ``/tests`` only now (the agent never
-saw it), ``bash /tests/test.sh`` runs in the task's working directory with
-``[verifier].env`` and ``TEST_DIR=/tests``, and writes a float to ``/logs/verifier/reward.txt`` or a
-JSON object with a ``"reward"`` key to ``/logs/verifier/reward.json``.
+Harbor's contract, kept: ``tests/`` appears at ``/tests`` only now (the agent
+never saw it), ``bash /tests/test.sh`` runs in the task's working directory
+with ``[verifier].env`` and ``TEST_DIR=/tests``, and writes a float to
+``/logs/verifier/reward.txt`` or a JSON object with a ``"reward"`` key to
+``/logs/verifier/reward.json``.
 
-Verification runs without network, like the episode. A test.sh that installs
-its tools at verification time (``curl ... | sh``, ``pip install pytest``)
-fails here: install them at build time instead, with a ``RUN`` line in the
-Dockerfile or ``[snapgym] verifier_setup`` in task.toml.
+Threat model. The agent is a program optimised for reward: anything it can
+touch it will eventually use to raise its reward without doing the task, or to
+have its failures not counted. Before the tests run, the sandbox's backend
+puts a boundary in place (``sandbox.begin_verification``; the mechanism is in
+``pool.verification``), in one of two modes:
+
+``strict`` (the default; every built-in task but the two that test a
+service): every process of the agent is gone before the verifier starts, and
+the verifier runs in a fresh sandbox at the task's known-good snapshot (with
+its own namespaces and its full memory, PID and disk budget) in which only the
+task's output directories (``[snapgym] outputs``, default the working
+directory) show the agent's end state. The tests' shell, interpreters,
+loader, their configuration, PATH and home directories come from the
+known-good snapshot; ``/tests`` and ``/logs/verifier`` come from snapgym; a
+symbolic link in the outputs that leads into ``/tests``, ``/logs``, ``/proc``
+or ``/sys`` is removed (``info["verifier"]["removed_links"]``).
+
+``shared`` (Harbor-compatible; for tests that need a service the agent
+started or changes outside the outputs): the agent's processes stay alive and
+the verifier sees its whole filesystem, except that ``/tests`` and
+``/logs/verifier`` are private to the verifier, the top-level links (``/bin``
+...), the loader, shell and Python configuration under ``/etc`` and the
+dotfiles and ``~/.local`` of ``/root`` come from the known-good snapshot
+(``pool.verification.SHARED_HOOKS``), and the agent's processes can neither
+trace nor signal the verifier's (Landlock, where the kernel has it:
+``backend.capabilities.verifier_isolation``).
+
+In both modes the verifier's environment is built by snapgym (the task's
+variables, never the agent's exports: no ``BASH_ENV``, ``LD_PRELOAD`` or
+``PYTHON*`` of the agent's), everything test.sh leaves running is killed
+before the reward is read, and the reward file is read without following a
+link, only if it is a regular file of at most 1 MiB.
+
+What remains possible, by design: the tests read, and often run, the agent's
+outputs, so code or configuration in the outputs acts with the verifier's
+rights (a module the tests import can write the reward file). Tests must treat
+outputs as hostile: decide the reward after the agent's code has finished and
+write it last, run agent code in a subprocess, keep the harness's own imports
+and tools out of the outputs' reach (``envs/builtin/README.md`` shows how). In
+shared mode the agent's live processes can also change any file the verifier
+reads outside the private paths while it reads it (that is what shared means),
+and programs and libraries the agent could write (a root filesystem's ``/usr``)
+are the agent's.
+
+Attribution. Whatever the agent does to its own sandbox (destroy ``/logs``,
+fill the disk, exhaust PIDs or inodes, delete the workdir, kill the tests),
+the verdict is a score: if test.sh ran and left no valid reward (none, not a
+number, not a regular file, too large) or timed out, the reward is 0.0 and
+``Verdict.error`` says why. Only a failure of snapgym or the host that the
+agent could not cause, raised as a :class:`~pool.errors.SandboxError` (the
+verifier's sandbox could not start, its init or the daemon died), leaves the
+episode unscored.
 """
 
 from __future__ import annotations
@@ -16,19 +65,20 @@ from __future__ import annotations
 import errno
 import json
 import math
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from envs.tasks import Task
 from pool.contract import Sandbox
-from pool.errors import FileOperationError
+from pool.errors import ConfigError, FileOperationError
 from pool.results import ExecResult
+from pool.snapshots import Snapshot
+from pool.verification import REWARD_DIR, TESTS_PATH, VerificationPlan, VerificationReport, VerifyMode
 
-TESTS_DIR = "/tests"
-LOGS_DIR = "/logs/verifier"
+TESTS_DIR = TESTS_PATH
+LOGS_DIR = REWARD_DIR
 REWARD_FILES = ("reward.json", "reward.txt")
-_NO_MV = "snapgym: this image has no mv"
+MAX_REWARD_BYTES = 1 << 20
 _MAX_VERIFIER_OUTPUT = 256 * 1024
 
 
@@ -37,7 +87,8 @@ class Verdict:
     """What the verifier said about an end state."""
 
     reward: float | None
-    """The reward, or None when the verifier produced none (see ``error``)."""
+    """The reward (0.0 when test.sh left no valid one; see ``error``); None only in a Verdict made for an
+    infrastructure failure, never by :func:`verify`."""
     rewards: dict[str, float] = field(default_factory=dict)
     """Every metric of reward.json (``{"reward": r}`` for reward.txt)."""
     exit_code: int = 0
@@ -46,7 +97,13 @@ class Verdict:
     duration_s: float = 0.0
     timed_out: bool = False
     error: str | None = None
-    """Why there is no reward: a verifier problem, never the agent's score."""
+    """Why the reward is 0.0 by rule (no reward file, a bad one, a timeout), or the infrastructure failure."""
+    mode: str | None = None
+    """The verification mode ("strict" or "shared")."""
+    removed_links: tuple[str, ...] = ()
+    """strict: links in the outputs that led into the verifier's private paths, removed."""
+    missing_outputs: tuple[str, ...] = ()
+    """strict: outputs that were not a directory at the end of the episode (the verifier saw them empty)."""
 
     def as_info(self) -> dict[str, object]:
         """JSON-ready fields for an episode's ``info``."""
@@ -58,79 +115,101 @@ class Verdict:
             "duration_s": self.duration_s,
             "timed_out": self.timed_out,
             "error": self.error,
+            "mode": self.mode,
+            "removed_links": list(self.removed_links),
+            "missing_outputs": list(self.missing_outputs),
         }
 
 
-def verify(sandbox: Sandbox, task: Task, *, env: dict[str, str] | None = None) -> Verdict:
-    """Copy the tests in, run test.sh, and read the reward it wrote.
+def plan_for(task: Task, mode: VerifyMode | None = None, *, known_good: Snapshot | None = None) -> VerificationPlan:
+    """The verification plan of a task (its own mode unless ``mode`` is given).
 
     Raises:
-        SandboxError: the sandbox failed (an infrastructure failure, not a verdict).
+        ConfigError: strict verification of a task with no output directory (its workdir is "/"
+            and it declares no ``[snapgym] outputs``).
     """
-    # The tests go to a folder the agent cannot have prepared and replace /tests in the same exec
-    # that clears stale rewards and starts test.sh; [ -e ] tests are builtins, so the usual case
-    # costs one process (mv) before test.sh. An image without mv gets the two-exec way.
-    staging = f"/.snapgym-tests-{secrets.token_hex(8)}"
-    copy_dir_into(sandbox, task.tests_dir, staging)
-    sandbox.write_file(f"{LOGS_DIR}/.snapgym", b"")  # creates the folder test.sh writes into
-    prepare = (
-        f"command -v mv >/dev/null 2>&1 || {{ echo '{_NO_MV}' >&2; exit 97; }}\n"
-        f"{{ [ ! -e {TESTS_DIR} ] || rm -rf {TESTS_DIR}; }}"
-        + "".join(f" && {{ [ ! -e {LOGS_DIR}/{name} ] || rm -rf {LOGS_DIR}/{name}; }}" for name in REWARD_FILES)
-        + f" && mv {staging} {TESTS_DIR} || {{ echo 'snapgym: could not install the tests' >&2; exit 97; }}"
-    )
-    result = _run_tests(sandbox, task, prepare, env)
-    if result.exit_code == 97 and result.stderr.startswith(_NO_MV):
-        sandbox.exec(f"rm -rf {staging} {TESTS_DIR} {LOGS_DIR} && mkdir -p {TESTS_DIR} {LOGS_DIR}", timeout_s=60)
-        copy_dir_into(sandbox, task.tests_dir, TESTS_DIR)
-        result = _run_tests(sandbox, task, "true", env)
-    return _verdict(sandbox, result)
+    mode = mode or task.verification
+    if mode is VerifyMode.STRICT and not task.outputs:
+        raise ConfigError(
+            f"task {task.id} works in '/', so strict verification has no output directory to show the verifier; "
+            "declare [snapgym] outputs = ['/dir', ...] in its task.toml, or run it with verification='shared'"
+        )
+    outputs = task.outputs if mode is VerifyMode.STRICT else ()
+    return VerificationPlan(mode, tests_dir=task.tests_dir, outputs=outputs, known_good=known_good)
 
 
-def _run_tests(sandbox: Sandbox, task: Task, prepare: str, env: dict[str, str] | None) -> ExecResult:
-    return sandbox.exec(
-        f"{prepare}\n{run_script_command(f'{TESTS_DIR}/test.sh')}",
+def verify(
+    sandbox: Sandbox,
+    task: Task,
+    *,
+    mode: VerifyMode | None = None,
+    known_good: Snapshot | None = None,
+    env: dict[str, str] | None = None,
+) -> Verdict:
+    """End the agent's turn, run test.sh, and read the reward it wrote.
+
+    The sandbox stays sealed for the verifier until its next ``restore()``.
+
+    Args:
+        sandbox: the episode's sandbox, as the agent left it.
+        task: the task (its tests, settings and mode).
+        mode: overrides the task's verification mode.
+        known_good: the snapshot the verifier trusts (the task's); None: the sandbox's start snapshot.
+        env: extra variables for test.sh (the task's environment variables, resolved).
+
+    Raises:
+        SandboxError: snapgym or the host failed (an infrastructure failure, not a verdict).
+    """
+    plan = plan_for(task, mode, known_good=known_good)
+    report = sandbox.begin_verification(plan)
+    result = sandbox.exec(
+        run_script_command(f"{TESTS_DIR}/test.sh"),
         timeout_s=task.settings.verifier_timeout_s,
         cwd=task.workdir,
-        env={"TEST_DIR": TESTS_DIR, **task.settings.environment.env, **task.settings.verifier_env, **(env or {})},
+        env=verifier_env(task, env),
         max_output_bytes=_MAX_VERIFIER_OUTPUT,
     )
+    return _verdict(sandbox, result, report)
 
 
-def _verdict(sandbox: Sandbox, result: ExecResult) -> Verdict:
+def verifier_env(task: Task, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """test.sh's environment: the task's variables and TEST_DIR, never anything the agent exported."""
+    return {"TEST_DIR": TESTS_DIR, **task.settings.environment.env, **task.settings.verifier_env, **(extra or {})}
+
+
+def _verdict(sandbox: Sandbox, result: ExecResult, report: VerificationReport) -> Verdict:
     if result.timed_out:
         rewards: dict[str, float] = {}
-        error: str | None = f"test.sh timed out after {result.duration_s:.0f} s"
+        error: str | None = f"test.sh timed out after {result.duration_s:.0f} s (scored 0.0)"
     else:
         rewards, error = _read_rewards(sandbox)
     return Verdict(
-        reward=rewards.get("reward") if error is None else None,
+        reward=rewards.get("reward", 0.0) if error is None else 0.0,
         rewards=rewards,
         exit_code=result.exit_code,
         output=(result.stdout + result.stderr)[-_MAX_VERIFIER_OUTPUT:],
         duration_s=result.duration_s,
         timed_out=result.timed_out,
         error=error,
+        mode=report.mode.value,
+        removed_links=report.removed_links,
+        missing_outputs=report.missing_outputs,
     )
 
 
 def _read_rewards(sandbox: Sandbox) -> tuple[dict[str, float], str | None]:
-    json_raw = _read_if_present(sandbox, f"{LOGS_DIR}/reward.json", 1 << 20)
-    if json_raw is not None:
-        return _parse_reward_json(json_raw)
-    text_raw = _read_if_present(sandbox, f"{LOGS_DIR}/reward.txt", 4096)
-    if text_raw is not None:
-        return _parse_reward_txt(text_raw)
-    return {}, f"test.sh wrote neither {LOGS_DIR}/reward.txt nor reward.json"
-
-
-def _read_if_present(sandbox: Sandbox, path: str, max_bytes: int) -> bytes | None:
-    try:
-        return sandbox.read_file(path, max_bytes=max_bytes)
-    except FileOperationError as exc:
-        if exc.errno == errno.ENOENT:
-            return None
-        raise
+    for name, parse in (("reward.json", _parse_reward_json), ("reward.txt", _parse_reward_txt)):
+        path = f"{LOGS_DIR}/{name}"
+        try:
+            raw = sandbox.read_file(path, max_bytes=MAX_REWARD_BYTES, follow_symlinks=False)
+        except FileOperationError as exc:
+            if exc.errno == errno.ENOENT:
+                continue
+            return {}, f"{path} is not a readable regular file of at most {MAX_REWARD_BYTES} bytes: " \
+                       f"{exc.strerror} (scored 0.0)"  # fmt: skip
+        rewards, error = parse(raw)
+        return rewards, None if error is None else f"{error} (scored 0.0)"
+    return {}, f"test.sh wrote neither {LOGS_DIR}/reward.txt nor reward.json (scored 0.0)"
 
 
 def _parse_reward_json(raw: bytes) -> tuple[dict[str, float], str | None]:
@@ -159,9 +238,8 @@ def _parse_reward_txt(raw: bytes) -> tuple[dict[str, float], str | None]:
 def run_script_command(path: str) -> str:
     """``/bin/bash path`` (or ``sh`` on a base without bash).
 
-    The shell is named by absolute path: a ``bash`` the agent put earlier on
-    PATH (``~/.local/bin``) must not run the verifier. Tools the script itself
-    finds on PATH are another matter; see the README on tampering.
+    The shell is named by absolute path; in the verifier's sandbox ``/bin``
+    and the shell come from the known-good snapshot.
     """
     return f"if [ -x /bin/bash ]; then exec /bin/bash {path}; else exec /bin/sh {path}; fi"
 

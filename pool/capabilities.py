@@ -44,3 +44,8 @@ class Capabilities:
     """The isolation mechanisms in place, e.g. ("user", "mount", "pid", ...)."""
     rootless: bool = False
     """True when the backend runs without host root privileges."""
+    verification: tuple[str, ...] = ()
+    """The verification modes ``sandbox.begin_verification`` supports ("strict", "shared"; see pool.verification)."""
+    verifier_isolation: str = "none"
+    """What keeps a shared verifier's processes from the agent's: "signals+ptrace" (neither works
+    across), "ptrace" (tracing and memory access do not, signals do), or "none"."""

@@ -9,6 +9,7 @@ from pool.capabilities import Capabilities
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.templates import Template
+from pool.verification import VerificationPlan, VerificationReport
 
 
 @runtime_checkable
@@ -43,8 +44,8 @@ class Sandbox(Protocol):
     ) -> ExecResult:
         """Run a shell command; a non-zero exit is data, not an exception."""
 
-    def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
-        """Bytes of a file in the sandbox."""
+    def read_file(self, path: str, *, max_bytes: int | None = None, follow_symlinks: bool = True) -> bytes:
+        """Bytes of a regular file in the sandbox (``follow_symlinks=False`` refuses a final link)."""
 
     def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
         """Write a file in the sandbox, creating parent directories."""
@@ -53,7 +54,10 @@ class Sandbox(Protocol):
         """Freeze the current state into an immutable Snapshot."""
 
     def restore(self, snapshot: Snapshot | None = None) -> None:
-        """Go back to a snapshot (default: the last start)."""
+        """Go back to a snapshot (default: the last start); every process of the episode is gone first."""
+
+    def begin_verification(self, plan: VerificationPlan) -> VerificationReport:
+        """End the agent's turn; until restore(), commands and files are the verifier's (see pool.verification)."""
 
     def close(self) -> None:
         """Release the sandbox. Idempotent."""

@@ -26,9 +26,12 @@ from pool.orphans import exit_when_orphaned
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.templates import Template
+from pool.verification import VerificationPlan, VerificationReport
 
 BackendFactory = Callable[[], Backend]
-LEASE_METHODS = frozenset({"exec", "read_file", "write_file", "snapshot", "restore", "start_digest"})
+LEASE_METHODS = frozenset(
+    {"exec", "read_file", "write_file", "snapshot", "restore", "start_digest", "begin_verification"}
+)
 """What a lease may call on its host (through Ray, or the same-node fast path).
 
 Each takes a ticket ``(slot, epoch)`` first. The pool bumps a slot's epoch
@@ -162,9 +165,13 @@ class SandboxHost:
         """Run a command (``options``: the keyword arguments of Sandbox.exec)."""
         return self._sandbox(ticket).exec(command, **options)
 
-    def read_file(self, ticket: Ticket, path: str, max_bytes: int | None) -> bytes:
+    def read_file(self, ticket: Ticket, path: str, max_bytes: int | None, follow_symlinks: bool = True) -> bytes:
         """A file from the sandbox."""
-        return self._sandbox(ticket).read_file(path, max_bytes=max_bytes)
+        return self._sandbox(ticket).read_file(path, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
+
+    def begin_verification(self, ticket: Ticket, plan: VerificationPlan) -> VerificationReport:
+        """Hand the leased sandbox to its verifier (see Sandbox.begin_verification)."""
+        return self._sandbox(ticket).begin_verification(plan)
 
     def write_file(self, ticket: Ticket, path: str, data: str | bytes, mode: int | None) -> None:
         """Write a file into the sandbox."""

@@ -23,6 +23,7 @@ from pool.fastpath import FastPathClient
 from pool.manager import LeaseGrant
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
+from pool.verification import VerificationPlan, VerificationReport
 
 
 class Lease:
@@ -101,10 +102,15 @@ class Lease:
         result: ExecResult = self._call("exec", command, options)
         return result
 
-    def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
-        """Bytes of a file in the sandbox."""
-        data: bytes = self._call("read_file", path, max_bytes)
+    def read_file(self, path: str, *, max_bytes: int | None = None, follow_symlinks: bool = True) -> bytes:
+        """Bytes of a regular file in the sandbox."""
+        data: bytes = self._call("read_file", path, max_bytes, follow_symlinks)
         return data
+
+    def begin_verification(self, plan: VerificationPlan) -> VerificationReport:
+        """Hand the leased sandbox to its verifier until the next restore (see pool.verification)."""
+        report: VerificationReport = self._call("begin_verification", plan)
+        return report
 
     def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
         """Write a file in the sandbox, creating parent directories."""

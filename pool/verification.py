@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pool.errors import ConfigError
+from pool.snapshots import Snapshot
 
 
 class VerifyMode(enum.Enum):
@@ -59,6 +60,23 @@ TESTS_PATH = "/tests"
 REWARD_DIR = "/logs/verifier"
 """The reward channel: a directory only the verifier's processes see."""
 
+SHARED_SKELETONS = ("/etc", "/root")
+"""shared: directories the verifier sees as private copies of the agent's (entries bound live) ..."""
+SHARED_HOOKS = (
+    # the loader
+    "/etc/ld.so.preload", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.cache",
+    # shells and their environment
+    "/etc/profile", "/etc/profile.d", "/etc/bash.bashrc", "/etc/bash.bash_logout", "/etc/environment",
+    "/etc/inputrc", "/root/.bashrc", "/root/.bash_profile", "/root/.bash_login", "/root/.bash_logout",
+    "/root/.profile", "/root/.inputrc",
+    # Python (Debian's sitecustomize lives in /etc/python3.X), pip, git and download tools
+    "/etc/python3", *(f"/etc/python3.{minor}" for minor in range(6, 16)), "/etc/pip.conf", "/etc/gitconfig",
+    "/root/.local", "/root/.config", "/root/.pip", "/root/.pydistutils.cfg", "/root/.gitconfig",
+    "/root/.npmrc", "/root/.curlrc", "/root/.wgetrc",
+)  # fmt: skip
+"""... except these, which come from the known-good snapshot (absent there: absent for the verifier).
+``/root/.local`` is among them, so the verifier's user site-packages and ``~/.local/bin`` are the known-good ones."""
+
 
 @dataclass(frozen=True, slots=True)
 class VerificationPlan:
@@ -72,6 +90,9 @@ class VerificationPlan:
     mode: VerifyMode
     tests_dir: Path
     """The host folder shown at ``tests_path``."""
+    known_good: Snapshot | None = None
+    """The snapshot the verifier trusts (the task's); None: the sandbox's start snapshot. An episode
+    that started from a checkpoint still gets the task's: whatever the checkpoint holds is the agent's."""
     outputs: tuple[str, ...] = ()
     """strict: the directories carried over from the agent's end state."""
     tests_path: str = TESTS_PATH
@@ -89,6 +110,15 @@ class VerificationPlan:
                 raise ConfigError(f"verification paths must be absolute, normalised and not '/': {path!r}")
         if self.mode is VerifyMode.STRICT and not self.outputs:
             raise ConfigError("a strict verification needs at least one output directory")
+        private = (self.tests_path, *self.private_dirs)
+        for out in self.outputs:
+            for other in private:
+                if _overlaps(out, other):
+                    raise ConfigError(f"the output {out!r} overlaps the verifier's private {other!r}; pick another")
+
+
+def _overlaps(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,8 @@
-"""Infrastructure failures end the episode unscored, never as a score of 0, and the next reset recovers."""
+"""Infrastructure failures end the episode unscored, never as a score of 0, and the next reset recovers.
+
+What the agent can cause is a score: a verifier that ran and left no usable reward, or timed out, scores 0.0
+(envs.verifier's attribution rule), so sabotage cannot turn a failure into "unscored".
+"""
 
 from __future__ import annotations
 
@@ -112,41 +116,43 @@ def test_a_sandbox_closed_before_reset_is_replaced(env: envs.ShellEnv) -> None:
     ],
     ids=["no-reward", "not-a-number", "nan", "json-without-reward", "bad-json"],
 )
-def test_a_verifier_without_a_usable_reward_is_unscored(
+def test_a_verifier_without_a_usable_reward_scores_zero(
     backend: LocalBackend, tmp_path: Path, test_sh: str, error: str
 ) -> None:
-    """A test.sh that writes no (usable) reward truncates the episode unscored; it is never a scored 0."""
+    """A test.sh that ran and wrote no (usable) reward scores 0.0 and says why: the agent's outputs drove it."""
     shell = envs.ShellEnv(write_task(tmp_path, test_sh=test_sh), backend=backend)
     try:
         shell.reset()
-        info = assert_unscored(shell.step(envs.SUBMIT))
-        assert info["end_reason"] == "submitted"
-        assert info["verifier"]["reward"] is None
-        assert error in info["verifier"]["error"] and error in info["infra_error"]
+        _, reward, terminated, truncated, info = shell.step(envs.SUBMIT)
+        assert (reward, terminated, truncated, info["scored"]) == (0.0, True, False, True)
+        assert info["end_reason"] == "submitted" and "infra_error" not in info
+        assert info["verifier"]["reward"] == 0.0
+        assert error in info["verifier"]["error"] and "scored 0.0" in info["verifier"]["error"]
     finally:
         shell.close()
 
 
-def test_a_verifier_timeout_is_unscored(backend: LocalBackend, tmp_path: Path) -> None:
-    """A test.sh that runs past [verifier].timeout_sec gives no score, even if it wrote one before."""
+def test_a_verifier_timeout_scores_zero_even_after_writing_a_reward(backend: LocalBackend, tmp_path: Path) -> None:
+    """A test.sh that runs past [verifier].timeout_sec scores 0.0, even if it wrote a reward of 1 before."""
     test_sh = "#!/bin/bash\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\nsleep 60\n"
     task = write_task(tmp_path, test_sh=test_sh, task_toml='version = "1.0"\n[verifier]\ntimeout_sec = 0.5\n')
     shell = envs.ShellEnv(task, backend=backend)
     try:
         shell.reset()
-        info = assert_unscored(shell.step(envs.SUBMIT))
-        assert info["verifier"]["timed_out"] is True
-        assert "timed out" in info["infra_error"]
+        _, reward, _, _, info = shell.step(envs.SUBMIT)
+        assert (reward, info["scored"]) == (0.0, True)
+        assert info["verifier"]["timed_out"] is True and "timed out" in info["verifier"]["error"]
     finally:
         shell.close()
 
 
-def test_the_step_limit_with_a_broken_verifier_is_unscored(backend: LocalBackend, tmp_path: Path) -> None:
-    """Truncation by max_steps with a verifier that writes nothing is still reported as unscored."""
+def test_the_step_limit_with_a_broken_verifier_scores_zero(backend: LocalBackend, tmp_path: Path) -> None:
+    """Truncation by max_steps with a verifier that writes nothing is a scored 0.0 as well."""
     shell = envs.ShellEnv(write_task(tmp_path, test_sh="#!/bin/bash\ntrue\n"), backend=backend, max_steps=1)
     try:
         shell.reset()
-        info = assert_unscored(shell.step("touch /app/done"))
+        _, reward, terminated, truncated, info = shell.step("touch /app/done")
+        assert (reward, terminated, truncated, info["scored"]) == (0.0, False, True, True)
         assert info["end_reason"] == "max_steps"
     finally:
         shell.close()

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pool.backends.local import cgroups, hostbase, kernel, layers, native
+from pool.backends.local import cgroups, hostbase, kernel, layers, native, seal
 from pool.backends.local.daemon import DaemonClient, Fields, Op, PendingReply
 from pool.backends.local.sandbox import LocalSandbox
 from pool.backends.local.store import SnapshotStore, default_runtime_dir, default_store_dir
@@ -36,6 +36,7 @@ from pool.errors import (
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.templates import HOST_BASE, Template
+from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
 _ID_RANGE = 65536
 _MIB = 1 << 20
@@ -117,6 +118,7 @@ class LocalBackend:
         self._bases: dict[str, _Base] = {}
         self._closed = False
         self._tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self._tests = seal.TestsLayers(self.store, id_offset=self.id_offset)
         self.reap_orphans()
 
     # -- public API -----------------------------------------------------------
@@ -139,6 +141,8 @@ class LocalBackend:
             },
             isolation=("user", "mount", "pid", "network", "ipc", "uts"),
             rootless=self.rootless,
+            verification=("strict", "shared"),
+            verifier_isolation=_verifier_isolation(kernel.landlock_abi()),
         )
 
     def build(self, template: Template) -> Snapshot:
@@ -335,6 +339,28 @@ class LocalBackend:
         reply = self.daemon_request(Op.RESTORE, sandbox.id, self._config(snapshot, network=False, sandbox=sandbox))
         sandbox.stage_path = reply["stage"]
 
+    def seal_sandbox(self, sandbox: LocalSandbox, plan: VerificationPlan) -> VerificationReport:
+        """Hand a sandbox to its verifier (see LocalSandbox.begin_verification)."""
+        known_good = plan.known_good or sandbox.start_snapshot
+        self._check_snapshot(known_good)
+        above = seal.agent_layers(sandbox.start_snapshot, known_good)
+        fields = seal.seal_fields(
+            plan,
+            known_good=[self.store.layers.path(layer) for layer in known_good.layers],
+            agent=[self.store.layers.path(layer) for layer in above],
+            tests_layer=self._tests.layer_for(plan.tests_dir),
+        )
+        if plan.mode is VerifyMode.STRICT:  # a new instance at the known-good state
+            fields = [*self._config(known_good, network=False, sandbox=sandbox), *fields]
+        else:
+            fields += [("tmpfs_bytes", str(self.disk_limit_mb * _MIB)), ("root_uid", self._sandbox_root_uid())]
+        try:
+            reply = self.daemon_request(Op.SEAL, sandbox.id, fields)
+        except BackendError as exc:  # about this sandbox: it is not running, or its verifier could not start
+            raise SandboxCrashedError(f"the verifier could not take over the sandbox: {exc}") from None
+        sandbox.stage_path = reply.get("stage", sandbox.stage_path)
+        return seal.parse_report(plan.mode, reply)
+
     def release_sandbox(self, sandbox: LocalSandbox) -> None:
         """Forget a sandbox and have the daemon kill it."""
         with self._lock:
@@ -438,15 +464,19 @@ class LocalBackend:
             ("hostname", "sandbox"),
             ("spare", "1" if self.prewarm and not network else "0"),
             ("net", "host" if network else "none"),
-            ("root_uid", str(self.id_offset) if not self.rootless else "0"),
+            ("root_uid", self._sandbox_root_uid()),
         ]
         if self.rootless:
             fields += [("uid_map", "0 0 1"), ("gid_map", "0 0 1")]
         else:
             fields += [("uid_map", f"0 {self.id_offset} {_ID_RANGE}"), ("gid_map", f"0 {self.id_offset} {_ID_RANGE}")]
-        fields += [("cgroup", path) for path in sandbox._cgroup.procs_files]
+        fields += [("cgroup", str(path)) for path in sandbox._cgroup.dirs]
+        fields += [("cgset", f"{name}\t{value}") for name, value in sandbox._cgroup.limit_settings()]
         fields += [("rlimit", spec) for spec in self._rlimits()]
         return fields
+
+    def _sandbox_root_uid(self) -> str:
+        return str(self.id_offset) if not self.rootless else "0"
 
     def _rlimits(self) -> list[str]:
         specs = [f"{resource.RLIMIT_CORE}:0:0"]
@@ -540,6 +570,12 @@ def _require_ok(result: ExecResult, template: Template, what: str, command: str)
         f"building template {template.name!r}: {what} {why}: {command}\n"
         f"--- stdout (end) ---\n{result.stdout[-2000:]}\n--- stderr (end) ---\n{result.stderr[-2000:]}"
     )
+
+
+def _verifier_isolation(landlock_abi: int) -> str:
+    if landlock_abi >= 6:
+        return "signals+ptrace"
+    return "ptrace" if landlock_abi >= 1 else "none"
 
 
 def _check_positive(**values: float | None) -> None:

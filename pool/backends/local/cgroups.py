@@ -1,7 +1,13 @@
 """Per-sandbox cgroups for memory, CPU and process-count limits (v1 or v2).
 
-Used when the backend runs as root and a cgroup hierarchy is writable; when
-not, the backend falls back to rlimits and says so in its Capabilities.
+Each sandbox gets a directory (``snapgym/<sandbox>``) with no limits of its
+own; the daemon's keeper creates a child directory per instance (``i<N>``:
+one per episode, and one per verifier) and writes the limits there
+(:meth:`SandboxCgroup.limit_settings`), so what a finished episode leaves
+charged (tmpfs pages, page cache, dying processes) never counts against the
+next one. Used when the backend runs as root and a cgroup hierarchy is
+writable; when not, the backend falls back to rlimits and says so in its
+Capabilities.
 """
 
 from __future__ import annotations
@@ -47,10 +53,12 @@ def available() -> set[str]:
 
 
 class SandboxCgroup:
-    """The cgroup(s) of one sandbox, created with its limits applied."""
+    """The cgroup directories of one sandbox (one per hierarchy); instances live below them."""
 
     def __init__(self, name: str, limits: Limits, enabled: set[str]) -> None:
         self.dirs: list[Path] = []
+        self.limits = limits
+        self.enabled = set(enabled)
         if not enabled:
             return
         if _v2():
@@ -59,8 +67,8 @@ class SandboxCgroup:
             _enable_v2_controllers(parent, enabled)
             path = parent / name
             path.mkdir(exist_ok=True)
+            _enable_v2_controllers(path, enabled, include_root=False)
             self.dirs.append(path)
-            _apply_v2(path, limits, enabled)
             return
         for controller in sorted(enabled):
             base = _v1_controller(controller)
@@ -69,12 +77,21 @@ class SandboxCgroup:
             path = base / _PARENT / name
             path.mkdir(parents=True, exist_ok=True)
             self.dirs.append(path)
-            _apply_v1(controller, path, limits)
 
-    @property
-    def procs_files(self) -> list[str]:
-        """The cgroup.procs files the daemon writes a new init's pid into."""
-        return [str(d / "cgroup.procs") for d in self.dirs]
+    def limit_settings(self) -> list[tuple[str, str]]:
+        """(file, value) pairs each instance's cgroup gets; files a hierarchy lacks are skipped."""
+        limits, enabled = self.limits, self.enabled
+        settings: list[tuple[str, str]] = []
+        if "memory" in enabled and limits.memory_bytes:
+            memory = str(limits.memory_bytes)
+            settings += [("memory.max", memory), ("memory.swap.max", "0")]  # v2
+            settings += [("memory.limit_in_bytes", memory), ("memory.memsw.limit_in_bytes", memory)]  # v1
+        if "pids" in enabled and limits.pids:
+            settings.append(("pids.max", str(limits.pids)))
+        if "cpu" in enabled and limits.cpus:
+            quota = str(int(limits.cpus * 100000))
+            settings += [("cpu.max", f"{quota} 100000"), ("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", quota)]
+        return settings
 
     def memory_bytes(self) -> int | None:
         """Current memory charge of the sandbox, when a memory cgroup exists."""
@@ -92,45 +109,24 @@ class SandboxCgroup:
         self.dirs = []
 
 
-def _enable_v2_controllers(parent: Path, enabled: set[str]) -> None:
+def _enable_v2_controllers(parent: Path, enabled: set[str], *, include_root: bool = True) -> None:
     wanted = " ".join(f"+{c}" for c in sorted(enabled))
-    for directory in (CGROUP_ROOT, parent):
+    for directory in (CGROUP_ROOT, parent) if include_root else (parent,):
         # Already enabled, or delegated differently: limits still apply where possible.
         with contextlib.suppress(OSError):
             (directory / "cgroup.subtree_control").write_text(wanted)
 
 
-def _apply_v2(path: Path, limits: Limits, enabled: set[str]) -> None:
-    if "memory" in enabled and limits.memory_bytes:
-        (path / "memory.max").write_text(str(limits.memory_bytes))
-        swap = path / "memory.swap.max"
-        if swap.exists():
-            swap.write_text("0")
-    if "pids" in enabled and limits.pids:
-        (path / "pids.max").write_text(str(limits.pids))
-    if "cpu" in enabled and limits.cpus:
-        (path / "cpu.max").write_text(f"{int(limits.cpus * 100000)} 100000")
-
-
-def _apply_v1(controller: str, path: Path, limits: Limits) -> None:
-    if controller == "memory" and limits.memory_bytes:
-        (path / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
-        memsw = path / "memory.memsw.limit_in_bytes"
-        if memsw.exists():
-            memsw.write_text(str(limits.memory_bytes))
-    elif controller == "pids" and limits.pids:
-        (path / "pids.max").write_text(str(limits.pids))
-    elif controller == "cpu" and limits.cpus:
-        (path / "cpu.cfs_period_us").write_text("100000")
-        (path / "cpu.cfs_quota_us").write_text(str(int(limits.cpus * 100000)))
-
-
 def kill_and_remove(path: Path, *, timeout_s: float = 5.0) -> None:
-    """SIGKILL every process in a cgroup directory, then remove it.
+    """SIGKILL every process in a cgroup directory and the ones below it, then remove them all.
 
     Killed processes leave the cgroup a little after the signal (a PID
     namespace is torn down asynchronously), so removal is retried briefly.
     """
+    with contextlib.suppress(OSError):
+        for child in path.iterdir():
+            if child.is_dir():
+                kill_and_remove(child, timeout_s=timeout_s)
     deadline = time.monotonic() + timeout_s
     while True:
         try:

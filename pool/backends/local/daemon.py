@@ -33,6 +33,7 @@ class Op(enum.IntEnum):
     FREEZE = 7
     THAW = 8
     PING = 9
+    SEAL = 10
     OK = 100
     ERR = 101
 
@@ -188,7 +189,7 @@ class DaemonClient:
             if pending is None:
                 continue
             if op == Op.OK:
-                pending.resolve(dict(line.split("=", 1) for line in text.splitlines() if "=" in line), None)
+                pending.resolve(parse_reply(text), None)
             else:
                 pending.resolve(None, BackendError(text))
 
@@ -221,6 +222,16 @@ class DaemonClient:
             self._proc.wait()
         self._reader.join(timeout=5)
         self._sock.close()
+
+
+def parse_reply(text: str) -> dict[str, str]:
+    """The "key=value" lines of a reply; a key given more than once keeps every value, newline-joined."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            fields[key] = f"{fields[key]}\n{value}" if key in fields else value
+    return fields
 
 
 def read_status(fd: int) -> tuple[int, bool, int] | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import platform
 import sys
 from pathlib import Path
 
@@ -49,3 +51,16 @@ def explain_daemon_failure(message: str, *, rootless: bool) -> UnsupportedError:
             hints.append("user.max_user_namespaces is 0: sysctl -w user.max_user_namespaces=15000")
     hint = "; ".join(hints) or "the kernel refused to create the sandbox namespaces"
     return UnsupportedError(f"cannot start the local sandbox daemon: {message} ({hint}). {_ALTERNATIVES}")
+
+
+_LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI this kernel offers (0: none); the sandbox daemon confines each init with it."""
+    number = _LANDLOCK_CREATE_RULESET.get(platform.machine())
+    if number is None:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    abi = int(libc.syscall(number, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+    return max(abi, 0)

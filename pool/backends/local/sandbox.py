@@ -16,16 +16,22 @@ from pool.errors import (
     FileOperationError,
     SandboxClosedError,
     SandboxCrashedError,
+    SandboxError,
 )
 from pool.results import ExecResult, decode_output
 from pool.snapshots import Snapshot
+from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
 if TYPE_CHECKING:
     from pool.backends.local.backend import LocalBackend
 
-# execve() refuses a single argument longer than this (MAX_ARG_STRLEN).
+# execve() refuses a single argument or variable longer than this (MAX_ARG_STRLEN).
 MAX_COMMAND_BYTES = 128 * 1024 - 1
+# execve() refuses more than about a quarter of the stack limit in arguments and
+# variables together, and the daemon takes requests up to 1 MiB: stay under both.
+MAX_EXEC_BYTES = 960 * 1024
 _HOST_GRACE_S = 10.0
+_NOT_STARTED = -2  # status code: snapgym could not start the command in the sandbox
 
 
 class LocalSandbox:
@@ -37,6 +43,7 @@ class LocalSandbox:
         self._snapshot = snapshot
         self._cgroup = cgroup
         self._closed = False
+        self._sealed: VerifyMode | None = None
         self.stage_path = ""
         """Where the sandbox's writable tmpfs is mounted (in the daemon's mount namespace)."""
 
@@ -125,7 +132,9 @@ class LocalSandbox:
             self._explain_missing_status(got.host_deadline_hit, command)
             code, timed_out = 137, False  # the command killed its own runner (e.g. kill -9 -1)
         else:
-            code, timed_out, _ = got.status
+            code, timed_out, err = got.status
+            if code == _NOT_STARTED:
+                raise SandboxCrashedError(f"snapgym could not start the command in the sandbox: {os.strerror(err)}")
         return ExecResult(
             exit_code=code,
             stdout=decode_output(got.stdout.value()),
@@ -156,10 +165,26 @@ class LocalSandbox:
         merged.update(env or {})
         fields = [("cmd", command), ("cwd", self._resolve(cwd or self._snapshot.workdir))]
         fields.append(("timeout_ms", str(int(timeout * 1000)) if timeout else "0"))
+        if self._sealed is not None:
+            fields.append(("reap_all", "1"))  # nothing the verifier's command starts outlives it
+        total = len(command.encode("utf-8", "surrogateescape"))
         for key, value in merged.items():
             if not key or "=" in key or "\0" in key or "\0" in str(value):
                 raise CommandRejectedError(f"environment variable {key!r} has an invalid name or value")
-            fields.append(("env", f"{key}={value}"))
+            entry = f"{key}={value}"
+            size = len(entry.encode("utf-8", "surrogateescape"))
+            if size > MAX_COMMAND_BYTES:
+                raise CommandRejectedError(
+                    f"environment variable {key} is {size} bytes; the kernel takes at most {MAX_COMMAND_BYTES} "
+                    "per variable: pass large values in a file (write_file) or on stdin"
+                )
+            total += size + 1
+            fields.append(("env", entry))
+        if total > MAX_EXEC_BYTES:
+            raise CommandRejectedError(
+                f"the command and its environment are {total} bytes together; the limit is {MAX_EXEC_BYTES}: "
+                "pass large values in files (write_file) or on stdin"
+            )
         return fields
 
     def _stdin_fd(self, stdin: str | bytes | None) -> int:
@@ -184,17 +209,24 @@ class LocalSandbox:
 
     # -- files --------------------------------------------------------------
 
-    def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
-        """The bytes of a file inside the sandbox.
+    def read_file(self, path: str, *, max_bytes: int | None = None, follow_symlinks: bool = True) -> bytes:
+        """The bytes of a regular file inside the sandbox.
+
+        Args:
+            path: absolute, or relative to the snapshot's workdir.
+            max_bytes: refuse a larger file (EFBIG).
+            follow_symlinks: False refuses a link as the last component (ELOOP).
 
         Raises:
-            FileOperationError: missing, a directory, unreadable, or larger
-                than ``max_bytes``; ``.errno`` says which.
+            FileOperationError: missing, a directory, not a regular file (a FIFO,
+                say), unreadable, or larger than ``max_bytes``; ``.errno`` says which.
         """
         self._check_open()
         out = os.memfd_create("snapgym-read", os.MFD_CLOEXEC)
         try:
             fields = [("path", self._resolve(path)), ("max", str(max_bytes or 0))]
+            if not follow_symlinks:
+                fields.append(("nofollow", "1"))
             self._file_op(Op.READ, fields, out, path)
             os.lseek(out, 0, os.SEEK_SET)
             chunks = []
@@ -235,7 +267,9 @@ class LocalSandbox:
         if status is None:
             self._explain_missing_status(False, f"file operation on {path}")
             raise SandboxCrashedError(f"the sandbox did not complete the file operation on {path}")
-        _, _, err = status
+        code, _, err = status
+        if code == _NOT_STARTED:
+            raise SandboxCrashedError(f"snapgym could not reach the sandbox's files: {os.strerror(err)}")
         if err:
             verb = "read" if op is Op.READ else "write"
             raise FileOperationError(err, f"cannot {verb} {path} in the sandbox: {os.strerror(err)}", path)
@@ -250,18 +284,45 @@ class LocalSandbox:
     def snapshot(self) -> Snapshot:
         """Freeze the current files into an immutable Snapshot (processes are not kept)."""
         self._check_open()
+        if self._sealed is not None:
+            raise SandboxError("the sandbox is sealed for its verifier; restore() it before taking a snapshot")
         return self._backend.snapshot_sandbox(self)
 
     def restore(self, snapshot: Snapshot | None = None) -> None:
         """Kill every process and go back to ``snapshot`` (default: the last start).
 
         Nothing of the snapshot is copied: the writable layer is discarded and
-        fresh namespaces start over the same read-only layers.
+        fresh namespaces start over the same read-only layers. Returns once every
+        process of the previous episode is gone; the next one gets fresh cgroups.
+        Ends a verification (see :meth:`begin_verification`).
         """
         self._check_open()
         target = snapshot or self._snapshot
+        self._sealed = None
         self._backend.restart_sandbox(self, target)
         self._snapshot = target
+
+    def begin_verification(self, plan: VerificationPlan) -> VerificationReport:
+        """End the agent's turn: from now until restore(), commands run the verifier's way.
+
+        See pool.verification for what ``strict`` and ``shared`` guarantee.
+
+        Raises:
+            ConfigError: the plan does not fit this sandbox (it did not start from
+                ``plan.known_good`` or a checkpoint of it).
+            SandboxError: the sandbox is sealed already, or the verifier could not start.
+        """
+        self._check_open()
+        if self._sealed is not None:
+            raise SandboxError("the sandbox is sealed for its verifier already; restore() it first")
+        report = self._backend.seal_sandbox(self, plan)
+        self._sealed = plan.mode
+        return report
+
+    @property
+    def sealed(self) -> VerifyMode | None:
+        """The verification mode in force since begin_verification(), or None."""
+        return self._sealed
 
     def freeze(self) -> None:
         """Stop every process of the sandbox (SIGSTOP) until thaw()."""

@@ -72,7 +72,7 @@ static void route(msg_t *m) {
     } else {
         close_fds(m); /* fd-answered requests see their status pipe close */
         if (m->op == OP_PING || m->op == OP_CLOSE) reply(REPLY_OK, m->sbx, m->seq, "pid=0");
-        else if (m->op == OP_RESTORE) reply(REPLY_ERR, m->sbx, m->seq, "no sandbox %u", m->sbx);
+        else if (m->op == OP_RESTORE || m->op == OP_SEAL) reply(REPLY_ERR, m->sbx, m->seq, "no sandbox %u", m->sbx);
     }
 }
 

@@ -1,16 +1,31 @@
 /*
- * The keeper of one sandbox: it joins the sandbox's cgroups once, starts its
- * init, forwards requests to it, and restores it.
+ * The keeper of one sandbox: it starts the sandbox's inits, forwards requests
+ * to the current one, restores it, and seals it for the verifier.
  *
- * A restore hands over to a spare init that was set up ahead of time over the
- * same layers (new namespaces, fresh writable tmpfs, same cgroups), so the
- * slow part of a restore, creating namespaces and mounts, runs while the agent
- * is still busy with the previous episode. Children inherit the keeper's
- * cgroups, so no restore writes to cgroup.procs (slow on cgroup v1).
+ * An instance is one init in its own namespaces over the snapshot's layers,
+ * with a fresh writable tmpfs and cgroups of its own (created per instance
+ * under the sandbox's cgroup, limits applied), so nothing of one episode (its
+ * page cache, tmpfs pages, dying processes, PIDs) counts against the next.
+ *
+ * A restore hands over to a spare instance that was set up ahead of time, so
+ * the slow part, creating namespaces and mounts, runs while the agent is still
+ * busy with the previous episode. The old instance is killed first and
+ * restore() answers only once every process of it is gone (the death of a
+ * PID namespace's init means all of its processes are gone). Unmounting its
+ * tmpfs and removing its cgroups (seconds after a million small files) is left
+ * to a janitor process, off the request path.
+ *
+ * Sealing (OP_SEAL) ends the agent's turn; see pool/verification.py:
+ *   strict  the agent's instance is killed, its writable layer kept, and a new
+ *           instance (graft.c) becomes current for the verifier;
+ *   shared  the agent's instance lives on; the verifier's commands go through
+ *           shared.c's mount namespace, started from here.
+ * The next restore ends the seal.
  */
 #include "sandboxd.h"
 
 enum { NONE = 0, STARTING, MAPPED, READY };
+enum { UNSEALED = 0, SEALED_STRICT, SEALED_SHARED };
 
 typedef struct {
     int state;
@@ -18,17 +33,99 @@ typedef struct {
     int sock; /* to the init */
     int sync; /* setup handshake, until READY */
     char stage[4096];
+    char cgroups[4][512];
+    int ncgroups;
 } instance_t;
 
-static instance_t current, spare;
+static instance_t current, spare, sealed; /* sealed: the dead agent whose layer a strict verifier reads */
 static msg_t *config; /* the layers and settings the sandbox runs with */
 static uint32_t sandbox_id, generation;
 static const char *stages;
-static int daemon_sock = -1, signal_fd = -1;
+static int daemon_sock = -1, signal_fd = -1, janitor_fd = -1;
+static pid_t janitor_pid;
+static int seal_mode = UNSEALED;
+static int shared_ns[6] = {-1, -1, -1, -1, -1, -1}; /* verifier's mnt; the sandbox's pid net ipc uts user */
+static char shared_cgroups[4][512];
+static int shared_ncgroups;
 
-static int prepare_stage(const char *stage, char *err, size_t errlen) {
-    const char *size = field(config, "tmpfs_bytes");
-    const char *uid_s = field(config, "root_uid");
+static void instance_reset(instance_t *in) {
+    memset(in, 0, sizeof *in);
+    in->sock = in->sync = -1;
+}
+
+/* ------------------------------------------------------------- janitor */
+
+/* A child that shares our mount namespace and does the slow cleanup: lazy
+ * unmounts (whose last reference frees the tmpfs) and cgroup removal. */
+static void janitor_start(void) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) return;
+    pid_t pid = fork();
+    if (pid < 0) { close(p[0]); close(p[1]); return; }
+    if (pid == 0) {
+        close(p[1]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        set_title("snapgym-janitor");
+        FILE *in = fdopen(p[0], "r");
+        char line[4200];
+        while (in && fgets(line, sizeof line, in)) {
+            line[strcspn(line, "\n")] = 0;
+            if (line[0] == 'U') {
+                umount2(line + 2, MNT_DETACH);
+                rmdir(line + 2);
+            } else if (line[0] == 'R') {
+                for (int i = 0; i < 500 && rmdir(line + 2) < 0 && errno == EBUSY; i++) usleep(10000);
+            }
+        }
+        _exit(0);
+    }
+    close(p[0]);
+    janitor_fd = p[1];
+    janitor_pid = pid;
+}
+
+static void janitor(char op, const char *path) {
+    char line[4200];
+    int n = snprintf(line, sizeof line, "%c %s\n", op, path);
+    if (janitor_fd >= 0 && n < (int)sizeof line && write(janitor_fd, line, n) == n) return;
+    if (op == 'U') { umount2(path, MNT_DETACH); rmdir(path); }
+    else rmdir(path);
+}
+
+/* ------------------------------------------------------------- cgroups */
+
+/* The instance's own cgroup in each of the sandbox's hierarchies ("cgroup" fields),
+ * with the limits of the "cgset" fields (FILE\tVALUE) written where that file exists. */
+static void cgroups_create(msg_t *cfg, const char *suffix, char dirs[][512], int *n) {
+    *n = 0;
+    for (uint32_t i = 0; i < cfg->nfields && *n < 4; i++) {
+        if (strcmp(cfg->key[i], "cgroup") != 0) continue;
+        char *dir = dirs[(*n)++];
+        snprintf(dir, 512, "%s/%s", cfg->val[i], suffix);
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST) continue; /* joining it fails, and says why */
+        for (uint32_t j = 0; j < cfg->nfields; j++) {
+            if (strcmp(cfg->key[j], "cgset") != 0) continue;
+            char spec[256], path[800];
+            snprintf(spec, sizeof spec, "%s", cfg->val[j]);
+            char *value = strchr(spec, '\t');
+            if (!value) continue;
+            *value++ = 0;
+            snprintf(path, sizeof path, "%s/%s", dir, spec);
+            if (access(path, W_OK) == 0) write_file_str(path, value);
+        }
+    }
+}
+
+static void cgroups_remove(char dirs[][512], int *n) {
+    for (int i = 0; i < *n; i++) janitor('R', dirs[i]);
+    *n = 0;
+}
+
+/* ----------------------------------------------------------- instances */
+
+static int prepare_stage(msg_t *cfg, const char *stage, char *err, size_t errlen) {
+    const char *size = field(cfg, "tmpfs_bytes");
+    const char *uid_s = field(cfg, "root_uid");
     uid_t root_uid = uid_s ? (uid_t)atol(uid_s) : 0;
     char opts[256], p[4200];
     snprintf(opts, sizeof opts, "mode=0755,size=%s", size ? size : "1073741824");
@@ -52,28 +149,46 @@ static int prepare_stage(const char *stage, char *err, size_t errlen) {
     return 0;
 }
 
-static void discard(instance_t *in) {
-    if (in->pid > 0) kill(in->pid, SIGKILL); /* reaped later, through SIGCHLD */
-    if (in->sock >= 0) close(in->sock);
-    if (in->sync >= 0) close(in->sync);
-    if (in->stage[0]) {
-        umount2(in->stage, MNT_DETACH);
-        rmdir(in->stage);
-    }
-    memset(in, 0, sizeof *in);
-    in->sock = in->sync = -1;
+/* Wait until a killed init is gone: then so is every process of its PID namespace. */
+static void wait_gone(pid_t pid) {
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
 }
 
-/* Clone a new init over the configured layers; setup continues in the child. */
-static int begin(instance_t *in, char *err, size_t errlen) {
-    memset(in, 0, sizeof *in);
+/* Kill an instance, wait until its processes are gone, and leave its tmpfs and
+ * cgroups to the janitor. keep_stage: the writable layer stays mounted. */
+static void discard_keep(instance_t *in, int keep_stage) {
+    if (in->pid > 0) {
+        kill(in->pid, SIGKILL);
+        wait_gone(in->pid);
+    }
+    if (in->sock >= 0) close(in->sock);
+    if (in->sync >= 0) close(in->sync);
+    in->pid = 0;
     in->sock = in->sync = -1;
-    snprintf(in->stage, sizeof in->stage, "%s/%u.%u", stages, sandbox_id, ++generation);
-    if (prepare_stage(in->stage, err, errlen) < 0) return -1;
+    in->state = NONE;
+    cgroups_remove(in->cgroups, &in->ncgroups);
+    if (keep_stage) return;
+    if (in->stage[0]) janitor('U', in->stage);
+    instance_reset(in);
+}
+
+static void discard(instance_t *in) { discard_keep(in, 0); }
+
+/* Clone a new init over cfg's layers; setup continues in the child. */
+static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
+    instance_reset(in);
+    ++generation;
+    snprintf(in->stage, sizeof in->stage, "%s/%u.%u", stages, sandbox_id, generation);
+    if (prepare_stage(cfg, in->stage, err, errlen) < 0) return -1;
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "i%u", generation);
+    cgroups_create(cfg, suffix, in->cgroups, &in->ncgroups);
+    memcpy(launch.cgroups, in->cgroups, sizeof launch.cgroups);
+    launch.ncgroups = in->ncgroups;
     int sv[2], sy[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) goto sockfail;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sy) < 0) { close(sv[0]); close(sv[1]); goto sockfail; }
-    const char *net = field(config, "net");
+    const char *net = field(cfg, "net");
     int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
     if (!net || strcmp(net, "host") != 0) flags |= CLONE_NEWNET;
     pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
@@ -83,11 +198,13 @@ static int begin(instance_t *in, char *err, size_t errlen) {
         return -1;
     }
     if (pid == 0) {
-        int inherited[] = {daemon_sock, control_fd, signal_fd, current.sock, current.sync, spare.sock, spare.sync,
-                      sv[0], sy[0]};
+        int inherited[] = {daemon_sock, control_fd, signal_fd, janitor_fd, current.sock, current.sync,
+                           spare.sock, spare.sync, sv[0], sy[0]};
         for (size_t i = 0; i < sizeof inherited / sizeof *inherited; i++)
             if (inherited[i] >= 0) close(inherited[i]);
-        sandbox_child(config, in->stage, sv[1], sy[1]);
+        for (int i = 0; i < 6; i++)
+            if (shared_ns[i] >= 0) close(shared_ns[i]);
+        sandbox_child(cfg, in->stage, sv[1], sy[1]);
     }
     close(sv[1]);
     close(sy[1]);
@@ -154,7 +271,7 @@ static int start_spare(void) {
     const char *want = field(config, "spare");
     if (!want || strcmp(want, "1") != 0) return 0;
     char err[4096];
-    if (begin(&spare, err, sizeof err) < 0) {
+    if (begin(&spare, config, err, sizeof err) < 0) {
         discard(&spare);
         return -1;
     }
@@ -162,8 +279,8 @@ static int start_spare(void) {
     return 0;
 }
 
-static void reply_started(uint32_t seq) {
-    reply(REPLY_OK, sandbox_id, seq, "pid=%d\nstage=%s", (int)current.pid, current.stage);
+static void reply_started(uint32_t seq, const char *extra) {
+    reply(REPLY_OK, sandbox_id, seq, "pid=%d\nstage=%s%s", (int)current.pid, current.stage, extra);
 }
 
 /* Same layers and settings as now? The header (with its sequence) is not compared. */
@@ -177,9 +294,126 @@ static void adopt_config(msg_t *m) {
     parse_msg(config, config->raw, config->rawlen);
 }
 
+/* ---------------------------------------------------------------- seals */
+
+static void unseal(void) {
+    if (seal_mode == SEALED_STRICT) discard(&sealed);
+    for (int i = 0; i < 6; i++) {
+        if (shared_ns[i] >= 0) close(shared_ns[i]);
+        shared_ns[i] = -1;
+    }
+    cgroups_remove(shared_cgroups, &shared_ncgroups);
+    seal_mode = UNSEALED;
+}
+
+/* The report graft.c left in the verifier's stage, as reply fields. */
+static void read_report(const char *stage, char *out, size_t outlen) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/report", stage);
+    out[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t used = 0;
+    char line[8192];
+    while (fgets(line, sizeof line, f) && used + strlen(line) + 2 < outlen) used += snprintf(out + used, outlen - used, "\n%.*s", (int)strcspn(line, "\n"), line);
+    fclose(f);
+}
+
+static void seal_strict(msg_t *m) {
+    char err[4096] = "", report[6144];
+    sealed = current; /* its writable layer stays mounted for the verifier */
+    instance_reset(&current);
+    discard_keep(&sealed, 1);
+    seal_mode = SEALED_STRICT;
+    snprintf(launch.agent_upper, sizeof launch.agent_upper, "%s/upper", sealed.stage);
+    if (begin(&current, m, err, sizeof err) == 0 && wait_ready(&current, err, sizeof err) == 1) {
+        read_report(current.stage, report, sizeof report);
+        reply_started(m->seq, report);
+        return;
+    }
+    discard(&current);
+    reply(REPLY_ERR, sandbox_id, m->seq, "start the verifier: %s", err);
+}
+
+static void seal_shared(msg_t *m) {
+    char err[4096] = "", path[64];
+    int ready[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ready) < 0) {
+        reply(REPLY_ERR, sandbox_id, m->seq, "socketpair: %s", strerror(errno));
+        return;
+    }
+    pid_t builder = fork();
+    if (builder == 0) {
+        close(ready[0]);
+        char msg[4200] = "r";
+        if (shared_view_build(m, current.pid, err, sizeof err) < 0) snprintf(msg, sizeof msg, "e%s", err);
+        if (write(ready[1], msg, strlen(msg)) < 0) {}
+        char done;
+        if (read(ready[1], &done, 1) < 0) {} /* the keeper has taken the namespace */
+        _exit(0);
+    }
+    close(ready[1]);
+    char answer[4200];
+    ssize_t n = builder > 0 ? read(ready[0], answer, sizeof answer - 1) : -1;
+    answer[n > 0 ? n : 0] = 0;
+    if (n > 0 && answer[0] == 'r') {
+        snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)builder);
+        shared_ns[0] = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    close(ready[0]); /* lets the builder go */
+    if (builder > 0) wait_gone(builder);
+    static const char *kinds[] = {"pid", "net", "ipc", "uts", "user"};
+    for (int i = 0; shared_ns[0] >= 0 && i < 5; i++) {
+        snprintf(path, sizeof path, "/proc/%d/ns/%s", (int)current.pid, kinds[i]);
+        shared_ns[i + 1] = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    seal_mode = SEALED_SHARED;
+    for (int i = 0; i < 6; i++) {
+        if (shared_ns[i] >= 0) continue;
+        reply(REPLY_ERR, sandbox_id, m->seq, "prepare the shared verifier: %s",
+              answer[0] == 'e' ? answer + 1 : "its namespaces are gone");
+        return;
+    }
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "v%u", generation);
+    cgroups_create(config, suffix, shared_cgroups, &shared_ncgroups);
+    reply_started(m->seq, "");
+}
+
+static void seal(msg_t *m) {
+    const char *mode = field(m, "seal");
+    if (seal_mode != UNSEALED || current.state != READY || !mode) {
+        reply(REPLY_ERR, sandbox_id, m->seq, "%s", seal_mode != UNSEALED ? "the sandbox is sealed already; restore it first"
+                                                   : !mode ? "no seal mode" : "the sandbox is not running; restore it first");
+        return;
+    }
+    if (strcmp(mode, "strict") == 0) seal_strict(m);
+    else if (strcmp(mode, "shared") == 0) seal_shared(m);
+    else reply(REPLY_ERR, sandbox_id, m->seq, "unknown seal mode %s", mode);
+}
+
+/* A shared verifier's command starts from here, outside the agent's processes. */
+static void shared_run(msg_t *m) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(daemon_sock);
+        close(signal_fd);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        shared_exec(m, config, shared_ns, shared_cgroups, shared_ncgroups);
+    }
+    if (pid < 0) write_status(m->fds[m->nfds - 1], -2, 0, errno);
+    close_fds(m);
+}
+
+/* ------------------------------------------------------------- restore */
+
 static void restore(msg_t *m) {
     char err[4096] = "";
-    discard(&current);
+    instance_t dying = current; /* killed first; waited for before the answer */
+    instance_reset(&current);
+    if (dying.pid > 0) kill(dying.pid, SIGKILL);
     if (!same_config(m)) {
         discard(&spare);
         adopt_config(m);
@@ -189,8 +423,7 @@ static void restore(msg_t *m) {
         fcntl(spare.sync, F_SETFL, 0);
         if (spare.state == READY || wait_ready(&spare, err, sizeof err) == 1) {
             current = spare;
-            memset(&spare, 0, sizeof spare);
-            spare.sock = spare.sync = -1;
+            instance_reset(&spare);
             rc = 0;
         } else {
             discard(&spare);
@@ -198,31 +431,21 @@ static void restore(msg_t *m) {
     }
     if (rc < 0) {
         err[0] = 0;
-        rc = begin(&current, err, sizeof err);
+        rc = begin(&current, config, err, sizeof err);
         if (rc == 0) rc = wait_ready(&current, err, sizeof err) == 1 ? 0 : -1;
         if (rc < 0) discard(&current);
     }
+    discard(&dying);
+    unseal();
     if (rc < 0) reply(REPLY_ERR, sandbox_id, m->seq, "%s", err);
-    else reply_started(m->seq);
+    else reply_started(m->seq, "");
     start_spare();
-}
-
-static void join_cgroups(char *err, size_t errlen) {
-    char text[32];
-    snprintf(text, sizeof text, "%d\n", getpid());
-    for (uint32_t i = 0; i < config->nfields; i++) {
-        if (strcmp(config->key[i], "cgroup") != 0) continue;
-        if (write_file_str(config->val[i], text) < 0 && !*err)
-            snprintf(err, errlen, "join cgroup %s: %s", config->val[i], strerror(errno));
-    }
-    /* The keeper shares the sandbox's memory cgroup; the OOM killer must pick
-     * the sandbox's processes, never the keeper. Needs root; harmless if refused. */
-    write_file_str("/proc/self/oom_score_adj", "-1000");
 }
 
 static void shutdown_and_exit(int code) {
     discard(&current);
     discard(&spare);
+    unseal();
     _exit(code);
 }
 
@@ -235,13 +458,21 @@ static void serve(msg_t *m) {
         close_fds(m);
         restore(m);
         break;
+    case OP_SEAL:
+        close_fds(m);
+        seal(m);
+        break;
     case OP_CLOSE:
         close_fds(m);
         discard(&current);
         discard(&spare);
+        unseal();
         reply(REPLY_OK, sandbox_id, m->seq, "pid=0");
         _exit(0);
-    case OP_EXEC: case OP_READ: case OP_WRITE: case OP_FREEZE: case OP_THAW:
+    case OP_EXEC: case OP_READ: case OP_WRITE:
+        if (seal_mode == SEALED_SHARED && current.state == READY) { shared_run(m); break; }
+        /* fall through */
+    case OP_FREEZE: case OP_THAW:
         if (current.state == READY) forward_msg(current.sock, m); /* the init answers on the fds */
         else close_fds(m);
         break;
@@ -254,13 +485,17 @@ static void serve(msg_t *m) {
 static void reap(void) {
     pid_t pid;
     while ((pid = waitpid(-1, NULL, WNOHANG)) > 0) {
-        if (pid == current.pid) { /* died on its own (OOM, killed from the host) */
+        if (pid == current.pid) { /* died on its own (killed from the host) */
             close(current.sock);
             current.sock = -1;
             current.pid = 0;
             current.state = NONE;
         }
         if (pid == spare.pid) discard(&spare);
+        if (pid == janitor_pid && janitor_fd >= 0) { /* clean up inline from now on */
+            close(janitor_fd);
+            janitor_fd = -1;
+        }
     }
 }
 
@@ -270,7 +505,9 @@ void keeper_main(msg_t *create, const char *stage_root, int sock) {
     daemon_sock = sock;
     stages = stage_root;
     sandbox_id = create->sbx;
-    current.sock = current.sync = spare.sock = spare.sync = -1;
+    instance_reset(&current);
+    instance_reset(&spare);
+    instance_reset(&sealed);
     config = msg_new();
     msg_t *m = msg_new();
     if (!config || !m) _exit(1);
@@ -280,11 +517,11 @@ void keeper_main(msg_t *create, const char *stage_root, int sock) {
     sigaddset(&chld, SIGCHLD);
     sigprocmask(SIG_BLOCK, &chld, NULL);
     signal_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    janitor_start();
 
     char err[4096] = "";
-    join_cgroups(err, sizeof err);
-    if (!*err && begin(&current, err, sizeof err) == 0 && wait_ready(&current, err, sizeof err) == 1) {
-        reply_started(create->seq);
+    if (begin(&current, config, err, sizeof err) == 0 && wait_ready(&current, err, sizeof err) == 1) {
+        reply_started(create->seq, "");
     } else {
         reply(REPLY_ERR, sandbox_id, create->seq, "%s", *err ? err : "sandbox setup failed");
         shutdown_and_exit(1);

@@ -6,7 +6,12 @@
 /* Errors during setup travel back to the daemon as "e<message>" on the sync
  * socket, so the caller sees which step failed and why. */
 static int sync_fd = -1;
-static void child_fail(const char *fmt, ...) {
+int fail_status_fd = -1;
+void child_fail(const char *fmt, ...) {
+    if (fail_status_fd >= 0) {
+        write_status(fail_status_fd, -2, 0, errno);
+        _exit(1);
+    }
     char text[4096] = "e";
     va_list ap;
     va_start(ap, fmt);
@@ -25,6 +30,28 @@ static void bind_into(const char *root, const char *src, const char *dst, int ro
         child_fail("bind-mount %s onto %s", src, dst);
     if (ro && mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
         child_fail("make %s read-only", dst);
+}
+
+/* Mount an overlay at target. Layers are named through symbolic links in the
+ * current directory (the instance's stage), so the mount options that
+ * /proc/self/mountinfo shows inside the sandbox hold no host paths. */
+int mount_overlay(const char *target, char *const *lowers, int nlowers, const char *upper, const char *work) {
+    static int links;
+    char opts[16384], name[32];
+    size_t off = snprintf(opts, sizeof opts, "lowerdir=");
+    for (int i = 0; i < nlowers; i++) {
+        snprintf(name, sizeof name, "L%d", links++);
+        if (symlink(lowers[i], name) < 0) return -1;
+        off += snprintf(opts + off, sizeof opts - off, "%s%s", i ? ":" : "", name);
+    }
+    if (upper)
+        off += snprintf(opts + off, sizeof opts - off, ",upperdir=%s,workdir=%s", upper, work);
+    /* Redirects, index and metacopy would make the writable layer depend on
+     * the layers under it; without them it can be frozen into a layer as is.
+     * In a user namespace the kernel refuses those options but keeps them off. */
+    off += snprintf(opts + off, sizeof opts - off, ",%s", user_mode ? "userxattr" : "redirect_dir=off,index=off,metacopy=off");
+    if (off >= sizeof opts) { errno = E2BIG; return -1; }
+    return mount("overlay", target, "overlay", upper ? 0 : MS_RDONLY, opts);
 }
 
 static void setup_dev(const char *root, const char *root_uid) {
@@ -109,28 +136,43 @@ static void apply_rlimits(msg_t *cfg) {
     }
 }
 
+/* rlimits, Docker's capability set, no_new_privs and the seccomp filter: what
+ * every process that runs a sandbox's commands starts with. */
+void drop_privileges(msg_t *cfg) {
+    apply_rlimits(cfg);
+    drop_capabilities();
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail("set no_new_privs");
+    if (install_seccomp() < 0) child_fail("install the seccomp filter");
+}
+
+static void join_instance_cgroups(void) {
+    char path[600];
+    for (int i = 0; i < launch.ncgroups; i++) {
+        snprintf(path, sizeof path, "%s/cgroup.procs", launch.cgroups[i]);
+        if (write_file_str(path, "0") < 0) child_fail("join cgroup %s", launch.cgroups[i]);
+    }
+    /* The OOM killer must pick the sandbox's processes, never its init (whose
+     * death would look like an infrastructure failure). Children of init set
+     * their own score back to 0 (init.c), which they cannot lower again. Needs
+     * host root; harmless if refused. */
+    write_file_str("/proc/self/oom_score_adj", "-1000");
+}
+
 void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) {
     sync_fd = syncfd;
     char go;
-    if (read_full(sync_fd, &go, 1) < 0) _exit(1); /* daemon attached cgroups */
+    if (read_full(sync_fd, &go, 1) < 0) _exit(1); /* the keeper is ready for us */
+    join_instance_cgroups();
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) child_fail("make mounts private");
+    if (chdir(stage) < 0) child_fail("enter the stage %s", stage);
 
-    char root[4096], opts[65536];
+    char root[4096];
     snprintf(root, sizeof root, "%s/root", stage);
-    size_t off = snprintf(opts, sizeof opts, "lowerdir=");
-    int first = 1;
-    for (uint32_t i = 0; i < cfg->nfields; i++) {
-        if (strcmp(cfg->key[i], "lower") != 0) continue;
-        off += snprintf(opts + off, sizeof opts - off, "%s%s", first ? "" : ":", cfg->val[i]);
-        first = 0;
-    }
-    /* Redirects, index and metacopy would make the writable layer depend on
-     * the layers under it; without them it can be frozen into a layer as is.
-     * In a user namespace the kernel refuses those options but keeps them off. */
-    off += snprintf(opts + off, sizeof opts - off, ",upperdir=%s/upper,workdir=%s/work,%s", stage, stage,
-                    user_mode ? "userxattr" : "redirect_dir=off,index=off,metacopy=off");
-    if (off >= sizeof opts) { errno = E2BIG; child_fail("overlay options (too many layers)"); }
-    if (mount("overlay", root, "overlay", 0, opts) < 0) child_fail("mount overlay root filesystem");
+    char *lowers[512];
+    int nlowers = 0;
+    for (uint32_t i = 0; i < cfg->nfields && nlowers < 512; i++)
+        if (strcmp(cfg->key[i], "lower") == 0) lowers[nlowers++] = cfg->val[i];
+    if (mount_overlay(root, lowers, nlowers, "upper", "work") < 0) child_fail("mount overlay root filesystem");
 
     for (uint32_t i = 0; i < cfg->nfields; i++) {
         if (strcmp(cfg->key[i], "bind") != 0) continue;
@@ -149,6 +191,8 @@ void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) {
     if (mount("proc", p, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) child_fail("mount /proc");
     const char *root_uid = field(cfg, "root_uid");
     setup_dev(root, root_uid ? root_uid : "0");
+    const char *seal = field(cfg, "seal");
+    if (seal && strcmp(seal, "strict") == 0) graft_verifier(cfg, root);
 
     const char *hostname = field(cfg, "hostname");
     if (hostname && sethostname(hostname, strlen(hostname)) < 0) child_fail("set hostname");
@@ -170,10 +214,10 @@ void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) {
     setgroups(0, NULL); /* denied where setgroups is disabled; harmless */
     if (setresuid(0, 0, 0) < 0) child_fail("become uid 0 in the sandbox");
 
-    apply_rlimits(cfg);
-    drop_capabilities();
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail("set no_new_privs");
-    if (install_seccomp() < 0) child_fail("install the seccomp filter");
+    drop_privileges(cfg);
+    /* Everything the agent runs descends from this init and so stays in its
+     * Landlock domain; a shared verifier's processes start outside it. */
+    landlock_confine();
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail("set parent-death signal");
     /* getppid() is 0 across the PID namespace; a dead daemon shows as a failed write below. */
     umask(022);

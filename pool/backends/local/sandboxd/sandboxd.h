@@ -9,16 +9,20 @@
  *
  *   python (LocalBackend)
  *     `- sandboxd (daemon.c)     private mount ns; routes requests by sandbox id
- *          `- keeper (keeper.c)  one per sandbox; holds its cgroups, restores it
- *               |- init          PID 1 of new pid/mount/net/ipc/uts/user namespaces
+ *          `- keeper (keeper.c)  one per sandbox; starts, restores and seals it
+ *               |- init          PID 1 of new pid/mount/net/ipc/uts/user namespaces,
+ *               |    |           in cgroups of its own and a Landlock domain
  *               |    `- reaper   one per exec: child subreaper, owns the timeout
  *               |         `- /bin/sh -c CMD
- *               `- spare init    the next episode's namespaces, set up ahead of time
+ *               |- spare init    the next episode's namespaces, set up ahead of time
+ *               `- janitor       unmounts and removes what dead instances leave
  *
- * Restore = SIGKILL the init (the kernel kills its whole PID namespace), drop its
- * writable tmpfs, and hand over to the spare, which already runs over the same
- * read-only layers. Nothing of the snapshot is copied, and creating namespaces
- * (the slow part) happens off the critical path.
+ * Restore = SIGKILL the init (the kernel kills its whole PID namespace), hand
+ * over to the spare, which already runs over the same read-only layers, and
+ * answer once the old init (so every process of the old episode) is gone.
+ * Nothing of the snapshot is copied, and creating namespaces (the slow part)
+ * happens off the critical path. Sealing (OP_SEAL, keeper.c) hands the
+ * sandbox to the verifier.
  *
  * Usage: sandboxd root|user STAGE_DIR CONTROL_FD
  *
@@ -26,10 +30,11 @@
  *   u32 op, u32 sandbox id, u32 sequence, u32 field count,
  *   then per field u32 length + bytes ("key=value"). File descriptors travel as
  *   SCM_RIGHTS. Operations that carry a status fd get a 16-byte status record on
- *   it (i32 code, i32 timed_out, i32 errno, i32 reserved); CREATE, RESTORE,
- *   CLOSE and PING get a reply packet with the request's sequence (OK with
- *   "pid=N" and "stage=PATH", or ERR with a message). A reply with sequence 0 is
- *   an event: the sandbox's keeper died.
+ *   it (i32 code, i32 timed_out, i32 errno, i32 reserved; code -2: snapgym could
+ *   not start the command, errno says why); CREATE, RESTORE, SEAL, CLOSE and
+ *   PING get a reply packet with the request's sequence (OK with "pid=N" and
+ *   "stage=PATH", then any report lines, or ERR with a message). A reply with
+ *   sequence 0 is an event: the sandbox's keeper died.
  */
 #ifndef SNAPGYM_SANDBOXD_H
 #define SNAPGYM_SANDBOXD_H
@@ -64,9 +69,24 @@
 
 enum {
     OP_CREATE = 1, OP_RESTORE = 2, OP_EXEC = 3, OP_CLOSE = 4, OP_READ = 5,
-    OP_WRITE = 6, OP_FREEZE = 7, OP_THAW = 8, OP_PING = 9,
+    OP_WRITE = 6, OP_FREEZE = 7, OP_THAW = 8, OP_PING = 9, OP_SEAL = 10,
     REPLY_OK = 100, REPLY_ERR = 101,
 };
+
+/* Constants of the new mount API (named with a trailing _ so they never clash
+ * with the C library's own definitions). */
+#define FSOPEN_CLOEXEC_ 0x1
+#define FSCONFIG_SET_FLAG_ 0
+#define FSCONFIG_SET_STRING_ 1
+#define FSCONFIG_CMD_CREATE_ 6
+#define FSMOUNT_CLOEXEC_ 0x1
+#define MOUNT_ATTR_RDONLY_ 0x1
+#define MOUNT_ATTR_NOSUID_ 0x2
+#define MOUNT_ATTR_NODEV_ 0x4
+#define OPEN_TREE_CLONE_ 1
+#define OPEN_TREE_CLOEXEC_ O_CLOEXEC
+#define AT_RECURSIVE_ 0x8000
+#define MOVE_MOUNT_F_EMPTY_PATH_ 0x4
 
 #define MAX_MSG (1 << 20)
 #define MAX_FIELDS 4096
@@ -105,12 +125,51 @@ void set_title(const char *title);
 
 /* sandbox.c: runs in the cloned child, becomes the sandbox's init. */
 void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) __attribute__((noreturn));
+void child_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+extern int fail_status_fd; /* set: child_fail answers an exec's status fd (code -2) instead */
+void drop_privileges(msg_t *cfg); /* rlimits, capabilities, no_new_privs, seccomp */
+int mount_overlay(const char *target, char *const *lowers, int nlowers, const char *upper, const char *work);
+
+/* What a keeper hands the instance it is about to start (read by the cloned child). */
+typedef struct {
+    char cgroups[4][512]; /* the instance's own cgroup directories, one per hierarchy */
+    int ncgroups;
+    char agent_upper[4096]; /* strict verifier: the agent's writable layer, kept after its death */
+} launch_t;
+extern launch_t launch;
+
+/* graft.c: a strict verifier's filesystem (the outputs of the agent's end state, /tests, private dirs). */
+void graft_verifier(msg_t *cfg, const char *root);
+
+/* shared.c: a shared verifier's mount namespace beside the agent's live processes. */
+int shared_view_build(msg_t *cfg, pid_t init_pid, char *err, size_t errlen);
+void shared_exec(msg_t *m, msg_t *cfg, const int ns_fds[6], char cgroups[][512], int ncg) __attribute__((noreturn));
+
+/* lookup.c: a path in a stack of overlayfs layers (top first), as overlayfs sees it. */
+enum { LAYER_ABSENT = 0, LAYER_HAS = 1 };
+/* The entry at rel (no leading "/") and the index of the layer that has it; 0: none. */
+int stack_lookup(char *const *layers, int n, const char *rel, struct stat *st, int *index);
+/* Indexes of the layers whose directory at rel overlayfs would merge, top first;
+ * *agent_touched: one of the first n_agent layers has or hides something there. */
+int stack_dirs(char *const *layers, int n, int n_agent, const char *rel, int *out, int max, int *agent_touched);
+int fields_of(msg_t *cfg, const char *key, char **out, int max);
+
+/* mountapi.c */
+int sys_fsopen(const char *fs);
+int sys_fsconfig_str(int fd, const char *key, const char *value);
+int sys_fsmount(int fd, unsigned attrs);
+int sys_open_tree(int dfd, const char *path, unsigned flags);
+int attach_mount(int mount_fd, int to_dfd, const char *to_path);
+int open_beneath(int dirfd, const char *path, int flags);
+int landlock_confine(void);
 
 /* seccomp.c: deny system calls that reach past the namespaces. */
 int install_seccomp(void);
 
 /* init.c */
 void init_loop(int sock) __attribute__((noreturn));
+void run_reaper(msg_t *m) __attribute__((noreturn));
+void run_file_op(msg_t *m) __attribute__((noreturn));
 
 /* keeper.c */
 void keeper_main(msg_t *create, const char *stage_root, int daemon_sock) __attribute__((noreturn));

@@ -4,8 +4,8 @@
  *
  * Denied: new namespaces (unshare, setns, clone with namespace flags),
  * mounting, kernel keyrings, BPF, perf, modules, kexec, file handles,
- * userfaultfd, swap, reboot, accounting and quotas; as in Docker's default
- * profile. clone3 answers ENOSYS, so the C library falls back to clone, whose
+ * userfaultfd, swap, reboot, accounting, quotas and io_uring (whose
+ * requests no seccomp filter can see); as in Docker's default profile. clone3 answers ENOSYS, so the C library falls back to clone, whose
  * flags the filter can read. Other architectures' system calls are killed.
  */
 #include "sandboxd.h"
@@ -52,7 +52,8 @@ int install_seccomp(void) {
         DENY(__NR_delete_module), DENY(__NR_kexec_load), DENY(__NR_kexec_file_load),
         DENY(__NR_open_by_handle_at), DENY(__NR_name_to_handle_at), DENY(__NR_userfaultfd),
         DENY(__NR_swapon), DENY(__NR_swapoff), DENY(__NR_reboot), DENY(__NR_acct),
-        DENY(__NR_quotactl),
+        DENY(__NR_quotactl), DENY(__NR_io_uring_setup), DENY(__NR_io_uring_enter),
+        DENY(__NR_io_uring_register),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog prog = {(unsigned short)(sizeof filter / sizeof *filter), filter};

@@ -130,6 +130,14 @@ const char *field(msg_t *m, const char *key) {
     return NULL;
 }
 
+/* Every value of a repeated field, in order; returns how many. */
+int fields_of(msg_t *m, const char *key, char **out, int max) {
+    int n = 0;
+    for (uint32_t i = 0; i < m->nfields && n < max; i++)
+        if (strcmp(m->key[i], key) == 0) out[n++] = m->val[i];
+    return n;
+}
+
 int write_file_str(const char *path, const char *text) {
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0) return -1;

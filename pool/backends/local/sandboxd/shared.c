@@ -1,0 +1,453 @@
+/*
+ * A shared verifier: it runs beside the agent's live processes (a service the
+ * tests talk to) and sees the agent's filesystem, but through a mount
+ * namespace of its own whose root is a private tmpfs:
+ *
+ *   /<dir>        the agent's top-level directories, bound live (recursively)
+ *   /<link>       the top-level symbolic links of the known-good snapshot
+ *                 (on the host base /bin, /lib... are links the agent could
+ *                 otherwise point at its own programs)
+ *   /etc, /root   private skeletons: every entry bound from the agent's,
+ *                 except the hooks (loader, shell and Python configuration,
+ *                 dotfiles) copied from the known-good snapshot
+ *   /dev          fresh device nodes, a new devpts; shm and mqueue bound
+ *   /tests        the task's tests (a stored layer) with their own upper
+ *   private dirs  empty (the reward channel); the agent cannot see them
+ *
+ * Every mount point lives in the private tmpfs, so the agent cannot detach or
+ * redirect one by renaming or deleting its own files. New top-level entries
+ * the agent makes after the verifier began are not seen.
+ *
+ * Each of the verifier's commands starts from the keeper (shared_exec), joins
+ * the sandbox's pid, net, ipc, uts and user namespaces and this mount
+ * namespace, takes the same privileges as the agent's commands, and so stays
+ * outside the Landlock domain of the agent's processes: they can neither
+ * ptrace nor signal it.
+ */
+#include "sandboxd.h"
+
+enum { MAX_HOOKS = 256, MAX_LAYERS = 512 };
+
+typedef struct {
+    char path[512]; /* absolute, in the sandbox */
+    char kind;      /* f file, d directory, l link, 0 absent in the known-good snapshot */
+    int fd;         /* f: the known-good file; d: a detached writable overlay of the known-good directory */
+    char link[4096];
+} hook_t;
+
+static hook_t hooks[MAX_HOOKS];
+static int nhooks;
+static uid_t owner;
+static char *known_good[MAX_LAYERS];
+static int nknown;
+static int scratch = -1; /* a private tmpfs, never attached: uppers and layer names live here */
+static int names;
+
+static int fail(char *err, size_t errlen, const char *what) {
+    snprintf(err, errlen, "%s: %s", what, strerror(errno));
+    return -1;
+}
+
+/* A name in the scratch tmpfs for a host path, as /proc/self/fd/N/NAME. */
+static int scratch_name(const char *target, char *out, size_t outlen) {
+    char name[32];
+    snprintf(name, sizeof name, "L%d", names++);
+    if (symlinkat(target, scratch, name) < 0) return -1;
+    snprintf(out, outlen, "/proc/self/fd/%d/%s", scratch, name);
+    return 0;
+}
+
+/* A detached overlay: lowers (host paths, top first) under a fresh upper in the scratch tmpfs. */
+static int writable_overlay(char *const *lowers, int n, mode_t mode, uid_t uid, gid_t gid) {
+    char up[32], wk[32], path[96];
+    int id = names++;
+    snprintf(up, sizeof up, "U%d", id);
+    snprintf(wk, sizeof wk, "W%d", id);
+    if (mkdirat(scratch, up, mode & 07777) < 0 || mkdirat(scratch, wk, 0700) < 0 ||
+        fchownat(scratch, up, uid, gid, 0) < 0 || fchmodat(scratch, up, mode & 07777, 0) < 0)
+        return -1;
+    size_t size = 64 * (size_t)n + 16;
+    char *lowerdir = malloc(size);
+    if (!lowerdir) return -1;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (scratch_name(lowers[i], path, sizeof path) < 0) { free(lowerdir); return -1; }
+        off += snprintf(lowerdir + off, size - off, "%s%s", i ? ":" : "", path);
+    }
+    int fs = sys_fsopen("overlay");
+    int ok = fs >= 0 && sys_fsconfig_str(fs, "lowerdir", lowerdir) == 0;
+    free(lowerdir);
+    snprintf(path, sizeof path, "/proc/self/fd/%d/%s", scratch, up);
+    ok = ok && sys_fsconfig_str(fs, "upperdir", path) == 0;
+    snprintf(path, sizeof path, "/proc/self/fd/%d/%s", scratch, wk);
+    ok = ok && sys_fsconfig_str(fs, "workdir", path) == 0;
+    if (ok && user_mode) ok = sys_fsconfig_str(fs, "userxattr", NULL) == 0;
+    if (ok && !user_mode)
+        ok = sys_fsconfig_str(fs, "redirect_dir", "off") == 0 && sys_fsconfig_str(fs, "index", "off") == 0 &&
+             sys_fsconfig_str(fs, "metacopy", "off") == 0;
+    int mnt = ok ? sys_fsmount(fs, 0) : -1;
+    if (fs >= 0) close(fs);
+    return mnt;
+}
+
+/* The known-good directory at rel as a writable private overlay (-1 and errno on failure). */
+static int known_good_dir(const char *rel, mode_t mode, uid_t uid, gid_t gid) {
+    int idx[MAX_LAYERS], touched;
+    int n = stack_dirs(known_good, nknown, 0, rel, idx, MAX_LAYERS, &touched);
+    char *lowers[MAX_LAYERS];
+    for (int i = 0; i < n; i++)
+        if (asprintf(&lowers[i], "%s/%s", known_good[idx[i]], rel) < 0) return -1;
+    int mnt = n ? writable_overlay(lowers, n, mode, uid, gid) : -1;
+    for (int i = 0; i < n; i++) free(lowers[i]);
+    return mnt;
+}
+
+/* Hooks arrive as "hook=PATH": what the known-good snapshot has there is
+ * looked up and opened now, while host paths can still be reached. */
+static int load_hooks(msg_t *cfg, char *err, size_t errlen) {
+    nhooks = 0;
+    for (uint32_t i = 0; i < cfg->nfields && nhooks < MAX_HOOKS; i++) {
+        if (strcmp(cfg->key[i], "hook") != 0) continue;
+        hook_t *h = &hooks[nhooks++];
+        memset(h, 0, sizeof *h);
+        h->fd = -1;
+        snprintf(h->path, sizeof h->path, "%s", cfg->val[i]);
+        struct stat st;
+        int at;
+        if (!stack_lookup(known_good, nknown, h->path + 1, &st, &at)) continue;
+        char source[8192];
+        snprintf(source, sizeof source, "%s%s", known_good[at], h->path);
+        if (S_ISREG(st.st_mode)) {
+            h->kind = 'f';
+            if ((h->fd = open(source, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+                return fail(err, errlen, "open a known-good hook file");
+        } else if (S_ISLNK(st.st_mode)) {
+            ssize_t n = readlink(source, h->link, sizeof h->link - 1);
+            if (n < 0) return fail(err, errlen, "read a known-good hook link");
+            h->link[n] = 0;
+            h->kind = 'l';
+        } else if (S_ISDIR(st.st_mode)) {
+            h->kind = 'd';
+            if ((h->fd = known_good_dir(h->path + 1, st.st_mode, st.st_uid, st.st_gid)) < 0)
+                return fail(err, errlen, "mount a known-good hook directory");
+        }
+    }
+    return 0;
+}
+
+static int is_hook(const char *path) {
+    for (int i = 0; i < nhooks; i++)
+        if (strcmp(hooks[i].path, path) == 0) return 1;
+    return 0;
+}
+
+static int copy_fd_to(int from, int to_dir, const char *name) {
+    int out = openat(to_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (out < 0) return -1;
+    struct stat st;
+    char buf[65536];
+    ssize_t n;
+    lseek(from, 0, SEEK_SET);
+    while ((n = read(from, buf, sizeof buf)) > 0)
+        if (write(out, buf, n) != n) { close(out); return -1; }
+    if (fstat(from, &st) == 0) {
+        if (fchmod(out, st.st_mode & 07777) < 0 || fchown(out, owner, owner) < 0) { close(out); return -1; }
+    }
+    return close(out);
+}
+
+/* Clone the mount tree at dirfd/name (recursively, never following a final
+ * link) and attach it at to_dir/name, which is created first. */
+static int bind_entry(int dirfd, const char *name, int to_dir, int is_dir) {
+    if (is_dir) {
+        if (mkdirat(to_dir, name, 0755) < 0 && errno != EEXIST) return -1;
+    } else {
+        int fd = openat(to_dir, name, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0) return -1;
+        close(fd);
+    }
+    int tree = sys_open_tree(dirfd, name, OPEN_TREE_CLONE_ | AT_RECURSIVE_ | AT_SYMLINK_NOFOLLOW);
+    if (tree < 0) return -1;
+    int rc = attach_mount(tree, to_dir, name);
+    close(tree);
+    return rc;
+}
+
+static int mkdir_owned(int dirfd, const char *name, mode_t mode) {
+    if (mkdirat(dirfd, name, mode) < 0 && errno != EEXIST) return -1;
+    return fchownat(dirfd, name, owner, owner, AT_SYMLINK_NOFOLLOW);
+}
+
+/* A private copy of the agent's directory `name` (e.g. "etc"): entries bound
+ * live, links copied, hooks from the known-good snapshot. */
+static int skeleton(int agent_root, const char *name, int troot, char *err, size_t errlen) {
+    struct stat st;
+    if (fstatat(agent_root, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode)) st.st_mode = 0755;
+    if (mkdir_owned(troot, name, st.st_mode & 07777) < 0) return fail(err, errlen, "create a private directory");
+    int to = openat(troot, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int from = openat(agent_root, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = from >= 0 ? fdopendir(from) : NULL;
+    char path[4096];
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(path, sizeof path, "/%s/%s", name, e->d_name);
+        if (is_hook(path)) continue;
+        struct stat es;
+        if (fstatat(from, e->d_name, &es, AT_SYMLINK_NOFOLLOW) < 0) continue;
+        if (S_ISLNK(es.st_mode)) {
+            char target[4096];
+            ssize_t n = readlinkat(from, e->d_name, target, sizeof target - 1);
+            if (n < 0) continue;
+            target[n] = 0;
+            if (symlinkat(target, to, e->d_name) < 0) return fail(err, errlen, "copy a link");
+        } else if ((S_ISDIR(es.st_mode) || S_ISREG(es.st_mode)) &&
+                   bind_entry(from, e->d_name, to, S_ISDIR(es.st_mode)) < 0) {
+            return fail(err, errlen, "bind an entry of the agent's filesystem");
+        }
+    }
+    if (d) closedir(d);
+    close(to);
+    return 0;
+}
+
+/* The hooks, from the known-good snapshot (absent there: absent here too). */
+static int place_hooks(int troot, char *err, size_t errlen) {
+    for (int i = 0; i < nhooks; i++) {
+        hook_t *h = &hooks[i];
+        const char *rel = h->path + 1;
+        int rc = 0;
+        if (h->kind == 'd') rc = mkdirat(troot, rel, 0755) < 0 ? -1 : attach_mount(h->fd, troot, rel);
+        else if (h->kind == 'l') rc = symlinkat(h->link, troot, rel);
+        else if (h->kind == 'f') rc = copy_fd_to(h->fd, troot, rel);
+        if (rc < 0) return fail(err, errlen, "place a known-good hook");
+        if (h->fd >= 0) close(h->fd);
+    }
+    return 0;
+}
+
+/* The known-good snapshot's top-level links (/bin -> usr/bin and the like),
+ * read while host paths can still be reached. */
+typedef struct { char name[256], target[1024]; } toplink_t;
+static toplink_t toplinks[128];
+static int ntoplinks;
+
+static void load_top_links(void) {
+    ntoplinks = 0;
+    for (int i = 0; i < nknown; i++) {
+        DIR *d = opendir(known_good[i]);
+        struct dirent *e;
+        while (d && (e = readdir(d)) && ntoplinks < 128) {
+            if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+            struct stat st;
+            int at;
+            if (!stack_lookup(known_good, nknown, e->d_name, &st, &at) || at != i || !S_ISLNK(st.st_mode)) continue;
+            char source[8192];
+            toplink_t *t = &toplinks[ntoplinks];
+            snprintf(source, sizeof source, "%s/%s", known_good[at], e->d_name);
+            ssize_t n = readlink(source, t->target, sizeof t->target - 1);
+            if (n < 0) continue;
+            t->target[n] = 0;
+            snprintf(t->name, sizeof t->name, "%s", e->d_name);
+            ntoplinks++;
+        }
+        if (d) closedir(d);
+    }
+}
+
+static int is_top_link(const char *name) {
+    for (int i = 0; i < ntoplinks; i++)
+        if (strcmp(toplinks[i].name, name) == 0) return 1;
+    return 0;
+}
+
+static int place_top_links(int troot, char *err, size_t errlen) {
+    for (int i = 0; i < ntoplinks; i++)
+        if (symlinkat(toplinks[i].target, troot, toplinks[i].name) < 0)
+            return fail(err, errlen, "place a known-good top-level link");
+    return 0;
+}
+
+static int tmpfs_mount(const char *size, unsigned attrs) {
+    char opt[32];
+    snprintf(opt, sizeof opt, "%u", owner);
+    int fs = sys_fsopen("tmpfs");
+    if (fs < 0 || sys_fsconfig_str(fs, "size", size) < 0 || sys_fsconfig_str(fs, "mode", "755") < 0 ||
+        sys_fsconfig_str(fs, "uid", opt) < 0 || sys_fsconfig_str(fs, "gid", opt) < 0)
+        return -1;
+    int mnt = sys_fsmount(fs, attrs);
+    close(fs);
+    return mnt;
+}
+
+static const char *devices[] = {"null", "zero", "full", "random", "urandom", "tty"};
+enum { NDEV = sizeof devices / sizeof *devices };
+
+static int fresh_dev(int troot, int agent_root, const int *nodes, int pts, char *err, size_t errlen) {
+    int dev = tmpfs_mount("1m", MOUNT_ATTR_NOSUID_);
+    if (dev < 0 || mkdirat(troot, "dev", 0755) < 0 || attach_mount(dev, troot, "dev") < 0)
+        return fail(err, errlen, "mount /dev");
+    for (int i = 0; i < NDEV; i++) {
+        int fd = openat(dev, devices[i], O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+        if (fd < 0) return fail(err, errlen, "create a device node");
+        close(fd);
+        if (attach_mount(nodes[i], dev, devices[i]) < 0) return fail(err, errlen, "bind a device node");
+        close(nodes[i]);
+    }
+    static const char *links[][2] = {{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
+                                     {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
+                                     {"pts/ptmx", "ptmx"}};
+    for (size_t i = 0; i < sizeof links / sizeof *links; i++)
+        if (symlinkat(links[i][0], dev, links[i][1]) < 0) return fail(err, errlen, "link in /dev");
+    if (mkdirat(dev, "pts", 0755) < 0 || attach_mount(pts, dev, "pts") < 0) return fail(err, errlen, "mount /dev/pts");
+    int agent_dev = openat(agent_root, "dev", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    for (int i = 0; agent_dev >= 0 && i < 2; i++) {
+        const char *name = i ? "mqueue" : "shm";
+        if (bind_entry(agent_dev, name, dev, 1) < 0) return fail(err, errlen, "bind /dev/shm or /dev/mqueue");
+    }
+    if (agent_dev >= 0) close(agent_dev);
+    close(dev);
+    return 0;
+}
+
+static int is_skipped(msg_t *cfg, const char *name) {
+    if (strcmp(name, "dev") == 0) return 1;
+    for (uint32_t i = 0; i < cfg->nfields; i++) {
+        const char *k = cfg->key[i], *v = cfg->val[i];
+        if (strcmp(k, "tests_at") && strcmp(k, "private") && strcmp(k, "skeleton")) continue;
+        size_t len = strlen(name);
+        if (v[0] == '/' && strncmp(v + 1, name, len) == 0 && (v[1 + len] == 0 || v[1 + len] == '/')) return 1;
+    }
+    return 0;
+}
+
+/* Everything that needs a host path, done in the keeper's namespace: the
+ * scratch tmpfs, the tests' overlay, the private root, devpts, clones of the
+ * host's device nodes.
+ * Layers are named through /proc/self/fd, so the mount options the sandbox
+ * can read hold no host paths. */
+static int detached_mounts(msg_t *cfg, int *tests, int *troot, int *pts, int *nodes, char *err, size_t errlen) {
+    const char *size = field(cfg, "tmpfs_bytes");
+    if (!size) size = "1073741824";
+    if ((scratch = tmpfs_mount(size, MOUNT_ATTR_NOSUID_ | MOUNT_ATTR_NODEV_)) < 0)
+        return fail(err, errlen, "mount the verifier's scratch space");
+    char *lower[1] = {(char *)field(cfg, "tests_lower")};
+    if (!lower[0] || (*tests = writable_overlay(lower, 1, 0755, owner, owner)) < 0)
+        return fail(err, errlen, "mount the tests");
+    if ((*troot = tmpfs_mount(size, MOUNT_ATTR_NOSUID_ | MOUNT_ATTR_NODEV_)) < 0)
+        return fail(err, errlen, "mount the verifier's root");
+    int fs = sys_fsopen("devpts");
+    if (fs < 0 || sys_fsconfig_str(fs, "ptmxmode", "0666") < 0 || sys_fsconfig_str(fs, "mode", "620") < 0 ||
+        (*pts = sys_fsmount(fs, MOUNT_ATTR_NOSUID_)) < 0)
+        return fail(err, errlen, "mount /dev/pts");
+    close(fs);
+    for (int i = 0; i < NDEV; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/dev/%s", devices[i]);
+        /* cloned now: a mount can only be cloned from the namespace it is in */
+        if ((nodes[i] = sys_open_tree(AT_FDCWD, path, OPEN_TREE_CLONE_)) < 0)
+            return fail(err, errlen, "clone a host device node");
+    }
+    return 0;
+}
+
+int shared_view_build(msg_t *cfg, pid_t init_pid, char *err, size_t errlen) {
+    const char *uid_s = field(cfg, "root_uid");
+    owner = uid_s ? (uid_t)atol(uid_s) : 0;
+    int tests = -1, troot = -1, pts = -1, nodes[NDEV];
+    nknown = fields_of(cfg, "known_good", known_good, MAX_LAYERS);
+    if (detached_mounts(cfg, &tests, &troot, &pts, nodes, err, errlen) < 0) return -1;
+    if (load_hooks(cfg, err, errlen) < 0) return -1;
+    load_top_links();
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)init_pid);
+    int mnt = open(path, O_RDONLY | O_CLOEXEC);
+    if (mnt < 0 || setns(mnt, CLONE_NEWNS) < 0) return fail(err, errlen, "enter the sandbox's mount namespace");
+    close(mnt);
+    if (unshare(CLONE_NEWNS) < 0) return fail(err, errlen, "copy the sandbox's mount namespace");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return fail(err, errlen, "make mounts private");
+    int agent_root = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (agent_root < 0) return fail(err, errlen, "open the sandbox's root");
+    if (attach_mount(troot, AT_FDCWD, "/") < 0) return fail(err, errlen, "attach the verifier's root");
+
+    DIR *d = fdopendir(dup(agent_root));
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *name = e->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || is_skipped(cfg, name) || is_top_link(name))
+            continue;
+        struct stat st;
+        if (fstatat(agent_root, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
+            continue; /* top-level files and links the agent made are not shown */
+        if (bind_entry(agent_root, name, troot, 1) < 0) return fail(err, errlen, "bind a top-level directory");
+    }
+    if (d) closedir(d);
+    if (place_top_links(troot, err, errlen) < 0) return -1;
+    for (uint32_t i = 0; i < cfg->nfields; i++)
+        if (strcmp(cfg->key[i], "skeleton") == 0 && skeleton(agent_root, cfg->val[i] + 1, troot, err, errlen) < 0)
+            return -1;
+    if (place_hooks(troot, err, errlen) < 0) return -1;
+    if (fresh_dev(troot, agent_root, nodes, pts, err, errlen) < 0) return -1;
+    const char *tests_at = field(cfg, "tests_at");
+    if (!tests_at || mkdir_owned(troot, tests_at + 1, 0755) < 0 || attach_mount(tests, troot, tests_at + 1) < 0)
+        return fail(err, errlen, "attach the tests");
+    for (uint32_t i = 0; i < cfg->nfields; i++) {
+        if (strcmp(cfg->key[i], "private") != 0) continue;
+        char rel[4096];
+        snprintf(rel, sizeof rel, "%s", cfg->val[i] + 1);
+        for (char *slash = strchr(rel, '/');; slash = strchr(slash + 1, '/')) {
+            if (slash) *slash = 0;
+            if (mkdir_owned(troot, rel, 0755) < 0) return fail(err, errlen, "create a private directory");
+            if (!slash) break;
+            *slash = '/';
+        }
+    }
+    close(agent_root);
+    if (fchdir(troot) < 0) return fail(err, errlen, "enter the verifier's root");
+    if (syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0)
+        return fail(err, errlen, "switch to the verifier's root");
+    if (chdir("/") < 0) return fail(err, errlen, "chdir /");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- exec */
+
+enum { NS_MNT, NS_PID, NS_NET, NS_IPC, NS_UTS, NS_USER };
+
+void shared_exec(msg_t *m, msg_t *cfg, const int ns[6], char cgroups[][512], int ncg) {
+    int status_fd = m->fds[m->nfds - 1];
+    fail_status_fd = status_fd;
+    char path[600];
+    for (int i = 0; i < ncg; i++) {
+        snprintf(path, sizeof path, "%s/cgroup.procs", cgroups[i]);
+        if (write_file_str(path, "0") < 0) child_fail("join the verifier's cgroup");
+    }
+    static const int order[] = {NS_NET, NS_IPC, NS_UTS, NS_PID, NS_MNT, NS_USER};
+    static const int kinds[] = {CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWPID, CLONE_NEWNS, CLONE_NEWUSER};
+    for (int i = 0; i < 6; i++)
+        if (setns(ns[order[i]], kinds[i]) < 0) child_fail("enter the sandbox's namespaces");
+    if (chdir("/") < 0) child_fail("chdir /");
+    if (setresgid(0, 0, 0) < 0) child_fail("become gid 0 in the sandbox");
+    setgroups(0, NULL);
+    if (setresuid(0, 0, 0) < 0) child_fail("become uid 0 in the sandbox");
+    drop_privileges(cfg);
+    /* Twice, so that the reaper's parent, which exits at once, is inside the
+     * sandbox's pid namespace: its init adopts the reaper and reaps it (an
+     * orphan of a process outside would be left to the host's init, and the
+     * namespace could not end before it did). */
+    pid_t pid = fork();
+    if (pid < 0) child_fail("fork into the sandbox");
+    if (pid == 0) {
+        pid_t reaper = fork();
+        if (reaper < 0) child_fail("fork into the sandbox");
+        if (reaper == 0) {
+            fail_status_fd = -1;
+            set_title(m->op == OP_EXEC ? "snapgym-exec" : "snapgym-file");
+            if (m->op == OP_EXEC) run_reaper(m);
+            run_file_op(m);
+        }
+        _exit(0);
+    }
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+    _exit(0);
+}

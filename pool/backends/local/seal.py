@@ -1,0 +1,131 @@
+"""The local backend's side of ``sandbox.begin_verification``: what the daemon is told, and what it says back.
+
+The mechanism lives in the daemon (``sandboxd/graft.c`` for strict,
+``sandboxd/shared.c`` for shared, ``keeper.c`` for the hand-over); this
+module turns a :class:`~pool.verification.VerificationPlan` into the fields of
+one ``SEAL`` request and the daemon's reply into a
+:class:`~pool.verification.VerificationReport`. The task's tests become a
+stored layer (content-addressed, owned by the sandbox's root) the first time
+they are used, so a verification copies nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from pool.backends.local import layers
+from pool.backends.local.store import SnapshotStore
+from pool.errors import ConfigError
+from pool.snapshots import Snapshot
+from pool.verification import (
+    SHARED_HOOKS,
+    SHARED_SKELETONS,
+    VerificationPlan,
+    VerificationReport,
+    VerifyMode,
+)
+
+Fields = list[tuple[str, str]]
+
+
+def agent_layers(start: Snapshot, known_good: Snapshot) -> tuple[str, ...]:
+    """The layers of ``start`` above ``known_good``'s: what a checkpoint added (the agent's work).
+
+    Raises:
+        ConfigError: ``start`` is neither ``known_good`` nor a checkpoint taken over it.
+    """
+    base = tuple(known_good.layers)
+    if start.base != known_good.base or tuple(start.layers[: len(base)]) != base:
+        raise ConfigError(
+            f"the sandbox started from snapshot {start.id}, which is not {known_good.id} or a checkpoint of it; "
+            "verify against the snapshot the episode started from"
+        )
+    return tuple(start.layers[len(base) :])
+
+
+def seal_fields(
+    plan: VerificationPlan,
+    *,
+    known_good: Sequence[Path],
+    agent: Sequence[Path],
+    tests_layer: Path,
+) -> Fields:
+    """The SEAL request's own fields (the strict verifier's instance also gets the known-good config).
+
+    Args:
+        plan: what the verifier's side looks like.
+        known_good: the trusted snapshot's layer directories, bottom first.
+        agent: the layers the agent's checkpoints added above them, bottom first.
+        tests_layer: the stored layer holding the task's tests.
+    """
+    fields: Fields = [("seal", plan.mode.value), ("tests_lower", str(tests_layer)), ("tests_at", plan.tests_path)]
+    fields += [("private", path) for path in plan.private_dirs]
+    if plan.mode is VerifyMode.STRICT:
+        fields += [("output", path) for path in plan.outputs]
+        fields += [("agent_layer", str(path)) for path in reversed(agent)]  # top first
+        return fields
+    fields += [("known_good", str(path)) for path in reversed(known_good)]  # top first
+    fields += [("skeleton", path) for path in SHARED_SKELETONS]
+    fields += [("hook", path) for path in SHARED_HOOKS]
+    return fields
+
+
+def parse_report(mode: VerifyMode, reply: dict[str, str]) -> VerificationReport:
+    """What the daemon did, from its reply's ``removed`` and ``missing`` lines."""
+    removed = tuple(" -> ".join(entry.split("\x1f", 1)) for entry in reply.get("removed", "").split("\n") if entry)
+    missing = tuple(path for path in reply.get("missing", "").split("\n") if path)
+    return VerificationReport(mode=mode, removed_links=removed, missing_outputs=missing)
+
+
+class TestsLayers:
+    """The task tests folders this backend has stored as layers (by folder and content)."""
+
+    def __init__(self, store: SnapshotStore, *, id_offset: int) -> None:
+        self._store = store
+        self._id_offset = id_offset
+        self._lock = threading.Lock()
+        self._known: dict[tuple[str, str], str] = {}
+
+    def layer_for(self, tests_dir: Path) -> Path:
+        """The stored layer that holds ``tests_dir`` at its root (made on first use).
+
+        Raises:
+            ConfigError: the folder is missing or holds something other than
+                files, folders and links.
+        """
+        key = (str(tests_dir.resolve()), _listing_key(tests_dir))
+        with self._lock:
+            layer_id = self._known.get(key)
+            if layer_id is None or not self._store.layers.exists(layer_id):
+                layer_id = self._import(tests_dir)
+                self._known[key] = layer_id
+        return self._store.layers.path(layer_id)
+
+    def _import(self, tests_dir: Path) -> str:
+        staged = self._store.layers.staging_dir()
+        try:
+            target = staged / "tree"
+            shutil.copytree(tests_dir, target, symlinks=True)
+            for path in (target, *target.rglob("*")):
+                if not (path.is_symlink() or path.is_dir() or path.is_file()):
+                    raise ConfigError(f"{tests_dir}: {path.relative_to(target)} is not a file, folder or link")
+            os.chmod(target, 0o755)
+            layers.shift_owners(target, self._id_offset)
+            layer_id, _ = self._store.layers.commit(target)
+        finally:
+            layers.remove_tree(staged)
+        return layer_id
+
+
+def _listing_key(folder: Path) -> str:
+    if not folder.is_dir():
+        raise ConfigError(f"the tests folder {folder} does not exist")
+    entries = []
+    for path in sorted(folder.rglob("*")):
+        st = path.lstat()
+        entries.append(f"{path.relative_to(folder)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}")
+    return "\n".join(entries)
