@@ -33,7 +33,7 @@ from envs.spaces import UnicodeText
 from envs.tasks import Task, load_task
 from envs.verifier import Verdict, verify
 from pool.contract import Backend, Sandbox
-from pool.errors import CommandRejectedError, ConfigError, SandboxError, SnapgymError
+from pool.errors import CommandRejectedError, ConfigError, SandboxError, SandboxOutOfMemoryError, SnapgymError
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.verification import VerifyMode
@@ -169,6 +169,10 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             result = self._run(action)
         except CommandRejectedError as exc:
             raise InvalidActionError(str(exc)) from None
+        except SandboxOutOfMemoryError as exc:  # the agent's own doing: the episode ends and is scored
+            self._steps += 1
+            obs = make_observation(f"[the sandbox ran out of memory: {exc}]", NO_COMMAND)
+            return self._end(obs, {"step": self._steps, "exec_duration_s": 0.0}, "out_of_memory")
         except SandboxError as exc:
             return self._infra_failure(exc, {"step": self._steps + 1})
         return self._after_command(observe(result), {**exec_info(result)})
@@ -302,6 +306,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             verdict = verify(
                 self._sandbox, self.task, mode=self.verification, known_good=self.task_snapshot, env=self._episode_env()
             )
+        except SandboxOutOfMemoryError as exc:  # shared: nothing left to verify beside; the agent's doing
+            verdict = Verdict(0.0, error=f"{exc} (scored 0.0)", mode=self.verification.value)
         except SandboxError as exc:
             verdict = Verdict(None, error=f"{type(exc).__name__}: {exc}", mode=self.verification.value)
         info.update(

@@ -15,6 +15,7 @@ are translated at the backend boundary and never escape it.
     ├── SandboxError                     a sandbox could not do what was asked
     │   ├── SandboxClosedError           used after close()
     │   ├── SandboxCrashedError          its init or the daemon died
+    │   ├── SandboxOutOfMemoryError      its own processes used up its memory and its init died
     │   ├── CommandRejectedError         the command itself is unusable (ValueError)
     │   └── FileOperationError           read_file/write_file failed (OSError)
     ├── BackendError                     the backend itself failed
@@ -67,6 +68,10 @@ class SandboxClosedError(SandboxError):
 
 class SandboxCrashedError(SandboxError):
     """The sandbox's init process or the daemon hosting it died."""
+
+
+class SandboxOutOfMemoryError(SandboxError, MemoryError):
+    """The sandbox's own processes used up its memory and its init died: the agent's doing, not the host's."""
 
 
 class CommandRejectedError(SandboxError, ValueError):

@@ -31,6 +31,7 @@ from pool.errors import (
     ConfigError,
     SandboxClosedError,
     SandboxCrashedError,
+    SandboxOutOfMemoryError,
     SnapshotError,
 )
 from pool.results import ExecResult
@@ -357,6 +358,8 @@ class LocalBackend:
         try:
             reply = self.daemon_request(Op.SEAL, sandbox.id, fields)
         except BackendError as exc:  # about this sandbox: it is not running, or its verifier could not start
+            if str(exc).startswith("out of memory:"):
+                raise SandboxOutOfMemoryError(f"no verifier beside the agent's processes: {exc}") from None
             raise SandboxCrashedError(f"the verifier could not take over the sandbox: {exc}") from None
         sandbox.stage_path = reply.get("stage", sandbox.stage_path)
         return seal.parse_report(plan.mode, reply)

@@ -6,6 +6,7 @@ import os
 import posixpath
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pool.backends.local import capture
@@ -17,6 +18,7 @@ from pool.errors import (
     SandboxClosedError,
     SandboxCrashedError,
     SandboxError,
+    SandboxOutOfMemoryError,
 )
 from pool.results import ExecResult, decode_output
 from pool.snapshots import Snapshot
@@ -32,6 +34,17 @@ MAX_COMMAND_BYTES = 128 * 1024 - 1
 MAX_EXEC_BYTES = 960 * 1024
 _HOST_GRACE_S = 10.0
 _NOT_STARTED = -2  # status code: snapgym could not start the command in the sandbox
+_DEATH_NOTICE_S = 2.0
+_PF_EXITING = 0x4
+
+
+def _is_exiting(pid: int) -> bool:
+    """True while the kernel tears the process down (PF_EXITING, a zombie): it will not answer again."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return True  # gone
+    return fields[0] in ("Z", "X") or bool(int(fields[6]) & _PF_EXITING)
 
 
 class LocalSandbox:
@@ -71,6 +84,13 @@ class LocalSandbox:
             return False
         reply = self._backend.daemon_request(Op.PING, self.id, [])
         return reply.get("pid", "0") != "0"
+
+    @property
+    def died_of_oom(self) -> bool:
+        """True when the sandbox's init died while the OOM killer was at work in its cgroup."""
+        if self._closed or not self._backend.daemon_is_alive:
+            return False
+        return self._backend.daemon_request(Op.PING, self.id, []).get("died") == "oom"
 
     def memory_bytes(self) -> int | None:
         """Memory charged to the sandbox right now, where a memory cgroup exists."""
@@ -197,15 +217,31 @@ class LocalSandbox:
         return fd
 
     def _explain_missing_status(self, deadline_hit: bool, command: str) -> None:
+        """Why a command ended without its status: raise unless the command only killed its own runner."""
         if not self._backend.daemon_is_alive:
             raise SandboxCrashedError("the sandbox daemon died; create a new backend")
-        if not self.is_alive:
+        reply = self._ping_settled()
+        if reply.get("pid", "0") == "0":
+            if reply.get("died") == "oom":
+                raise SandboxOutOfMemoryError(
+                    "the sandbox's processes used up its memory and its init died; restore() starts it again"
+                )
             raise SandboxCrashedError(
-                "the sandbox's init died (out of memory, or killed from the host); "
-                "restore() starts it again from its snapshot"
+                "the sandbox's init died (killed from the host); restore() starts it again from its snapshot"
             )
         if deadline_hit:
             raise SandboxCrashedError(f"the sandbox stopped answering while running {command[:80]!r}")
+
+    def _ping_settled(self) -> dict[str, str]:
+        """The keeper's word on the init, once a dying init (whose pipes close first) has been reaped."""
+        deadline = time.monotonic() + _DEATH_NOTICE_S
+        while True:
+            reply = self._backend.daemon_request(Op.PING, self.id, [])
+            if reply.get("pid", "0") == "0" or time.monotonic() > deadline:
+                return reply
+            if not _is_exiting(int(reply["pid"])):
+                return reply
+            time.sleep(0.005)
 
     # -- files --------------------------------------------------------------
 

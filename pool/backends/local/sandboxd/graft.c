@@ -1,30 +1,33 @@
 /*
- * A strict verifier's filesystem, put together in the cloned child before it
- * becomes init (the namespaces are new, so nothing of the agent runs).
+ * A strict verifier's filesystem, grafted by a helper of the keeper onto a
+ * fresh instance (the prewarmed spare, usually) before the verifier's first
+ * command. Nothing of the agent runs: its instance is dead by then.
  *
- * The root is the known-good snapshot (the task's, also when the episode
- * started from a checkpoint) with a fresh writable layer. Onto it go, for each
- * output directory P, an overlay that shows P as the agent left it: the
- * agent's layers at P (its writable layer, then the layers of the checkpoint
- * it started from above the known-good ones: the "agent_layer" fields) over
- * the known-good layers at P, stacked from the layers themselves (not over
- * another overlay, which could exceed the kernel's stacking depth), with a
- * fresh upper so the tests may write.
- * Then the task's tests (a stored layer) at /tests with their own upper, and
- * the private directories (the reward channel), created empty.
+ * The instance's root is the known-good snapshot (the task's, also when the
+ * episode started from a checkpoint) with a fresh writable layer. Onto it go,
+ * for each output directory P, an overlay that shows P as the agent left it:
+ * the agent's layers at P (its writable layer, then the layers of the
+ * checkpoint it started from above the known-good ones: the "agent_layer"
+ * fields) over the known-good layers at P, stacked from the layers themselves
+ * (not over another overlay, which could exceed the kernel's stacking
+ * depth), with a fresh upper so the tests may write. Then the task's tests (a
+ * stored layer) at /tests with their own upper, and the private directories
+ * (the reward channel), created empty.
  *
- * A symbolic link the agent left in an output that would lead the verifier
- * into /tests, a private directory, /proc or /sys (say answer.txt ->
- * /tests/expected.txt) is removed (a whiteout in the graft's upper) and
- * reported in STAGE/report, as is an output that is not a directory in the
- * agent's end state (the verifier then sees it empty).
+ * The mounts are made detached in the keeper's namespace, where the layers
+ * can be reached, and attached after entering the instance's. A symbolic link
+ * the agent left in an output that would lead the verifier into /tests, a
+ * private directory, /proc or /sys (say answer.txt -> /tests/expected.txt) is
+ * then removed (a whiteout in the graft's upper) and reported in STAGE/report,
+ * as is an output that is not a directory in the agent's end state (the
+ * verifier sees it empty).
  */
 #include "sandboxd.h"
 
 launch_t launch;
 
 static FILE *report;
-static int grafts;
+static int names;
 
 /* ---------------------------------------------------------- resolution */
 
@@ -139,27 +142,46 @@ static int leads_into_protected(msg_t *cfg, int rootfd, parts_t *dir, const char
 
 /* ------------------------------------------------------------ the audit */
 
-static void report_link(parts_t *dir, const char *name, const char *target) {
+/* Links found to lead somewhere protected; removed only once every output was
+ * walked, so a chain (a -> b -> /tests) is judged as the agent left it. */
+typedef struct { int dir; char *name; } doomed_t;
+static doomed_t *doomed;
+static int ndoomed, capdoomed;
+
+static void doom_link(int view_dir, parts_t *dir, const char *name, const char *target) {
+    if (ndoomed == capdoomed) {
+        capdoomed = capdoomed ? 2 * capdoomed : 16;
+        doomed = realloc(doomed, sizeof *doomed * capdoomed);
+        if (!doomed) child_fail("out of memory");
+    }
+    doomed[ndoomed].dir = dup(view_dir);
+    doomed[ndoomed].name = strdup(name);
+    if (doomed[ndoomed].dir < 0 || !doomed[ndoomed].name) child_fail("remember a link to remove");
+    ndoomed++;
     fputs("removed=", report);
     for (int i = 0; i < dir->n; i++) fprintf(report, "/%s", dir->part[i]);
     fprintf(report, "/%s\x1f%s\n", name, target);
 }
 
+static void remove_doomed(void) {
+    for (int i = 0; i < ndoomed; i++) {
+        if (unlinkat(doomed[i].dir, doomed[i].name, 0) < 0 && errno != ENOENT)
+            child_fail("remove the link %s", doomed[i].name);
+        close(doomed[i].dir);
+        free(doomed[i].name);
+    }
+    ndoomed = 0;
+}
+
 /* Walk what the agent wrote under the output (one of its layers, fd by fd,
  * never following links) beside the same directory in the verifier's view,
  * and remove the links that lead into protected places. */
-static void audit_links(msg_t *cfg, int rootfd, const char *agent_upper, const char *rel) {
+static void audit_links(msg_t *cfg, int rootfd, int a, const char *rel) {
     typedef struct { DIR *agent; int view; } frame_t;
     int cap = 64, depth = 0;
     frame_t *stack = malloc(sizeof *stack * cap);
     parts_t path = {0};
     parts_split(&path, rel);
-    int a = open(agent_upper, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (a >= 0) {
-        int sub = open_beneath(a, rel, O_RDONLY | O_DIRECTORY);
-        close(a);
-        a = sub;
-    }
     int v = open_beneath(rootfd, rel, O_RDONLY | O_DIRECTORY);
     if (!stack || a < 0 || v < 0) {
         if (a >= 0) close(a);
@@ -191,10 +213,7 @@ static void audit_links(msg_t *cfg, int rootfd, const char *agent_upper, const c
             /* The verifier sees this layer's link only if no layer above replaced it. */
             ssize_t k = readlinkat(top->view, e->d_name, shown, sizeof shown - 1);
             if (k != n || memcmp(shown, target, n) != 0) continue;
-            if (leads_into_protected(cfg, rootfd, &path, target)) {
-                if (unlinkat(top->view, e->d_name, 0) < 0) child_fail("remove the link %s", e->d_name);
-                report_link(&path, e->d_name, target);
-            }
+            if (leads_into_protected(cfg, rootfd, &path, target)) doom_link(top->view, &path, e->d_name, target);
         } else if (S_ISDIR(st.st_mode)) {
             int sa = openat(afd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             int sv = openat(top->view, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -225,7 +244,8 @@ static void mkdirs_owned(const char *root, const char *rel, uid_t uid) {
     size_t off = snprintf(path, sizeof path, "%s", root);
     char copy[4096];
     snprintf(copy, sizeof copy, "%s", rel);
-    for (char *part = strtok(copy, "/"); part; part = strtok(NULL, "/")) {
+    char *save = NULL;
+    for (char *part = strtok_r(copy, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
         off += snprintf(path + off, sizeof path - off, "/%s", part);
         if (mkdir(path, 0755) == 0) {
             if (chown(path, uid, uid) < 0) child_fail("hand %s to the sandbox's root", path);
@@ -235,75 +255,137 @@ static void mkdirs_owned(const char *root, const char *rel, uid_t uid) {
     }
 }
 
-static void graft_output(msg_t *cfg, const char *root, int rootfd, const char *out, uid_t uid) {
+/* A detached overlay of lowers (host paths, top first) under upper/work
+ * (relative to the stage, the current directory); the layers are named
+ * through links in the stage, so the options the sandbox can read hold no
+ * host paths. */
+static int detached_overlay(char *const *lowers, int n, const char *upper, const char *work) {
+    size_t size = 24 * (size_t)n + 16;
+    char *lowerdir = malloc(size), name[32];
+    if (!lowerdir) return -1;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "V%d", names++);
+        if (symlink(lowers[i], name) < 0) { free(lowerdir); return -1; }
+        off += snprintf(lowerdir + off, size - off, "%s%s", i ? ":" : "", name);
+    }
+    int fs = sys_fsopen("overlay");
+    int ok = fs >= 0 && sys_fsconfig_str(fs, "lowerdir", lowerdir) == 0 && sys_fsconfig_str(fs, "upperdir", upper) == 0 &&
+             sys_fsconfig_str(fs, "workdir", work) == 0;
+    free(lowerdir);
+    if (ok && user_mode) ok = sys_fsconfig_str(fs, "userxattr", NULL) == 0;
+    if (ok && !user_mode)
+        ok = sys_fsconfig_str(fs, "redirect_dir", "off") == 0 && sys_fsconfig_str(fs, "index", "off") == 0 &&
+             sys_fsconfig_str(fs, "metacopy", "off") == 0;
+    int mnt = ok ? sys_fsmount(fs, 0) : -1;
+    if (fs >= 0) close(fs);
+    return mnt;
+}
+
+/* A fresh upper directory for a graft, owned and moded like the directory it covers. */
+static void fresh_upper(const char *dir, mode_t mode, uid_t uid, gid_t gid) {
+    char upper[96], work[96];
+    snprintf(upper, sizeof upper, "%s/upper", dir);
+    snprintf(work, sizeof work, "%s/work", dir);
+    if (mkdir(dir, 0700) < 0 || mkdir(upper, mode & 07777) < 0 || mkdir(work, 0700) < 0 ||
+        chown(upper, uid, gid) < 0 || chmod(upper, mode & 07777) < 0)
+        child_fail("prepare a writable layer for the verifier");
+}
+
+typedef struct {
+    const char *out;   /* absolute, in the sandbox */
+    int mount;         /* detached, attached at out */
+    int agent[256];    /* the agent's layers at out (open directories), for the link audit */
+    int nagent;
+} graft_t;
+
+/* The graft of one output, made in the keeper's namespace. 0: the agent did not touch it. */
+static int prepare_graft(msg_t *cfg, const char *out, uid_t uid, graft_t *g) {
     const char *rel = out + 1;
     /* The agent's layers first (its writable layer on top), then the known-good ones. */
     char *stack[520];
     int n = 0;
     stack[n++] = launch.agent_upper;
-    n += fields_of(cfg, "agent_layer", stack + n, 256);
+    n += fields_of(cfg, "agent_layer", stack + n, 255);
     int n_agent = n;
     n += fields_of(cfg, "lower", stack + n, 256);
     int dirs[520], touched;
     int found = stack_dirs(stack, n, n_agent, rel, dirs, 512, &touched);
-    if (!touched) return; /* untouched by the agent: the known-good snapshot shows it as it was */
-    char target[8192], dir[64], upper[96], work[96];
-    snprintf(target, sizeof target, "%s%s", root, out);
-    mkdirs_owned(root, rel, uid);
-    int id = grafts++;
+    if (!touched) return 0; /* the known-good snapshot shows it as it was */
+    char dir[32];
+    int id = names++;
+    *g = (graft_t){out, -1, {0}, 0};
     if (found == 0) { /* deleted, or replaced by something that is not a directory */
         snprintf(dir, sizeof dir, "E%d", id);
         if (mkdir(dir, 0755) < 0 || chown(dir, uid, uid) < 0) child_fail("create an empty %s", out);
-        if (mount(dir, target, NULL, MS_BIND, NULL) < 0) child_fail("show %s empty", out);
+        if ((g->mount = sys_open_tree(AT_FDCWD, dir, OPEN_TREE_CLONE_)) < 0) child_fail("show %s empty", out);
         fprintf(report, "missing=%s\n", out);
-        return;
+        return 1;
     }
-    /* Each lower is the layer's copy of the output directory itself. */
-    char *paths[520];
+    char *paths[520], upper[64], work[64];
     for (int i = 0; i < found; i++)
         if (asprintf(&paths[i], "%s/%s", stack[dirs[i]], rel) < 0) child_fail("out of memory");
-    snprintf(dir, sizeof dir, "G%d", id);
-    snprintf(upper, sizeof upper, "%s/upper", dir);
-    snprintf(work, sizeof work, "%s/work", dir);
     struct stat top;
     if (stat(paths[0], &top) < 0) child_fail("read %s in the agent's end state", out);
-    if (mkdir(dir, 0700) < 0 || mkdir(upper, top.st_mode & 07777) < 0 || mkdir(work, 0700) < 0 ||
-        chown(upper, top.st_uid, top.st_gid) < 0 || chmod(upper, top.st_mode & 07777) < 0)
-        child_fail("prepare the writable layer of %s", out);
-    if (mount_overlay(target, paths, found, upper, work) < 0) child_fail("show the agent's %s", out);
+    snprintf(dir, sizeof dir, "G%d", id);
+    fresh_upper(dir, top.st_mode, top.st_uid, top.st_gid);
+    snprintf(upper, sizeof upper, "%s/upper", dir);
+    snprintf(work, sizeof work, "%s/work", dir);
+    if ((g->mount = detached_overlay(paths, found, upper, work)) < 0) child_fail("show the agent's %s", out);
     for (int i = 0; i < found; i++) free(paths[i]);
-    for (int i = 0; i < n_agent; i++) audit_links(cfg, rootfd, stack[i], rel);
+    for (int i = 0; i < n_agent && g->nagent < 256; i++) {
+        int layer = open(stack[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int at = layer >= 0 ? open_beneath(layer, rel, O_RDONLY | O_DIRECTORY) : -1;
+        if (layer >= 0) close(layer);
+        if (at >= 0) g->agent[g->nagent++] = at;
+    }
+    return 1;
 }
 
-void graft_verifier(msg_t *cfg, const char *root) {
+void graft_verifier(msg_t *cfg, pid_t init, const char *stage, int fail_fd) {
+    set_failure_fd(fail_fd);
     const char *uid_s = field(cfg, "root_uid");
     uid_t uid = uid_s ? (uid_t)atol(uid_s) : 0;
+    if (chdir(stage) < 0) child_fail("enter the verifier's stage");
     report = fopen("report", "w");
     if (!report) child_fail("open the verification report");
-    int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (rootfd < 0) child_fail("open the verifier's root");
+    static graft_t grafts[64];
+    int ngrafts = 0;
+    for (uint32_t i = 0; i < cfg->nfields && ngrafts < 64; i++)
+        if (strcmp(cfg->key[i], "output") == 0 && prepare_graft(cfg, cfg->val[i], uid, &grafts[ngrafts])) ngrafts++;
+    const char *tests = field(cfg, "tests_lower"), *tests_at = field(cfg, "tests_at");
+    int tests_mount = -1;
+    if (tests && tests_at) {
+        char *lower[1] = {(char *)tests};
+        fresh_upper("T", 0755, uid, uid);
+        if ((tests_mount = detached_overlay(lower, 1, "T/upper", "T/work")) < 0) child_fail("mount the tests");
+    }
     /* Deep trees in the outputs need an open directory per level. */
     struct rlimit nofile;
     if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
         nofile.rlim_cur = nofile.rlim_max;
         setrlimit(RLIMIT_NOFILE, &nofile);
     }
-    for (uint32_t i = 0; i < cfg->nfields; i++)
-        if (strcmp(cfg->key[i], "output") == 0) graft_output(cfg, root, rootfd, cfg->val[i], uid);
-    const char *tests = field(cfg, "tests_lower"), *tests_at = field(cfg, "tests_at");
-    if (tests && tests_at) {
-        char target[8192];
-        char *lower[1] = {(char *)tests};
-        snprintf(target, sizeof target, "%s%s", root, tests_at);
-        mkdirs_owned(root, tests_at + 1, uid);
-        if (mkdir("T", 0700) < 0 || mkdir("T/upper", 0755) < 0 || mkdir("T/work", 0700) < 0 ||
-            chown("T/upper", uid, uid) < 0)
-            child_fail("prepare the writable layer of %s", tests_at);
-        if (mount_overlay(target, lower, 1, "T/upper", "T/work") < 0) child_fail("mount the tests at %s", tests_at);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)init);
+    int ns = open(path, O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || setns(ns, CLONE_NEWNS) < 0) child_fail("enter the verifier's mount namespace");
+    close(ns);
+    int rootfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0) child_fail("open the verifier's root");
+    for (int i = 0; i < ngrafts; i++) {
+        mkdirs_owned("", grafts[i].out + 1, uid);
+        if (attach_mount(grafts[i].mount, AT_FDCWD, grafts[i].out) < 0) child_fail("attach %s", grafts[i].out);
+    }
+    for (int i = 0; i < ngrafts; i++)
+        for (int j = 0; j < grafts[i].nagent; j++) audit_links(cfg, rootfd, grafts[i].agent[j], grafts[i].out + 1);
+    remove_doomed();
+    if (tests_mount >= 0) {
+        mkdirs_owned("", tests_at + 1, uid);
+        if (attach_mount(tests_mount, AT_FDCWD, tests_at) < 0) child_fail("attach the tests at %s", tests_at);
     }
     for (uint32_t i = 0; i < cfg->nfields; i++)
-        if (strcmp(cfg->key[i], "private") == 0) mkdirs_owned(root, cfg->val[i] + 1, uid);
-    close(rootfd);
+        if (strcmp(cfg->key[i], "private") == 0) mkdirs_owned("", cfg->val[i] + 1, uid);
     if (fclose(report) != 0) child_fail("write the verification report");
-    report = NULL;
+    _exit(0);
 }

@@ -65,9 +65,13 @@ static int exit_code_of(int status) {
     return -1;
 }
 
-/* Children of init inherit its OOM immunity; give it up (it cannot be taken back). */
+/* Children of init inherit its OOM immunity; give it up (it cannot be taken back).
+ * Like init, they are not dumpable (it changed its uid), so their /proc files
+ * are not theirs to write: dumpable just for the write. */
 static void become_killable(void) {
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     write_file_str("/proc/self/oom_score_adj", "0");
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
 
 void run_reaper(msg_t *m) {

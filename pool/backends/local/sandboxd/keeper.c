@@ -35,6 +35,7 @@ typedef struct {
     char stage[4096];
     char cgroups[4][512];
     int ncgroups;
+    int died_of_oom; /* its init died while its memory cgroup was killing for memory: the agent's doing */
 } instance_t;
 
 static instance_t current, spare, sealed; /* sealed: the dead agent whose layer a strict verifier reads */
@@ -114,6 +115,24 @@ static void cgroups_create(msg_t *cfg, const char *suffix, char dirs[][512], int
             if (access(path, W_OK) == 0) write_file_str(path, value);
         }
     }
+}
+
+/* Has the kernel's OOM killer struck in one of these cgroups? (v1: memory.oom_control, v2: memory.events) */
+static int cgroups_oom_killed(char dirs[][512], int n) {
+    for (int i = 0; i < n; i++) {
+        static const char *files[] = {"memory.oom_control", "memory.events"};
+        for (int f = 0; f < 2; f++) {
+            char path[600], line[256];
+            snprintf(path, sizeof path, "%s/%s", dirs[i], files[f]);
+            FILE *in = fopen(path, "r");
+            long kills = 0;
+            while (in && fgets(line, sizeof line, in))
+                if (sscanf(line, "oom_kill %ld", &kills) == 1 && kills > 0) break;
+            if (in) fclose(in);
+            if (kills > 0) return 1;
+        }
+    }
+    return 0;
 }
 
 static void cgroups_remove(char dirs[][512], int *n) {
@@ -319,6 +338,37 @@ static void read_report(const char *stage, char *out, size_t outlen) {
     fclose(f);
 }
 
+/* Same "lower" fields (layers) in both messages? */
+static int same_layers(msg_t *a, msg_t *b) {
+    char *la[512], *lb[512];
+    int na = fields_of(a, "lower", la, 512), nb = fields_of(b, "lower", lb, 512);
+    if (na != nb) return 0;
+    for (int i = 0; i < na; i++)
+        if (strcmp(la[i], lb[i]) != 0) return 0;
+    return 1;
+}
+
+/* Graft the verifier's filesystem onto the current instance, in a helper. */
+static int graft(msg_t *m, char *err, size_t errlen) {
+    int fail[2];
+    if (pipe2(fail, O_CLOEXEC) < 0) return snprintf(err, errlen, "pipe: %s", strerror(errno)), -1;
+    pid_t helper = fork();
+    if (helper == 0) {
+        close(fail[0]);
+        graft_verifier(m, current.pid, current.stage, fail[1]);
+    }
+    close(fail[1]);
+    char text[4096];
+    ssize_t n = helper > 0 ? read_all(fail[0], text, sizeof text - 1) : -1;
+    close(fail[0]);
+    int status = -1;
+    if (helper > 0) while (waitpid(helper, &status, 0) < 0 && errno == EINTR) {}
+    if (helper > 0 && n == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+    text[n > 1 ? n : 0] = 0;
+    snprintf(err, errlen, "%s", n > 1 ? text + 1 : "the verifier's filesystem could not be prepared");
+    return -1;
+}
+
 static void seal_strict(msg_t *m) {
     char err[4096] = "", report[6144];
     sealed = current; /* its writable layer stays mounted for the verifier */
@@ -326,13 +376,31 @@ static void seal_strict(msg_t *m) {
     discard_keep(&sealed, 1);
     seal_mode = SEALED_STRICT;
     snprintf(launch.agent_upper, sizeof launch.agent_upper, "%s/upper", sealed.stage);
-    if (begin(&current, m, err, sizeof err) == 0 && wait_ready(&current, err, sizeof err) == 1) {
+    int rc = -1;
+    if (spare.state != NONE && same_layers(m, config)) { /* the spare is a fresh known-good instance */
+        fcntl(spare.sync, F_SETFL, 0);
+        if (spare.state == READY || wait_ready(&spare, err, sizeof err) == 1) {
+            current = spare;
+            instance_reset(&spare);
+            rc = 0;
+        } else {
+            discard(&spare);
+        }
+    }
+    if (rc < 0) { /* started from a checkpoint, or no spare: a new instance at the known-good snapshot */
+        err[0] = 0;
+        rc = begin(&current, m, err, sizeof err);
+        if (rc == 0) rc = wait_ready(&current, err, sizeof err) == 1 ? 0 : -1;
+    }
+    if (rc == 0) rc = graft(m, err, sizeof err);
+    if (rc == 0) {
         read_report(current.stage, report, sizeof report);
         reply_started(m->seq, report);
-        return;
+    } else {
+        discard(&current);
+        reply(REPLY_ERR, sandbox_id, m->seq, "start the verifier: %s", err);
     }
-    discard(&current);
-    reply(REPLY_ERR, sandbox_id, m->seq, "start the verifier: %s", err);
+    start_spare();
 }
 
 static void seal_shared(msg_t *m) {
@@ -382,9 +450,13 @@ static void seal_shared(msg_t *m) {
 
 static void seal(msg_t *m) {
     const char *mode = field(m, "seal");
-    if (seal_mode != UNSEALED || current.state != READY || !mode) {
+    /* A strict verifier needs only the agent's files: an init the agent's own memory use killed still gets one. */
+    int usable = current.state == READY || (current.died_of_oom && current.stage[0] && mode && strcmp(mode, "strict") == 0);
+    if (seal_mode != UNSEALED || !usable || !mode) {
         reply(REPLY_ERR, sandbox_id, m->seq, "%s", seal_mode != UNSEALED ? "the sandbox is sealed already; restore it first"
-                                                   : !mode ? "no seal mode" : "the sandbox is not running; restore it first");
+                                                   : !mode ? "no seal mode"
+                                                   : current.died_of_oom ? "out of memory: the agent's processes used up the sandbox's memory and its init died"
+                                                   : "the sandbox is not running; restore it first");
         return;
     }
     if (strcmp(mode, "strict") == 0) seal_strict(m);
@@ -452,7 +524,8 @@ static void shutdown_and_exit(int code) {
 static void serve(msg_t *m) {
     switch (m->op) {
     case OP_PING:
-        reply(REPLY_OK, sandbox_id, m->seq, "pid=%d", current.state == READY ? (int)current.pid : 0);
+        reply(REPLY_OK, sandbox_id, m->seq, "pid=%d%s", current.state == READY ? (int)current.pid : 0,
+              current.died_of_oom ? "\ndied=oom" : "");
         break;
     case OP_RESTORE:
         close_fds(m);
@@ -485,11 +558,12 @@ static void serve(msg_t *m) {
 static void reap(void) {
     pid_t pid;
     while ((pid = waitpid(-1, NULL, WNOHANG)) > 0) {
-        if (pid == current.pid) { /* died on its own (killed from the host) */
+        if (pid == current.pid) { /* died on its own: killed from the host, or by the OOM killer */
             close(current.sock);
             current.sock = -1;
             current.pid = 0;
             current.state = NONE;
+            current.died_of_oom = cgroups_oom_killed(current.cgroups, current.ncgroups);
         }
         if (pid == spare.pid) discard(&spare);
         if (pid == janitor_pid && janitor_fd >= 0) { /* clean up inline from now on */

@@ -118,6 +118,7 @@ void write_status(int fd, int code, int timed_out, int err);
 const char *field(msg_t *m, const char *key);
 int write_file_str(const char *path, const char *text);
 int read_full(int fd, void *buf, size_t len);
+ssize_t read_all(int fd, void *buf, size_t len);
 long long now_ms(void);
 int mkdir_p(const char *path, mode_t mode);
 void set_title_area(char *start, size_t len);
@@ -138,8 +139,10 @@ typedef struct {
 } launch_t;
 extern launch_t launch;
 
-/* graft.c: a strict verifier's filesystem (the outputs of the agent's end state, /tests, private dirs). */
-void graft_verifier(msg_t *cfg, const char *root);
+/* graft.c, in a helper of the keeper: a strict verifier's filesystem (the outputs of the
+ * agent's end state, /tests, private dirs) onto the ready instance whose init is `init`. */
+void graft_verifier(msg_t *cfg, pid_t init, const char *stage, int fail_fd) __attribute__((noreturn));
+void set_failure_fd(int fd); /* where child_fail sends its "e<message>" */
 
 /* shared.c: a shared verifier's mount namespace beside the agent's live processes. */
 int shared_view_build(msg_t *cfg, pid_t init_pid, char *err, size_t errlen);

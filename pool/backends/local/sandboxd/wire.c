@@ -159,6 +159,19 @@ int read_full(int fd, void *buf, size_t len) {
     return 0;
 }
 
+/* Read until end of file or len bytes; the count, or -1. */
+ssize_t read_all(int fd, void *buf, size_t len) {
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = read(fd, (char *)buf + got, len - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        if (n == 0) break;
+        got += n;
+    }
+    return (ssize_t)got;
+}
+
 long long now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

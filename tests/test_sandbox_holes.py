@@ -1,0 +1,69 @@
+"""Smaller holes found by trying the sandbox as a hostile agent would."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pool import CommandRejectedError, LocalBackend, LocalSandbox, Snapshot
+from pool.backends.local.store import default_runtime_dir
+from pool.verification import VerificationPlan, VerifyMode
+
+IO_URING_SETUP = 425  # x86_64 and aarch64
+
+
+@pytest.fixture()
+def sandbox(backend: LocalBackend, snap: Snapshot) -> Iterator[LocalSandbox]:
+    with backend.create(snap) as sbx:
+        yield sbx
+
+
+def test_io_uring_is_refused(sandbox: LocalSandbox) -> None:
+    """io_uring requests pass no seccomp filter, so, as in Docker's default profile, it is not there."""
+    probe = (
+        "import ctypes, errno; libc = ctypes.CDLL(None, use_errno=True); params = ctypes.create_string_buffer(120)\n"
+        f"rc = libc.syscall({IO_URING_SETUP}, 8, params); print(rc, errno.errorcode[ctypes.get_errno()])\n"
+    )
+    sandbox.write_file("/tmp/uring.py", probe)
+    assert sandbox.exec("python3 /tmp/uring.py").stdout == "-1 EPERM\n"
+
+
+def host_paths(backend: LocalBackend) -> list[str]:
+    return [str(backend.store.root), str(default_runtime_dir()), str(Path(backend.store.root).resolve())]
+
+
+def test_mountinfo_shows_no_store_or_runtime_paths(
+    backend: LocalBackend, sandbox: LocalSandbox, tmp_path: Path
+) -> None:
+    """The overlay options name layers through links in the sandbox's stage, not by their host paths."""
+    (tmp_path / "test.sh").write_text("true\n")
+    views = [sandbox.exec("cat /proc/self/mountinfo").stdout]
+    sandbox.begin_verification(VerificationPlan(VerifyMode.STRICT, tmp_path, outputs=("/workspace",)))
+    views.append(sandbox.exec("cat /proc/self/mountinfo").stdout)
+    sandbox.restore()
+    sandbox.begin_verification(VerificationPlan(VerifyMode.SHARED, tmp_path))
+    views.append(sandbox.exec("cat /proc/self/mountinfo").stdout)
+    for view in views:
+        assert "overlay" in view
+        for path in host_paths(backend):
+            assert path not in view, f"{path} shows in the sandbox's mountinfo:\n{view}"
+
+
+def test_an_environment_over_the_kernels_limit_is_a_clear_error(sandbox: LocalSandbox) -> None:
+    with pytest.raises(CommandRejectedError, match=r"BIG is \d+ bytes; the kernel takes at most"):
+        sandbox.exec("true", env={"BIG": "x" * (200 * 1024)})
+    many = {f"V{i}": "y" * 100_000 for i in range(12)}
+    with pytest.raises(CommandRejectedError, match="together; the limit is"):
+        sandbox.exec("true", env=many)
+    assert sandbox.exec("echo ${#V}", env={"V": "z" * 100_000}).stdout == "100000\n"  # a large one that fits
+
+
+def test_the_agent_cannot_make_itself_immune_to_the_oom_killer(sandbox: LocalSandbox) -> None:
+    """init is immune (its death would look like an infrastructure failure); what the agent runs is not."""
+    r = sandbox.exec("cat /proc/self/oom_score_adj; echo -1000 > /proc/self/oom_score_adj 2>/dev/null || echo refused")
+    assert r.stdout == "0\nrefused\n"
+    if os.geteuid() == 0:  # lowering the score needs host root on the keeper's side
+        assert sandbox.exec("cat /proc/1/oom_score_adj").stdout == "-1000\n"
