@@ -1,15 +1,17 @@
 """Digests of file trees, for proving two start states identical.
 
 A tree's digest hashes its entries in canonical order (preorder, the children of
-a directory sorted by name as bytes). Each entry contributes its path, type,
-permission bits, owner, content payload and content xattrs, every field
-length-prefixed so that no two trees encode alike:
+a directory sorted by name as bytes). Each entry contributes its depth and name
+(which, in preorder, determine the tree; full paths would make a deep tree cost
+quadratic space), type, permission bits, owner, content payload and content
+xattrs, every field length-prefixed so that no two trees encode alike:
 
 - a regular file's payload is :func:`content_hash`, which skips all-zero blocks,
   so the same bytes digest alike whether the zeros are holes or written out;
 - the second and later paths of a hard-link group (regular files only) are kind
-  ``h`` with the group's first path as payload, so a tree of links differs
-  from a tree of copies, and the digest does not depend on inode numbers;
+  ``h`` with the position of the group's first path in the entry list as
+  payload, so a tree of links differs from a tree of copies, and the digest does
+  not depend on inode numbers;
 - a symlink's payload is its target (never followed); a device's its numbers.
 
 Timestamps are left out on purpose: they differ between two builds of the same
@@ -46,8 +48,10 @@ CONTENT_XATTRS = frozenset(
 class Entry(NamedTuple):
     """One entry of a tree, as the digest sees it."""
 
-    path: bytes
-    """Relative to the tree's root; ``b""`` is the root itself."""
+    depth: int
+    """0 for the root, 1 for its entries, and so on."""
+    name: bytes
+    """The last component of the path (``b""`` for the root)."""
     kind: str
     """``d`` dir, ``f`` file, ``h`` further link of a file, ``l`` symlink, ``c``/``b`` device, ``p`` FIFO."""
     perm: int
@@ -55,7 +59,7 @@ class Entry(NamedTuple):
     uid: int
     gid: int
     payload: bytes
-    """Content hash (``f``), link target (``l``), first path of the group (``h``), ``major:minor`` (``c``/``b``)."""
+    """Content hash (f), link target (l), index of the group's first entry (h), ``major:minor`` (c, b)."""
     xattrs: tuple[tuple[str, bytes], ...] = ()
     """Content xattrs, sorted, namespace (trusted/user) stripped."""
 
@@ -66,7 +70,8 @@ def digest_entries(entries: Iterable[Entry]) -> str:
     for e in entries:
         attrs = b"".join(_field(name.encode()) + _field(value) for name, value in e.xattrs)
         h.update(
-            _field(e.path)
+            _field(b"%d" % e.depth)
+            + _field(e.name)
             + _field(e.kind.encode())
             + _field(b"%o" % e.perm)
             + _field(b"%d:%d" % (e.uid, e.gid))

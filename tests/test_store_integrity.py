@@ -129,6 +129,10 @@ def _add(layer: Path) -> None:
     (layer / "workspace" / "src" / "extra").write_text("x")
 
 
+def _add_first(layer: Path) -> None:
+    (layer / "workspace" / "src" / "0first").write_text("x")
+
+
 def _remove(layer: Path) -> None:
     (layer / "workspace" / "src" / "main.py").unlink()
 
@@ -148,6 +152,7 @@ def _retarget(layer: Path) -> None:
     [
         (_truncate, "/workspace/src/main.py", "content changed"),
         (_add, "/workspace/src/extra", "added"),
+        (_add_first, "/workspace/src/0first", "added"),
         (_remove, "/workspace/src/main.py", "missing"),
         (_chmod, "/workspace/src/main.py", "mode changed"),
         (_retarget, "/workspace/link", "target"),

@@ -1,8 +1,8 @@
 """A layer's manifest: what its digest was computed from, so the layer can be checked cheaply.
 
 Written when the layer is committed. For each entry, in the digest's canonical
-order, it holds the digest's inputs (path, type, permission bits, owner, payload,
-content xattrs) and the stat key the entry had when it was hashed (size, inode,
+order, it holds the digest's inputs (depth, name, type, permission bits, owner,
+payload, content xattrs) and the stat key the entry had when it was hashed (size, inode,
 mtime_ns, ctime_ns). Checking a layer is then one lstat walk: structure, types,
 modes, owners and hard-link groups are compared for every entry, and an entry's
 payload is read again only where its stat key changed, or where it is *racy*
@@ -60,7 +60,7 @@ class Manifest:
     def to_json(self) -> bytes:
         """Serialise for the store."""
         rows = [
-            [os.fsdecode(e.path), e.kind, e.perm, e.uid, e.gid, os.fsdecode(e.payload), _attrs(e), *key]
+            [e.depth, os.fsdecode(e.name), e.kind, e.perm, e.uid, e.gid, os.fsdecode(e.payload), _attrs(e), *key]
             for e, key in zip(self.entries, self.keys, strict=True)
         ]
         data = {"format": digest.FORMAT, "digest": self.digest, "sealed_ns": self.sealed_ns, "entries": rows}
@@ -78,14 +78,25 @@ class _Differs(Exception):
         self.what = what
 
 
+def _path_of(entries: tuple[Entry, ...], index: int) -> bytes:
+    """The path of entry ``index``, rebuilt from the depths and names up to it."""
+    names: list[bytes] = []
+    depth = entries[index].depth + 1
+    for entry in reversed(entries[: index + 1]):
+        if 0 < entry.depth < depth:
+            names.append(entry.name)
+            depth = entry.depth
+    return b"/".join(reversed(names))
+
+
 def scan(root: Path, *, id_offset: int) -> Manifest:
     """Hash every entry of a tree; the manifest of what it holds now."""
     sealed = time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
     entries: list[Entry] = []
     keys: list[StatKey] = []
-    links: dict[tuple[int, int], bytes] = {}
+    links: dict[tuple[int, int], int] = {}
     for node in _walk(root):
-        entry = _observe(node, id_offset, links, None)
+        entry = _observe(node, len(entries), id_offset, links, None)
         if entry is not None:
             entries.append(entry)
             keys.append(_key(node.st))
@@ -99,7 +110,7 @@ def load(path: Path, layer_id: str) -> Manifest | None:
         if data.get("format") != digest.FORMAT:
             return None
         entries = tuple(_entry(row) for row in data["entries"])
-        keys = tuple((row[7], row[8], row[9], row[10]) for row in data["entries"])
+        keys = tuple((row[8], row[9], row[10], row[11]) for row in data["entries"])
         found = Manifest(data["digest"], int(data["sealed_ns"]), entries, keys)
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
@@ -115,28 +126,29 @@ def check(root: Path, manifest: Manifest, *, layer_id: str, id_offset: int, deep
         SnapshotCorruptError: naming the layer and the first differing path.
     """
     sealed = time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
-    links: dict[tuple[int, int], bytes] = {}
+    links: dict[tuple[int, int], int] = {}
     keys: list[StatKey] = []
+    entries = manifest.entries
     reread = 0
     index = 0
     try:
         for node in _walk(root):
             if stat.S_IFMT(node.st.st_mode) not in _KINDS:
                 continue  # sockets: not content, left out of the digest
-            expected = manifest.entries[index] if index < len(manifest.entries) else None
-            if expected is None or expected.path != node.path:
-                raise _structure_change(node.path, expected)
+            expected = entries[index] if index < len(entries) else None
+            if expected is None or (expected.depth, expected.name) != (node.depth, os.fsencode(node.name)):
+                raise _structure_change(node, entries, index)
             key = _key(node.st)
             trusted = not deep and key == manifest.keys[index] and node.st.st_ctime_ns < manifest.sealed_ns
-            entry = _observe(node, id_offset, links, expected if trusted else None)
+            entry = _observe(node, index, id_offset, links, expected if trusted else None)
             assert entry is not None  # sockets were skipped above
             if entry != expected:
-                raise _Differs(node.path, _difference(expected, entry))
+                raise _Differs(node.path(), _difference(expected, entry))
             reread += not trusted and expected.kind != "d"  # a directory's xattrs are always re-read
             keys.append(key)
             index += 1
-        if index < len(manifest.entries):
-            raise _Differs(manifest.entries[index].path, "this entry is missing")
+        if index < len(entries):
+            raise _Differs(_path_of(entries, index), "this entry is missing")
     except _Differs as exc:
         raise SnapshotCorruptError(
             f"layer {layer_id} at {root} differs from its digest at {_show(exc.path)}: {exc.what}. "
@@ -158,18 +170,22 @@ def _walk(root: Path) -> Iterator[walk.Node]:
         os.close(fd)
 
 
-def _observe(node: walk.Node, id_offset: int, links: dict[tuple[int, int], bytes], known: Entry | None) -> Entry | None:
-    """The entry as it is now; payload and xattrs taken from ``known`` when its stat key vouches for them."""
+def _observe(
+    node: walk.Node, index: int, id_offset: int, links: dict[tuple[int, int], int], known: Entry | None
+) -> Entry | None:
+    """Entry ``index`` as it is now; payload and xattrs taken from ``known`` when its stat key vouches for them."""
     st = node.st
     kind = _KINDS.get(stat.S_IFMT(st.st_mode))
     if kind is None:
         return None  # sockets are not state worth keeping; the copy skips them too
     owner = (max(st.st_uid - id_offset, -1), max(st.st_gid - id_offset, -1))
-    head = (node.path, kind, stat.S_IMODE(st.st_mode), *owner)
+    name = os.fsencode(node.name)
+    perm = stat.S_IMODE(st.st_mode)
     if kind == "f" and st.st_nlink > 1:
-        leader = links.setdefault((st.st_dev, st.st_ino), node.path)
-        if leader != node.path:
-            return Entry(node.path, "h", head[2], *owner, leader)
+        leader = links.setdefault((st.st_dev, st.st_ino), index)
+        if leader != index:
+            return Entry(node.depth, name, "h", perm, *owner, b"%d" % leader)
+    head = (node.depth, name, kind, perm, *owner)
     if known is not None and known.kind == kind and kind != "d":
         return Entry(*head, known.payload, known.xattrs)
     payload, xattrs = _read(node, kind)
@@ -212,18 +228,19 @@ def _key(st: os.stat_result) -> StatKey:
 
 
 def _entry(row: list[Any]) -> Entry:
-    attrs = tuple((str(n), bytes.fromhex(v)) for n, v in row[6])
-    return Entry(os.fsencode(row[0]), row[1], int(row[2]), int(row[3]), int(row[4]), os.fsencode(row[5]), attrs)
+    attrs = tuple((str(n), bytes.fromhex(v)) for n, v in row[7])
+    name, payload = os.fsencode(row[1]), os.fsencode(row[6])
+    return Entry(int(row[0]), name, row[2], int(row[3]), int(row[4]), int(row[5]), payload, attrs)
 
 
-def _structure_change(found: bytes, expected: Entry | None) -> _Differs:
-    if expected is None or _order(found) < _order(expected.path):
-        return _Differs(found, "an entry was added")
-    return _Differs(expected.path, "this entry is missing")
-
-
-def _order(path: bytes) -> list[bytes]:
-    return path.split(b"/") if path else []
+def _structure_change(node: walk.Node, entries: tuple[Entry, ...], index: int) -> _Differs:
+    """Which comes first in canonical order: an entry the walk found, or one the manifest expects."""
+    expected = entries[index] if index < len(entries) else None
+    if expected is None or node.depth > expected.depth:
+        return _Differs(node.path(), "an entry was added")
+    if node.depth == expected.depth and os.fsencode(node.name) < expected.name:
+        return _Differs(node.path(), "an entry was added")
+    return _Differs(_path_of(entries, index), "this entry is missing")
 
 
 def _difference(expected: Entry, found: Entry) -> str:

@@ -81,7 +81,7 @@ class _Writer:
         if self.max_bytes is not None and self.allocated > self.max_bytes:
             raise SnapshotTooLargeError(
                 f"the tree at {self.src} allocates more than {self.max_bytes / _MIB:g} MiB "
-                f"(the limit was reached at {'/' + os.fsdecode(node.path)!r})"
+                f"(the limit was reached at {'/' + os.fsdecode(node.path())!r})"
             )
 
     def _copy(self, node: walk.Node) -> None:
@@ -113,7 +113,7 @@ class _Writer:
             if key in self.links:
                 self._link(self.links[key], node.name, parent)
                 return
-            self.links[key] = node.path
+            self.links[key] = node.path()
         sfd = walk.open_file(node)
         try:
             dfd = os.open(node.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=parent)

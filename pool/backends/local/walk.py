@@ -10,7 +10,9 @@ and checks that it is the same directory (device and inode), so a tree 100,000
 levels deep stays far under the descriptor limit.
 
 Children are visited sorted by name as bytes, the canonical order of
-:mod:`pool.digest`.
+:mod:`pool.digest`. A node carries its depth and name; its full path is only
+built on demand (:meth:`Node.path`), so a walk of a deep tree costs linear time
+and memory, not quadratic.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ _KEEP_OPEN = 32
 class Node:
     """One entry reached by :func:`walk`."""
 
-    path: bytes
-    """Relative to the root; ``b""`` for the root itself."""
+    depth: int
+    """0 for the root, 1 for its entries, and so on."""
     name: str
     """The last component (``""`` for the root), for calls relative to ``dir_fd``."""
     st: os.stat_result
@@ -43,6 +45,13 @@ class Node:
     """A directory's own descriptor while the walk is at it; -1 otherwise."""
     leaving: bool = False
     """True for the second visit of a directory, after its children (``leaving=True`` walks)."""
+    parents: list[_Frame] = field(default_factory=list, repr=False)
+
+    def path(self) -> bytes:
+        """The path relative to the root (``b""`` for the root); valid while the walk is here."""
+        if self.depth == 0:
+            return b""
+        return b"/".join([*(frame.bname for frame in self.parents[1 : self.depth]), os.fsencode(self.name)])
 
     def proc_path(self) -> str:
         """A short path naming this entry without following it (valid while the walk is here)."""
@@ -53,8 +62,9 @@ class Node:
 
 @dataclass(slots=True)
 class _Frame:
-    path: bytes
+    depth: int
     name: str
+    bname: bytes
     st: os.stat_result
     names: list[str]
     next: int = 0
@@ -116,25 +126,27 @@ def walk(root_fd: int, *, leaving: bool = False, missing_ok: bool = False, force
     fd = os.dup(root_fd)
     st = os.fstat(fd)
     stack.push(fd, st)
+    frames: list[_Frame] = []
     try:
-        yield Node(b"", "", st, -1, fd)
-        frames = [_Frame(b"", "", st, list_names(fd))]
+        yield Node(0, "", st, -1, fd, parents=frames)
+        frames.append(_Frame(0, "", b"", st, list_names(fd)))
         while frames:
             frame = frames[-1]
             if frame.next == len(frame.names):
                 frames.pop()
                 stack.pop()
                 if leaving:
-                    yield Node(frame.path, frame.name, frame.st, stack.top() if frames else -1, leaving=True)
+                    parent = stack.top() if frames else -1
+                    yield Node(frame.depth, frame.name, frame.st, parent, leaving=True, parents=frames)
                 continue
             name = frame.names[frame.next]
             frame.next += 1
             parent = stack.top()
-            path = frame.path + b"/" + os.fsencode(name) if frame.path else os.fsencode(name)
+            depth = frame.depth + 1
             try:
                 st = os.stat(name, dir_fd=parent, follow_symlinks=False)
                 if not stat.S_ISDIR(st.st_mode):
-                    yield Node(path, name, st, parent)
+                    yield Node(depth, name, st, parent, parents=frames)
                     continue
                 fd = open_dir(parent, name, st, force=force)
             except FileNotFoundError:
@@ -142,8 +154,8 @@ def walk(root_fd: int, *, leaving: bool = False, missing_ok: bool = False, force
                     continue
                 raise
             stack.push(fd, st)
-            yield Node(path, name, st, parent, fd)
-            frames.append(_Frame(path, name, st, list_names(fd)))
+            yield Node(depth, name, st, parent, fd, parents=frames)
+            frames.append(_Frame(depth, name, os.fsencode(name), st, list_names(fd)))
     finally:
         stack.close()
 
