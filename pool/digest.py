@@ -29,8 +29,8 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
-FORMAT = 2
-"""Version of the digest encoding (1: recursive per-directory hashes, dense file reads)."""
+FORMAT = 3
+"""Version of the digest encoding (1: recursive per-directory hashes, dense file reads; 2: full paths)."""
 
 BLOCK_BYTES = 1 << 16
 """Granularity of :func:`content_hash`: all-zero blocks of this size are skipped."""

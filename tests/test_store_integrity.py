@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pool import LocalBackend, Snapshot, Template
+from pool import LocalBackend, Snapshot, Template, digest
 from pool.backends.local import durable, layers, manifest, treecopy
 from pool.backends.local.layers import LayerStore
 from pool.errors import SnapshotCorruptError, SnapshotTooLargeError, StoreFullError
@@ -87,7 +87,7 @@ def test_records_and_manifests_are_fsynced_and_read_only(
     assert all(p.stat().st_mode & 0o777 == 0o444 for p in written)
     assert f"syncfs {root / 'layers'}" in synced  # each layer tree before it is renamed into place
     assert str(root / "snapshots") in synced and any(".staging-" in p and "/snapshots/" in p for p in synced)
-    assert json.loads(record.read_text())["format"] == 2
+    assert json.loads(record.read_text())["format"] == digest.FORMAT
 
 
 # -- 2. layers are checked before first use ----------------------------------------
@@ -271,14 +271,17 @@ def test_older_records_are_treated_as_absent_and_rebuilt(built: tuple[Path, Snap
     root, snap = built
     for record in [*(root / "snapshots").glob("*.json"), *(root / "bases").glob("*.json")]:
         data = json.loads(record.read_text())
-        del data["format"]  # as snapgym wrote them before digest format 2
+        if record.parent.name == "snapshots":
+            del data["format"]  # as format 1 wrote them
+        else:
+            data["format"] = digest.FORMAT - 1
         record.unlink()
         record.write_text(json.dumps(data))
     with LocalBackend(store_dir=root, **OPTIONS) as b:
         assert b.snapshots() == [] and b.store.find(snap.id) is None
         again = b.build(TEMPLATE)
         assert again.digest == snap.digest and b.verify(again)
-        assert json.loads((root / "snapshots" / f"{again.id}.json").read_text())["format"] == 2
+        assert json.loads((root / "snapshots" / f"{again.id}.json").read_text())["format"] == digest.FORMAT
 
 
 # -- 4. size limit ---------------------------------------------------------------------
