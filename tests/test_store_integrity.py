@@ -393,6 +393,11 @@ def test_hard_links_are_kept_and_digested_as_groups(shared: LocalBackend, tmp_pa
     store = _layer_store(tmp_path)
     assert _stage(store, links) == _stage(store, links)  # other inode numbers, same digest
     assert _stage(store, links) != _stage(store, copies)
+    shifted = tmp_path / "shifted"
+    shifted.mkdir()
+    links(shifted)
+    layers.shift_owners(shifted, 100000)  # one inode, two paths: shifted once
+    assert os.stat(shifted / "a").st_uid == os.stat(shifted / "b").st_uid == 100000
 
 
 # -- 7. interrupted snapshots ----------------------------------------------------------

@@ -170,9 +170,14 @@ def shift_owners(root: Path, offset: int) -> None:
     if offset == 0 or os.geteuid() != 0:
         return
     fd = os.open(root, walk.O_DIR)
+    shifted: set[tuple[int, int]] = set()  # an inode with several links is shifted once
     try:
         for node in walk.walk(fd):
             st = node.st
+            if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                if (st.st_dev, st.st_ino) in shifted:
+                    continue
+                shifted.add((st.st_dev, st.st_ino))
             if node.fd >= 0:
                 os.chown(node.fd, st.st_uid + offset, st.st_gid + offset)
             else:

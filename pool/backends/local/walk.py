@@ -145,14 +145,14 @@ def walk(root_fd: int, *, leaving: bool = False, missing_ok: bool = False, force
             depth = frame.depth + 1
             try:
                 st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-                if not stat.S_ISDIR(st.st_mode):
-                    yield Node(depth, name, st, parent, parents=frames)
-                    continue
-                fd = open_dir(parent, name, st, force=force)
+                fd = open_dir(parent, name, st, force=force) if stat.S_ISDIR(st.st_mode) else -1
             except FileNotFoundError:
                 if missing_ok:
                     continue
                 raise
+            if fd < 0:
+                yield Node(depth, name, st, parent, parents=frames)
+                continue
             stack.push(fd, st)
             yield Node(depth, name, st, parent, fd, parents=frames)
             frames.append(_Frame(depth, name, os.fsencode(name), st, list_names(fd)))
