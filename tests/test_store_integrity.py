@@ -332,22 +332,21 @@ def test_a_tree_2000_levels_deep_snapshots_digests_restores_and_verifies(shared:
 
 
 def test_walks_go_past_path_max_recursion_and_fd_limits(tmp_path: Path) -> None:
-    src = tmp_path / "src"
+    src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()
-    _make_deep(src, DEPTH)
+    dst.mkdir()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
     try:
-        dst = tmp_path / "dst"
-        dst.mkdir()
+        _make_deep(src, DEPTH)
         treecopy.copy_tree(src, dst)
         assert manifest.scan(src, id_offset=0).digest == manifest.scan(dst, id_offset=0).digest
         layers.shift_owners(dst, 7)
         assert manifest.scan(dst, id_offset=7).digest == manifest.scan(src, id_offset=0).digest
-        layers.remove_tree(dst)
-        layers.remove_tree(src)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        layers.remove_tree(dst)  # pytest's recursive cleanup could not remove these trees
+        layers.remove_tree(src)
     assert not dst.exists() and not src.exists()
 
 
