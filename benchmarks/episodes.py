@@ -9,7 +9,8 @@ The outcome classes, as recorded in the ledger:
 - ``timeout``: the episode outran ``episode_timeout_s`` (agent included).
   Counts as a failed episode, not retried.
 - ``infra_error``: the sandbox, backend, pool, verifier or model endpoint
-  failed. Retried under a new attempt id; never averaged in as a reward.
+  failed. Retried under a new attempt id; never averaged in as a reward; not
+  final: a resumed run supersedes it and plays the episode again.
 
 An action the environment refuses (too large, a NUL, not text) does not end
 the episode: it counts as a step and the agent is told why.

@@ -6,7 +6,16 @@ each with its own environment; the agent loop runs here, the actions in the
 sandboxes. Each attempt is announced in the ledger before it starts, and its
 end is appended (and fsync-ed) before the thread moves on, so a runner killed
 at any moment can be resumed: episodes with a result are skipped, attempts
-cut short are marked ``interrupted`` and run again under a new attempt id.
+cut short are marked ``interrupted`` and run again under a new attempt id,
+and episodes that ended as ``infra_error`` are played again (their result is
+``superseded``, see ``benchmarks.ledger``).
+
+An infrastructure failure is first checked against an outage (see
+``benchmarks.outage``): during one, failed attempts are not counted against
+``max_attempts`` and no attempt starts until the supply (and the model
+endpoint) serve again; an outage longer than ``outage_timeout_s`` stops the run.
+Durations and deadlines come from monotonic clocks; the wall-clock ``at``,
+``started_at`` and ``finished_at`` fields are for people reading the ledger.
 """
 
 from __future__ import annotations
@@ -14,18 +23,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 
 from benchmarks.agents.base import Agent, ModelRequestError
 from benchmarks.episodes import INFRA_ERROR, AttemptResult, EpisodeLimits, EpisodeSpec, play
-from benchmarks.ledger import ATTEMPT, ATTEMPT_FAILED, RESULT, Ledger, attempt_id
+from benchmarks.ledger import Ledger, LedgerWriteError
+from benchmarks.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy
+from benchmarks.records import SessionRecords, Started
 from benchmarks.supply import SandboxSupply
 from envs.tasks import Task
 from pool.errors import SnapgymError
@@ -50,13 +59,17 @@ class EvalSettings:
     step_timeout_s: float = 120.0
     """Timeout of one action."""
     episode_timeout_s: float | None = None
-    """Wall-clock budget of an episode, agent included."""
+    """Wall-clock budget of an episode, agent included (measured on a monotonic clock)."""
     max_attempts: int = 3
-    """Attempts of an episode whose infrastructure failed."""
+    """Attempts of an episode whose infrastructure failed (outage casualties not counted)."""
     success_threshold: float = 1.0
     """A reward at or above this is a pass."""
     verification: str | None = None
     """"strict" or "shared" for every episode; None: each task's own mode."""
+    outage_timeout_s: float = 600.0
+    """An outage longer than this stops the run (the circuit breaker)."""
+    outage_backoff_max_s: float = 30.0
+    """The longest pause between health probes during an outage."""
 
 
 class RunStoppedError(SnapgymError):
@@ -82,6 +95,8 @@ class Evaluation:
         ledger: where every attempt and result goes (possibly holding an earlier run's records).
         settings: the run's settings.
         on_result: called with each result record (the progress bar).
+        probes: what every episode depends on, asked after an infrastructure failure whether
+            it is an outage (default: the supply alone; the llm agent adds its endpoint).
     """
 
     def __init__(
@@ -93,35 +108,63 @@ class Evaluation:
         settings: EvalSettings,
         *,
         on_result: Callable[[dict[str, Any]], None] | None = None,
+        probes: Sequence[HealthProbe] | None = None,
     ) -> None:
         self.tasks = {task.id: task for task in tasks}
         self.agent = agent
         self.supply = supply
         self.ledger = ledger
         self.settings = settings
-        self.run_id = uuid.uuid4().hex[:12]
+        self.records = SessionRecords(agent=agent.name, env_id=settings.env_id,
+                                      success_threshold=settings.success_threshold)  # fmt: skip
+        self.run_id = self.records.run_id
         self._on_result = on_result or (lambda record: None)
+        policy = OutagePolicy(settings.outage_timeout_s, max_backoff_s=settings.outage_backoff_max_s)
+        self._gate = OutageGate([supply] if probes is None else probes, policy)
         self._snapshots: dict[str, Any] = {}
         self._stop = threading.Event()
         self._fatal: BaseException | None = None
+        self._fatal_lock = threading.Lock()
         self._local = threading.local()
         self._envs: list[gym.Env[Any, str]] = []
         self._envs_lock = threading.Lock()
 
+    @property
+    def outages(self) -> list[Outage]:
+        """This session's outages."""
+        return list(self._gate.outages)
+
+    def plan(self) -> list[EpisodeSpec]:
+        """Every scheduled episode."""
+        return plan_episodes(list(self.tasks.values()), self.settings.episodes_per_task, self.settings.seed)
+
     def pending(self) -> list[EpisodeSpec]:
-        """Scheduled episodes that have no result yet."""
-        plan = plan_episodes(list(self.tasks.values()), self.settings.episodes_per_task, self.settings.seed)
-        return [spec for spec in plan if spec.episode_id not in self.ledger.state.results]
+        """Scheduled episodes that have no standing result yet."""
+        return [spec for spec in self.plan() if spec.episode_id not in self.ledger.state.results]
+
+    def final_results(self) -> int:
+        """Scheduled episodes whose result is final (an ``infra_error`` is not: a run plays it again)."""
+        results = self.ledger.state.results
+        return sum(1 for s in self.plan() if results.get(s.episode_id, {}).get("outcome", INFRA_ERROR) != INFRA_ERROR)
 
     def run(self) -> None:
         """Play every pending episode.
 
         Raises:
             RunStoppedError: the model endpoint refused requests, or the run was interrupted.
+            OutageError: an outage outlasted ``outage_timeout_s`` (the circuit breaker).
+            LedgerWriteError: a record could not be written (the ledger stays whole).
         """
-        self._mark_interrupted()
-        pending = self.pending()
-        pending = self._build(pending)
+        try:
+            self._mark_interrupted()
+            self._reopen_infra_errors()
+            self._play_all(self._build(self.pending()))
+        except OutageError as exc:
+            self._halt(exc)
+        if self._fatal is not None:
+            self._raise_fatal(self._fatal)
+
+    def _play_all(self, pending: list[EpisodeSpec]) -> None:
         workers = max(1, min(self.settings.concurrency, len(pending)))
         executor = ThreadPoolExecutor(workers, thread_name_prefix="snapgym-episode")
         try:
@@ -134,30 +177,56 @@ class Evaluation:
         finally:
             executor.shutdown(wait=True)
             self._close_envs()
-        if self._fatal is not None:
-            raise RunStoppedError(f"the run stopped: {self._fatal}") from self._fatal
+
+    def _halt(self, exc: BaseException) -> None:
+        with self._fatal_lock:
+            if self._fatal is None:
+                self._fatal = exc
+        self._stop.set()
+
+    def _raise_fatal(self, fatal: BaseException) -> None:
+        resume = f"resume=true output_dir={self.ledger.path.parent}"
+        if isinstance(fatal, LedgerWriteError):
+            raise fatal
+        if isinstance(fatal, OutageError):
+            done = f"{self.final_results()} of {len(self.plan())} episodes have a final result"
+            raise OutageError(f"{fatal}; {done}; when it is back, play the rest with {resume}") from fatal
+        raise RunStoppedError(f"the run stopped: {fatal}") from fatal
 
     # -- one episode ----------------------------------------------------------
 
     def _episode(self, spec: EpisodeSpec) -> None:
+        try:
+            self._play_episode(spec)
+        except (OutageError, LedgerWriteError) as exc:
+            self._halt(exc)
+
+    def _play_episode(self, spec: EpisodeSpec) -> None:
         state = self.ledger.state
         while not self._stop.is_set():
+            self._gate.wait(self._stop)
+            if self._stop.is_set():
+                return
             attempt = state.attempts.get(spec.episode_id, 0) + 1
-            self.ledger.append(self._attempt_record(spec, attempt))
-            started_at = time.time()
+            epoch = self._gate.epoch
+            self.ledger.append(self.records.attempt(spec.episode_id, attempt))
+            started = self.records.now()
             try:
                 result = self._attempt(spec)
             except ModelRequestError as exc:
-                self._fatal = exc
-                self._stop.set()
+                self._halt(exc)
                 return
+            outage = self._gate.is_outage(epoch) if result.is_retryable else None
+            if outage is not None:
+                self.ledger.append(self.records.failed(spec.episode_id, attempt, result.error, outage=outage))
+                self._drop_env()
+                continue
             failures = state.failures.get(spec.episode_id, 0) + (1 if result.is_retryable else 0)
             if result.is_retryable and failures < self.settings.max_attempts:
-                self.ledger.append(self._failure_record(spec, attempt, result))
+                self.ledger.append(self.records.failed(spec.episode_id, attempt, result.error))
                 self._drop_env()
-                self.supply.recover()
                 continue
-            record = self._result_record(spec, attempt, result, started_at, failures)
+            record = self._result(spec, attempt, result, started, failures)
             self.ledger.append(record)
             self._on_result(record)
             if self.supply.pool is not None:
@@ -169,13 +238,15 @@ class Evaluation:
         limits = EpisodeLimits(self.settings.env_id, self.settings.episode_timeout_s)
         try:
             env = self._env_for(task)
-        except SnapgymError as exc:
+        except Exception as exc:  # a pool that is gone may raise Ray's errors here, not only ours
             return AttemptResult(INFRA_ERROR, error=f"could not make the environment: {type(exc).__name__}: {exc}")
         return play(env, task, self.agent, spec, limits)
 
     def _env_for(self, task: Task) -> gym.Env[Any, str]:
+        """This thread's environment for ``task``; a new one after the supply replaced its backend or pool."""
+        key = (task.id, self.supply.generation)
         current = getattr(self._local, "env", None)
-        if current is not None and getattr(self._local, "task_id", None) == task.id:
+        if current is not None and getattr(self._local, "key", None) == key:
             return current  # type: ignore[no-any-return]
         self._drop_env()
         options: dict[str, Any] = {"max_steps": self.settings.max_steps, "step_timeout_s": self.settings.step_timeout_s}
@@ -184,7 +255,7 @@ class Evaluation:
         env = self.supply.make_env(self.settings.env_id, task, **options)
         with self._envs_lock:
             self._envs.append(env)
-        self._local.env, self._local.task_id = env, task.id
+        self._local.env, self._local.key = env, key
         return env
 
     def _release_sandbox(self) -> None:
@@ -214,85 +285,53 @@ class Evaluation:
     # -- before the episodes --------------------------------------------------
 
     def _mark_interrupted(self) -> None:
+        why = "the runner stopped during this attempt; it runs again on resume"
         for episode_id, attempt in sorted(self.ledger.state.unfinished.items()):
-            self.ledger.append(
-                {
-                    "kind": ATTEMPT_FAILED,
-                    "run_id": self.run_id,
-                    "episode_id": episode_id,
-                    "attempt": attempt,
-                    "attempt_id": attempt_id(episode_id, attempt),
-                    "interrupted": True,
-                    "error": "the runner stopped during this attempt; it runs again on resume",
-                    "at": time.time(),
-                }
-            )
+            self.ledger.append(self.records.failed(episode_id, attempt, why, interrupted=True))
+
+    def _reopen_infra_errors(self) -> None:
+        """Supersede the ``infra_error`` results of the plan's episodes, so they are played again."""
+        why = "an infrastructure failure is not final: the episode is played again"
+        results = self.ledger.state.results
+        for spec in self.plan():
+            result = results.get(spec.episode_id)
+            if result is not None and result.get("outcome") == INFRA_ERROR:
+                self.ledger.append(self.records.superseded(spec.episode_id, int(result["attempt"]), why))
 
     def _build(self, pending: list[EpisodeSpec]) -> list[EpisodeSpec]:
         """Build the snapshots the pending episodes need; a task that fails to build ends its episodes."""
         failed: dict[str, str] = {}
         for task_id in dict.fromkeys(spec.task_id for spec in pending):
-            try:
-                self._snapshots[task_id] = self.supply.build(self.tasks[task_id])
-            except SnapgymError as exc:
-                failed[task_id] = f"building the task's snapshot failed: {type(exc).__name__}: {exc}"
-                log.error("task %s: %s", task_id, failed[task_id])
+            error = self._build_task(self.tasks[task_id])
+            if error is not None:
+                failed[task_id] = error
+                log.error("task %s: %s", task_id, error)
         for spec in pending:
             if spec.task_id in failed:
                 attempt = self.ledger.state.attempts.get(spec.episode_id, 0) + 1
-                self.ledger.append(self._attempt_record(spec, attempt))
+                self.ledger.append(self.records.attempt(spec.episode_id, attempt))
                 result = AttemptResult(INFRA_ERROR, error=failed[spec.task_id])
-                record = self._result_record(spec, attempt, result, time.time(), 1)
+                record = self._result(spec, attempt, result, self.records.now(), 1)
                 self.ledger.append(record)
                 self._on_result(record)
         return [spec for spec in pending if spec.task_id not in failed]
 
-    # -- records ----------------------------------------------------------------
+    def _build_task(self, task: Task) -> str | None:
+        """Build one task's snapshot, waiting out an outage; the error when the build itself failed."""
+        while True:
+            epoch = self._gate.epoch
+            try:
+                self._snapshots[task.id] = self.supply.build(task)
+                return None
+            except SnapgymError as exc:
+                error = f"building the task's snapshot failed: {type(exc).__name__}: {exc}"
+            if self._gate.is_outage(epoch) is None:
+                return error
+            self._gate.wait(self._stop)
 
-    def _attempt_record(self, spec: EpisodeSpec, attempt: int) -> dict[str, Any]:
-        return {
-            "kind": ATTEMPT,
-            "run_id": self.run_id,
-            "episode_id": spec.episode_id,
-            "attempt": attempt,
-            "attempt_id": attempt_id(spec.episode_id, attempt),
-            "at": time.time(),
-        }
-
-    def _failure_record(self, spec: EpisodeSpec, attempt: int, result: AttemptResult) -> dict[str, Any]:
-        return {
-            "kind": ATTEMPT_FAILED,
-            "run_id": self.run_id,
-            "episode_id": spec.episode_id,
-            "attempt": attempt,
-            "attempt_id": attempt_id(spec.episode_id, attempt),
-            "interrupted": False,
-            "error": result.error,
-            "at": time.time(),
-        }
-
-    def _result_record(
-        self, spec: EpisodeSpec, attempt: int, result: AttemptResult, started_at: float, failures: int
+    def _result(
+        self, spec: EpisodeSpec, attempt: int, result: AttemptResult, started: Started, failures: int
     ) -> dict[str, Any]:
         snapshot = self._snapshots.get(spec.task_id)
-        fields = asdict(result)
-        extra = fields.pop("extra")
-        passed = result.reward is not None and result.reward >= self.settings.success_threshold
-        return {
-            "kind": RESULT,
-            "run_id": self.run_id,
-            **asdict(spec),
-            "attempt": attempt,
-            "attempt_id": attempt_id(spec.episode_id, attempt),
-            "infra_failures": failures,
-            **fields,
-            "passed": passed,
-            "task_snapshot_id": getattr(snapshot, "id", None),
-            "task_snapshot_digest": getattr(snapshot, "digest", None),
-            "backend": self.supply.name,
-            "agent": self.agent.name,
-            "env_id": self.settings.env_id,
-            "started_at": started_at,
-            "finished_at": time.time(),
-            **extra,
-        }
+        return self.records.result(spec, attempt, result, started=started, failures=failures, snapshot=snapshot,
+                                   backend=self.supply.name)  # fmt: skip

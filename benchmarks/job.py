@@ -23,6 +23,22 @@ class Outcome(Protocol):
         """A plain-text table for the terminal."""
 
 
+class ScenarioStoppedError(SnapgymError):
+    """A scenario stopped early (an outage, a failed ledger write) after writing what it finished.
+
+    The runner prints the outcome's table (when there is one), the reason on one line of stderr,
+    and exits non-zero.
+
+    Args:
+        reason: what stopped it and what to do, in one line.
+        outcome: what was written (None when even summary.json could not be written).
+    """
+
+    def __init__(self, reason: str, outcome: Outcome | None) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+
+
 @dataclass
 class Job:
     """One run of one scenario."""

@@ -12,6 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from benchmarks.episodes import INFRA_ERROR
+from benchmarks.results import session_clock
 
 REWARD_PLOT = "reward_by_task.png"
 RESET_PLOT = "reset_latency.png"
@@ -53,8 +54,9 @@ def _throughput(run_dir: Path, frame: pd.DataFrame) -> Path:
     figure = Figure(figsize=(7, 3.5))
     axes = figure.subplots()
     for run_id, group in frame.groupby("run_id"):
-        finished = group["finished_at"].sort_values()
-        axes.plot(finished - group["started_at"].min(), range(1, len(finished) + 1), label=str(run_id))
+        start, end = session_clock(group)
+        finished = end.sort_values()
+        axes.plot(finished - start.min(), range(1, len(finished) + 1), label=str(run_id))
     axes.set_xlabel("seconds since the session started")
     axes.set_ylabel("episodes finished")
     axes.set_title("Throughput")

@@ -5,7 +5,10 @@
 - ``scenario``, ``run_dir``, ``suite``, ``agent``, ``env_id``, ``backend``.
 - ``counts``: ``scheduled``, ``finished``, one count per outcome (``scored``,
   ``agent_error``, ``timeout``, ``infra_error``), ``retried_attempts`` (attempts
-  that failed on infrastructure and were run again), ``interrupted_attempts``.
+  that failed on infrastructure and were run again), ``interrupted_attempts``,
+  ``outage_attempts`` (attempts that failed during an outage, not counted
+  against max_attempts), ``superseded`` (infra_error results a resume played
+  again). Each episode counts once, by its standing result (see ``benchmarks.ledger``).
 - ``mean_reward``: over finished episodes except ``infra_error`` ones (agent
   errors and timeouts count as 0; infrastructure failures are left out, never 0).
 - ``pass_rate``: the share of those episodes whose reward reached the threshold.
@@ -15,7 +18,11 @@
 - ``start_states_identical``: every episode started from its task snapshot's digest.
 - ``latency_ms``: percentiles (p50/p90/p99/mean/n) of ``reset`` and ``episode``.
 - ``throughput``: ``episodes``, ``wall_s``, ``episodes_per_s`` (finished episodes
-  per second of wall time, summed over the run's sessions when it was resumed).
+  per second of wall time, summed over the run's sessions when it was resumed;
+  each session's span is measured on its monotonic clock, so a wall-clock step
+  such as an NTP correction does not bend it).
+- ``outages`` (when there were any): this session's outages (reason, duration, probes).
+- ``stopped`` (when the run stopped early): why, in one line.
 - ``headline``: the few numbers a multirun compares.
 """
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -31,7 +39,7 @@ from typing import Any
 import pandas as pd
 
 from benchmarks.episodes import INFRA_ERROR, OUTCOMES
-from benchmarks.ledger import ATTEMPT_FAILED, LEDGER_FILE, RESULT, read_records
+from benchmarks.ledger import ATTEMPT_FAILED, LEDGER_FILE, SUPERSEDED, LedgerState, read_records
 from benchmarks.stats import summarize
 
 EPISODES_PARQUET = "episodes.parquet"
@@ -48,11 +56,16 @@ def episodes_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def read_run(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """The episode table and the ``attempt_failed`` records of a run directory's ledger, read once."""
+    """The episode table (each episode once, by its standing result) and the ``attempt_failed`` and
+    ``superseded`` records of a run directory's ledger, read once."""
     path = run_dir / LEDGER_FILE
-    records = list(read_records(path)) if path.exists() else []
-    failed = [r for r in records if r["kind"] == ATTEMPT_FAILED]
-    return episodes_frame([r for r in records if r["kind"] == RESULT]), failed
+    state = LedgerState()
+    history = []
+    for record in read_records(path) if path.exists() else ():
+        state.observe(record)
+        if record["kind"] in (ATTEMPT_FAILED, SUPERSEDED):
+            history.append(record)
+    return episodes_frame(list(state.results.values())), history
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -76,15 +89,18 @@ def summarize_run(
     Args:
         run_dir: the run directory (recorded in the summary).
         frame: the episode table (``episodes_frame`` of the result records).
-        failed: the ledger's ``attempt_failed`` records.
+        failed: the ledger's ``attempt_failed`` (and ``superseded``) records.
         scheduled: episodes the plan holds.
         ks: the k values of pass@k.
         meta: context copied into the summary (scenario, suite, agent, ...).
     """
     counts = {"scheduled": scheduled, "finished": len(frame)}
     counts.update({o: int((frame["outcome"] == o).sum()) if len(frame) else 0 for o in OUTCOMES})
-    counts["retried_attempts"] = sum(not r.get("interrupted") for r in failed)
-    counts["interrupted_attempts"] = sum(bool(r.get("interrupted")) for r in failed)
+    attempts = [r for r in failed if r["kind"] == ATTEMPT_FAILED]
+    counts["retried_attempts"] = sum(not r.get("interrupted") and not r.get("outage") for r in attempts)
+    counts["interrupted_attempts"] = sum(bool(r.get("interrupted")) for r in attempts)
+    counts["outage_attempts"] = sum(bool(r.get("outage")) for r in attempts)
+    counts["superseded"] = sum(r["kind"] == SUPERSEDED for r in failed)
     by_task = {str(task): _task_figures(group, ks) for task, group in frame.groupby("task_id")} if len(frame) else {}
     summary: dict[str, Any] = {
         "scenario": meta.get("scenario", "eval"),
@@ -112,10 +128,25 @@ def summarize_run(
 
 
 def write_tables(run_dir: Path, frame: pd.DataFrame, summary: dict[str, Any]) -> None:
-    """Write episodes.parquet, episodes.csv and summary.json into ``run_dir``."""
-    frame.to_parquet(run_dir / EPISODES_PARQUET, index=False)
-    frame.to_csv(run_dir / EPISODES_CSV, index=False)
-    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    """Write episodes.parquet, episodes.csv and summary.json into ``run_dir``, each whole or not at all.
+
+    Raises:
+        OSError: a file could not be written (a full disk); no half-written file is left.
+    """
+    _write_whole(run_dir / EPISODES_PARQUET, lambda path: frame.to_parquet(path, index=False))
+    _write_whole(run_dir / EPISODES_CSV, lambda path: frame.to_csv(path, index=False))
+    text = json.dumps(summary, indent=2, default=str) + "\n"
+    _write_whole(run_dir / SUMMARY_FILE, lambda path: path.write_text(text))
+
+
+def _write_whole(path: Path, write: Any) -> None:
+    """``write(temporary path)``, then rename it over ``path`` (a failed write leaves the old file, or none)."""
+    staged = path.with_name(f".{path.name}.tmp")
+    try:
+        write(staged)
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -140,12 +171,13 @@ def format_summary(summary: dict[str, Any]) -> str:
         "",
         f"episodes {counts['finished']}/{counts['scheduled']}: scored {counts['scored']}, "
         f"agent errors {counts['agent_error']}, timeouts {counts['timeout']}, infra errors {counts['infra_error']} "
-        f"(attempts retried: {counts['retried_attempts']})",
+        f"(attempts retried: {counts['retried_attempts']}, failed during outages: {counts.get('outage_attempts', 0)})",
         f"mean reward {_fmt(summary['mean_reward'])}, pass rate {_fmt(summary['pass_rate'])}, "
         + ", ".join(f"pass@{k} {_fmt(v)}" for k, v in summary["pass_at_k"].items()),
         *(f"skipped {task}: {why}" for task, why in summary.get("skipped_tasks", {}).items()),
         f"start states identical: {summary['start_states_identical']}; "
         f"{_fmt(throughput['episodes_per_s'], 1)} episodes/s over {_fmt(throughput['wall_s'], 1)} s",
+        *([f"STOPPED: {summary['stopped']}"] if summary.get("stopped") else []),
     ]
     return "\n".join(lines)
 
@@ -190,9 +222,20 @@ def _percentiles(values: Any) -> dict[str, float] | None:
 def _throughput(frame: pd.DataFrame) -> dict[str, Any]:
     if frame.empty:
         return {"episodes": 0, "wall_s": 0.0, "episodes_per_s": None}
-    spans = frame.groupby("run_id").agg(start=("started_at", "min"), end=("finished_at", "max"))
+    start, end = session_clock(frame)
+    spans = frame.assign(_start=start, _end=end).groupby("run_id").agg(start=("_start", "min"), end=("_end", "max"))
     wall = float((spans["end"] - spans["start"]).sum())
     return {"episodes": len(frame), "wall_s": wall, "episodes_per_s": len(frame) / wall if wall > 0 else None}
+
+
+def session_clock(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Each result's start and end in seconds on its session's monotonic clock (comparable only within
+    one ``run_id``); ledgers written before that clock was recorded fall back to the wall clock."""
+    if "session_started_s" not in frame:
+        return frame["started_at"], frame["finished_at"]
+    start = frame["session_started_s"].fillna(frame["started_at"])
+    end = frame["session_finished_s"].fillna(frame["finished_at"])
+    return start, end
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

@@ -32,7 +32,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from benchmarks.config import register_configs, reject_unknown_keys, require_values
-from benchmarks.job import Job, Outcome
+from benchmarks.job import Job, Outcome, ScenarioStoppedError
 from benchmarks.schemas import RunConfig
 from pool import ConfigError
 from pool.errors import SnapgymError
@@ -46,7 +46,10 @@ SCENARIOS: dict[str, str] = {
     "fork": "benchmarks.scenarios.fork",
 }
 EXIT_USAGE = 2
-"""Exit status of a run refused for bad input (config, task, credentials) or stopped early."""
+"""Exit status of a run refused for bad input (config, task, credentials) or stopped by the model's refusal."""
+EXIT_STOPPED = 3
+"""Exit status of a run stopped early by its infrastructure (an outage past ``outage_timeout_s``, a
+ledger that could not be written): summary.json holds what finished, and a resume plays the rest."""
 
 Scenario = Callable[[Job], Outcome]
 
@@ -75,14 +78,28 @@ def _run(cfg: DictConfig) -> None:
         scenario = load_scenario(cfg.benchmark.name)
         log.info("running %s", cfg.benchmark.name)
         outcome = scenario(job)
+    except ScenarioStoppedError as stop:
+        if stop.outcome is not None:
+            _show(stop.outcome, job.output_dir)
+        print(f"snapgym: run stopped: {one_line(str(stop))}", file=sys.stderr)
+        sys.exit(EXIT_STOPPED)
     except SnapgymError as exc:
         print(f"snapgym: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     finally:
         job.close()
-    summary_path = outcome.write(job.output_dir)
+    _show(outcome, job.output_dir)
+
+
+def _show(outcome: Outcome, output_dir: Path) -> None:
+    summary_path = outcome.write(output_dir)
     print(outcome.table())
     print(f"\nsummary: {summary_path}")
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks and runs of spaces folded into single spaces."""
+    return " ".join(text.split())
 
 
 def main() -> None:

@@ -169,7 +169,13 @@ class RunConfig:
     episode_timeout_s: float | None = None
     """Wall-clock budget of one episode, agent included; past it the episode ends as ``timeout``."""
     max_attempts: int = 3
-    """Attempts of an episode whose infrastructure failed, before it ends as ``infra_error``."""
+    """Attempts of an episode whose infrastructure failed, before it ends as ``infra_error``
+    (attempts that fail during an outage do not count)."""
+    outage_timeout_s: float = 600.0
+    """How long the run waits out an outage (the sandbox pool, backend or model endpoint cannot serve
+    at all) before the circuit breaker stops it: non-zero exit, summary.json written, resumable."""
+    outage_backoff_max_s: float = 30.0
+    """During an outage, health probes start at once and back off (doubling from 0.5 s) up to this."""
     pass_at_k: list[int] = field(default_factory=lambda: [1])
     """k values of pass@k in the summary (each <= episodes_per_task; larger ones are skipped)."""
     success_threshold: float = 1.0

@@ -5,11 +5,25 @@ restores its sandbox in place. If the backend's daemon dies, the supply
 opens a new backend, so later attempts of the lost episodes can run.
 ``ray``: a SandboxPool on the Ray cluster this process is connected to (or a
 local Ray instance); resets lease warm sandboxes, which may live on any node.
+
+The supply is the runner's :class:`benchmarks.outage.HealthProbe` for
+sandboxes. It serves when its backend's daemon lives (or a new backend could
+be opened in its place: a daemon that can be replaced is an ordinary failure
+of the attempts it broke), or when the pool's manager answers and has a live
+host. Its ``recover()`` replaces a pool whose manager is gone with a new one
+(the same config, every task snapshot added again; snapshot ids are content
+hashes, so they do not change). The manager actor is not restarted by Ray
+(``max_restarts``) because a restarted manager would come back empty (no
+hosts, no served snapshots, a new fast-path socket) behind handles that look
+the same; a new pool is the same work, done in the open. Each replacement
+bumps :attr:`SandboxSupply.generation`, so the runner drops environments made
+on the old backend or pool.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,8 +33,13 @@ import gymnasium as gym
 from benchmarks.schemas import PoolKind
 from envs.tasks import Task
 from pool import Backend, PoolConfig
-from pool.errors import SnapgymError
+from pool.errors import PoolError
 from pool.snapshots import Snapshot
+from pool.templates import Template
+
+log = logging.getLogger(__name__)
+_CLOSE_DEAD_POOL_S = 5.0
+"""How long closing a pool whose manager is gone may take (its actors are killed either way)."""
 
 
 class SandboxSupply:
@@ -43,20 +62,27 @@ class SandboxSupply:
     ) -> None:
         self.kind = kind
         self._open_backend = open_backend
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._backend: Backend | None = None
+        self._templates: dict[str, Template] = {}
+        self.generation = 0
+        """Bumped each time the backend or pool is replaced."""
         self.pool: Any = None
         if kind is PoolKind.ray:
-            from pool import SandboxPool
-
-            self.pool = SandboxPool(_pool_config(pool_settings, backend_options))
+            self._pool_config = _pool_config(pool_settings, backend_options)
+            self.pool = self._open_pool()
         else:
             self._backend = open_backend()
 
     @property
     def name(self) -> str:
         """``local`` / ``ray-pool`` and so on, for the ledger."""
-        return "ray-pool" if self.pool is not None else self.backend.name
+        return "ray-pool" if self.kind is PoolKind.ray else self.backend.name
+
+    @property
+    def health_name(self) -> str:
+        """For outage messages."""
+        return "the sandbox pool" if self.kind is PoolKind.ray else "the sandbox backend"
 
     @property
     def backend(self) -> Backend:
@@ -66,32 +92,54 @@ class SandboxSupply:
 
     def build(self, task: Task) -> Snapshot:
         """Build (or find) the task's snapshot."""
-        if self.pool is not None:
-            snapshot: Snapshot = self.pool.add(task.template)
-            return snapshot
-        return self.backend.build(task.template)
+        if self.pool is None:
+            return self.backend.build(task.template)
+        with self._lock:
+            pool = self.pool
+        snapshot: Snapshot = pool.add(task.template)
+        with self._lock:
+            self._templates[snapshot.id] = task.template
+        return snapshot
 
     def make_env(self, env_id: str, task: Task, **options: Any) -> gym.Env[Any, str]:
         """An environment for ``task`` on this supply."""
-        source = {"pool": self.pool} if self.pool is not None else {"backend": self.backend}
+        with self._lock:
+            source = {"pool": self.pool} if self.pool is not None else {"backend": self.backend}
         return gym.make(env_id, task=task, disable_env_checker=True, **source, **options)
 
-    def recover(self) -> None:
-        """After an infrastructure failure: replace a direct backend whose daemon died."""
-        if self.pool is not None:
-            return
+    def check_health(self) -> str | None:
+        """None when the supply can give sandboxes now; otherwise why not (see the module docstring)."""
         with self._lock:
-            if getattr(self._backend, "daemon_has_died", False):  # a property of LocalBackend
-                old, self._backend = self._backend, self._open_backend()
-                with contextlib.suppress(SnapgymError):
-                    assert old is not None
-                    old.close()
+            if self.pool is None:
+                return self._replace_dead_backend()
+            pool = self.pool
+        try:
+            reason: str | None = pool.health()
+        except PoolError as exc:
+            return str(exc)
+        return reason
+
+    def recover(self) -> None:
+        """Replace a backend whose daemon died, or a pool whose manager is gone. Never raises."""
+        with self._lock:
+            if self.pool is None:
+                self._replace_dead_backend()
+                return
+            try:
+                self.pool.health()
+                return  # the manager answers: it replaces dead hosts and adopts new nodes itself
+            except PoolError as exc:
+                log.warning("re-creating the sandbox pool: %s", exc)
+            try:
+                self._replace_pool()
+            except Exception as exc:
+                log.warning("the sandbox pool could not be re-created yet: %s: %s", type(exc).__name__, exc)
 
     def stats(self) -> dict[str, Any]:
-        """The Ray pool's stats (empty for ``direct``)."""
+        """The Ray pool's stats (empty for ``direct``, or when the pool does not answer)."""
         if self.pool is None:
             return {}
-        with contextlib.suppress(SnapgymError):
+        with contextlib.suppress(Exception):
             stats: dict[str, Any] = self.pool.stats()
             return stats
         return {}
@@ -102,6 +150,42 @@ class SandboxSupply:
             self.pool.close()
         elif self._backend is not None:
             self._backend.close()
+
+    # -- replacing what died ----------------------------------------------------
+
+    def _replace_dead_backend(self) -> str | None:
+        if not getattr(self._backend, "daemon_has_died", False):  # a property of LocalBackend
+            return None
+        try:
+            new = self._open_backend()
+        except Exception as exc:
+            return f"the backend's sandbox daemon died and no new backend could be opened ({type(exc).__name__}: {exc})"
+        old, self._backend = self._backend, new
+        self.generation += 1
+        with contextlib.suppress(Exception):
+            assert old is not None
+            old.close()
+        return None
+
+    def _replace_pool(self) -> None:
+        new = self._open_pool()
+        try:
+            for template in self._templates.values():
+                new.add(template)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                new.close(timeout_s=_CLOSE_DEAD_POOL_S)
+            raise
+        old, self.pool = self.pool, new
+        self.generation += 1
+        with contextlib.suppress(Exception):
+            old.close(timeout_s=_CLOSE_DEAD_POOL_S)
+        log.warning("a new sandbox pool serves the run (%d task snapshot(s) added again)", len(self._templates))
+
+    def _open_pool(self) -> Any:
+        from pool import SandboxPool
+
+        return SandboxPool(self._pool_config)
 
 
 def _pool_config(settings: Any, backend_options: Mapping[str, Any]) -> PoolConfig:

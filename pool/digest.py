@@ -1,18 +1,42 @@
-"""Merkle digests of directory trees, for proving two start states identical.
+"""Digests of file trees, for proving two start states identical.
 
-Each entry hashes its type, name, permission bits, owner, and its content (file
-bytes, link target, device numbers, overlay xattrs); a directory hashes its
-sorted children. Timestamps are left out on purpose: they differ between two
-builds of the same content and say nothing about the state an agent sees.
+A tree's digest hashes its entries in canonical order (preorder, the children of
+a directory sorted by name as bytes). Each entry contributes its depth and name
+(which, in preorder, determine the tree; full paths would make a deep tree cost
+quadratic space), type, permission bits, owner, content payload and content
+xattrs, every field length-prefixed so that no two trees encode alike:
+
+- a regular file's payload is :func:`content_hash`, which skips all-zero blocks,
+  so the same bytes digest alike whether the zeros are holes or written out;
+- the second and later paths of a hard-link group (regular files only) are kind
+  ``h`` with the position of the group's first path in the entry list as
+  payload, so a tree of links differs from a tree of copies, and the digest does
+  not depend on inode numbers;
+- a symlink's payload is its target (never followed); a device's its numbers.
+
+Timestamps are left out on purpose: they differ between two builds of the same
+content and say nothing about the state an agent sees. :data:`FORMAT` names this
+encoding; records written under another format are not comparable and are
+treated as absent by the store.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
-import stat
+import struct
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
 
-_CHUNK = 1 << 20
+FORMAT = 3
+"""Version of the digest encoding (1: recursive per-directory hashes, dense file reads; 2: full paths)."""
+
+BLOCK_BYTES = 1 << 16
+"""Granularity of :func:`content_hash`: all-zero blocks of this size are skipped."""
+
+_READ_BLOCKS = 16
+_ZERO = bytes(BLOCK_BYTES)
 # Extended attributes that are part of a layer's content: whiteout/opaque
 # markers and file capabilities. Overlay bookkeeping (uuid, origin, impure)
 # belongs to one mount and is not content.
@@ -21,66 +45,104 @@ CONTENT_XATTRS = frozenset(
 ) | {"security.capability"}
 
 
+class Entry(NamedTuple):
+    """One entry of a tree, as the digest sees it."""
+
+    depth: int
+    """0 for the root, 1 for its entries, and so on."""
+    name: bytes
+    """The last component of the path (``b""`` for the root)."""
+    kind: str
+    """``d`` dir, ``f`` file, ``h`` further link of a file, ``l`` symlink, ``c``/``b`` device, ``p`` FIFO."""
+    perm: int
+    """Permission bits, set-id and sticky bits included."""
+    uid: int
+    gid: int
+    payload: bytes
+    """Content hash (f), link target (l), index of the group's first entry (h), ``major:minor`` (c, b)."""
+    xattrs: tuple[tuple[str, bytes], ...] = ()
+    """Content xattrs, sorted, namespace (trusted/user) stripped."""
+
+
+def digest_entries(entries: Iterable[Entry]) -> str:
+    """The digest of a tree given as its entries in canonical order."""
+    h = hashlib.sha256(b"snapgym-tree-%d\0" % FORMAT)
+    for e in entries:
+        attrs = b"".join(_field(name.encode()) + _field(value) for name, value in e.xattrs)
+        h.update(
+            _field(b"%d" % e.depth)
+            + _field(e.name)
+            + _field(e.kind.encode())
+            + _field(b"%o" % e.perm)
+            + _field(b"%d:%d" % (e.uid, e.gid))
+            + _field(e.payload)
+            + _field(attrs)
+        )
+    return h.hexdigest()
+
+
+def content_hash(fd: int) -> str:
+    """The hash of a regular file's bytes that reads only its data extents.
+
+    The file is cut into :data:`BLOCK_BYTES` blocks; blocks that are all zero,
+    whether holes or written zeros, are left out, the others are hashed with
+    their index. Holes are found with ``SEEK_DATA``/``SEEK_HOLE``, so a 1 TB
+    sparse file hashes in the time its few data blocks take.
+    """
+    size = os.fstat(fd).st_size
+    h = hashlib.sha256(b"snapgym-content-%d\0%d\0" % (FORMAT, size))
+    next_block = 0
+    for start, end in data_extents(fd, size):
+        first = max(start // BLOCK_BYTES, next_block)
+        stop = (end + BLOCK_BYTES - 1) // BLOCK_BYTES
+        for index in range(first, stop, _READ_BLOCKS):
+            count = min(_READ_BLOCKS, stop - index)
+            chunk = os.pread(fd, count * BLOCK_BYTES, index * BLOCK_BYTES)
+            for j in range(0, len(chunk), BLOCK_BYTES):
+                block = chunk[j : j + BLOCK_BYTES]
+                if block != _ZERO[: len(block)]:
+                    h.update(struct.pack("<Q", index + j // BLOCK_BYTES) + block)
+        next_block = max(next_block, stop)
+    return h.hexdigest()
+
+
+def data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """(start, end) byte ranges of a file that may hold data; holes between them read as zeros."""
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data past offset
+                return
+            if exc.errno != errno.EINVAL:
+                raise
+            yield offset, size  # a filesystem that cannot tell holes apart: read it all
+            return
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        if end <= start:
+            return
+        yield start, end
+        offset = end
+
+
+def content_xattrs(names: Iterable[str], read: Callable[[str], bytes]) -> tuple[tuple[str, bytes], ...]:
+    """Content xattrs among ``names``, read with ``read(name)``, namespace stripped and sorted."""
+    # Which namespace (trusted/user) depends on rootless mode, not content.
+    found = [(_strip_namespace(n), read(n)) for n in names if n in CONTENT_XATTRS]
+    return tuple(sorted(found))
+
+
 def file_sha256(path: str | os.PathLike[str]) -> str:
     """The SHA-256 of a file's bytes, read without following a final symlink."""
     h = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        while chunk := os.read(fd, _CHUNK):
+        while chunk := os.read(fd, 1 << 20):
             h.update(chunk)
     finally:
         os.close(fd)
     return h.hexdigest()
-
-
-def tree_digest(root: str | os.PathLike[str], *, id_offset: int = 0) -> str:
-    """The Merkle digest of the tree under ``root`` (``root`` itself included).
-
-    Args:
-        root: directory to hash; symlinks are hashed as links, never followed.
-        id_offset: subtracted from owners, so a layer stored with shifted ids
-            hashes the same as its unshifted twin.
-    """
-    return _entry_digest(os.fspath(root), "", id_offset)
-
-
-def _entry_digest(path: str, name: str, id_offset: int) -> str:
-    st = os.lstat(path)
-    h = hashlib.sha256()
-    kind = stat.S_IFMT(st.st_mode)
-    owner = f"{max(st.st_uid - id_offset, -1)}:{max(st.st_gid - id_offset, -1)}"
-    h.update(f"{kind:o}\0{name}\0{stat.S_IMODE(st.st_mode):o}\0{owner}\0".encode("utf-8", "surrogateescape"))
-    if stat.S_ISREG(kind):
-        h.update(file_sha256(path).encode())
-    elif stat.S_ISLNK(kind):
-        h.update(os.fsencode(os.readlink(path)))
-    elif stat.S_ISCHR(kind) or stat.S_ISBLK(kind):
-        h.update(f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}".encode())
-    elif stat.S_ISDIR(kind):
-        children = sorted(os.listdir(path))
-        for child in children:
-            h.update(os.fsencode(child) + b"\0")
-            h.update(_entry_digest(os.path.join(path, child), child, id_offset).encode())
-    if not stat.S_ISLNK(kind):
-        h.update(_overlay_xattrs(path))
-    return h.hexdigest()
-
-
-def _overlay_xattrs(path: str) -> bytes:
-    try:
-        names = sorted(n for n in os.listxattr(path, follow_symlinks=False) if n in CONTENT_XATTRS)
-    except OSError:
-        return b""
-    out = b""
-    for n in names:
-        # Which namespace (trusted/user) depends on rootless mode, not content.
-        out += (
-            n.removeprefix("trusted.").removeprefix("user.").encode()
-            + b"="
-            + os.getxattr(path, n, follow_symlinks=False)
-            + b"\0"
-        )
-    return out
 
 
 def combine(*parts: str) -> str:
@@ -89,3 +151,11 @@ def combine(*parts: str) -> str:
     for part in parts:
         h.update(part.encode() + b"\n")
     return h.hexdigest()
+
+
+def _field(value: bytes) -> bytes:
+    return struct.pack("<Q", len(value)) + value
+
+
+def _strip_namespace(name: str) -> str:
+    return name.removeprefix("trusted.").removeprefix("user.")

@@ -11,7 +11,10 @@ are translated at the backend boundary and never escape it.
     │   └── CompilerMissingError         no C compiler for the sandbox daemon
     ├── BuildError                       a template's setup step or healthcheck failed
     ├── SnapshotError                    a snapshot is missing, corrupt or foreign
-    │   └── SnapshotNotFoundError        (LookupError)
+    │   ├── SnapshotNotFoundError        (LookupError)
+    │   ├── SnapshotCorruptError         a stored layer or record differs from its digest
+    │   ├── SnapshotTooLargeError        a snapshot is over the backend's size limit
+    │   └── StoreFullError               the snapshot store's filesystem is full
     ├── SandboxError                     a sandbox could not do what was asked
     │   ├── SandboxClosedError           used after close()
     │   ├── SandboxCrashedError          its init or the daemon died
@@ -56,6 +59,28 @@ class SnapshotError(SnapgymError):
 
 class SnapshotNotFoundError(SnapshotError, LookupError):
     """No snapshot with that id is in the store."""
+
+
+class SnapshotCorruptError(SnapshotError):
+    """A stored layer or snapshot record no longer matches its digest.
+
+    Attributes:
+        layer_id: the layer that differs, or None when a record does.
+        path: the first differing path inside the layer, if known.
+    """
+
+    def __init__(self, message: str, *, layer_id: str | None = None, path: str | None = None) -> None:
+        super().__init__(message)
+        self.layer_id = layer_id
+        self.path = path
+
+
+class SnapshotTooLargeError(SnapshotError):
+    """A snapshot would store more than the backend's limit."""
+
+
+class StoreFullError(SnapshotError):
+    """The snapshot store's filesystem ran out of space (or quota) while writing."""
 
 
 class SandboxError(SnapgymError):

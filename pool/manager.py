@@ -241,6 +241,16 @@ class PoolManager:
         """The manager is up."""
         return True
 
+    def health(self) -> str | None:
+        """None when the pool can serve (open, with a live host); otherwise why not."""
+        with self._cond:
+            if self._closed:
+                return "the pool is closed"
+            if not self._alive_hosts():
+                lost = ", ".join(sorted({h.node_id[:8] for h in self._hosts.values()}))
+                return f"no live sandbox host (the hosts on node(s) {lost} died and none has replaced them yet)"
+        return None
+
     def host_info(self, host_id: str) -> tuple[Any, str | None]:
         """The actor handle and fast-path socket of a host, for clients to cache."""
         with self._cond:

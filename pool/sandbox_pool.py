@@ -36,9 +36,18 @@ from pool.templates import Template
 
 
 def local_backend_factory(**options: Any) -> BackendFactory:
-    """A picklable factory of LocalBackend(**options), run inside each host actor."""
-    from pool.backends.local import LocalBackend
+    """A picklable factory of LocalBackend(**options), run inside each host actor.
 
+    A ``store_dir`` left unset is resolved here, in the driver ($SNAPGYM_STORE,
+    else the user's cache folder), not in each host: a host's process has the
+    environment of the Ray node it runs on, so it could otherwise build into a
+    store the driver never configured.
+    """
+    from pool.backends.local import LocalBackend
+    from pool.backends.local.store import default_store_dir
+
+    if not options.get("store_dir"):
+        options["store_dir"] = str(default_store_dir())
     return functools.partial(LocalBackend, **options)
 
 
@@ -102,7 +111,7 @@ class SandboxPool:
         key = json.dumps(template.fingerprint(), sort_keys=True)
         if key in self._added:  # many environments of one task share one build round trip
             return self._added[key]
-        snapshot: Snapshot = raycalls.get(self._manager.add.remote(template))
+        snapshot: Snapshot = self._manager_get(self._manager.add.remote(template))
         self._snapshots[snapshot.id] = snapshot
         self._added[key] = snapshot
         return snapshot
@@ -114,26 +123,24 @@ class SandboxPool:
             AcquireTimeoutError: none became ready within the timeout.
             CrashLoopError: the snapshot's sandboxes keep failing.
         """
-        import ray
-
         self._check_open()
         snapshot_id = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
-        from ray.exceptions import RayActorError
-
+        gone = "the pool's manager is gone (the pool was closed, its driver exited, or it died)"
         try:
             if self._manager_fast is not None:
                 grant = self._manager_fast.call("acquire", snapshot_id, timeout_s, _holder())
             else:
-                grant = raycalls.get(self._manager.acquire.remote(snapshot_id, timeout_s, _holder()))
-        except (RayActorError, ConnectionError):
-            raise PoolClosedError("the pool's manager is gone (the pool was closed, or its driver exited)") from None
+                grant = self._manager_get(self._manager.acquire.remote(snapshot_id, timeout_s, _holder()))
+        except ConnectionError:
+            raise PoolClosedError(gone) from None
         host = self._hosts.get(grant.host_id)
         if host is None:
-            handle, fastpath = ray.get(self._manager.host_info.remote(grant.host_id))
+            handle, fastpath = self._manager_get(self._manager.host_info.remote(grant.host_id))
             host = self._hosts[grant.host_id] = (handle, FastPathClient(fastpath) if reachable(fastpath) else None)
         start = self._snapshots.get(grant.snapshot_id)
         if start is None:
-            start = self._snapshots[grant.snapshot_id] = ray.get(self._manager.snapshot.remote(grant.snapshot_id))
+            start = self._manager_get(self._manager.snapshot.remote(grant.snapshot_id))
+            self._snapshots[grant.snapshot_id] = start
         return Lease(self._manager, grant, host[0], start, host_fast=host[1], manager_fast=self._manager_fast)
 
     def release(self, lease: Lease) -> None:
@@ -143,16 +150,24 @@ class SandboxPool:
     def warm_up(self, snapshot: Snapshot, n: int, *, timeout_s: float = 120.0) -> int:
         """Wait until ``n`` sandboxes of ``snapshot`` are ready; returns how many are."""
         self._check_open()
-        ready: int = raycalls.get(self._manager.wait_ready.remote(snapshot.id, n, timeout_s))
+        ready: int = self._manager_get(self._manager.wait_ready.remote(snapshot.id, n, timeout_s))
         return ready
 
     def stats(self) -> dict[str, Any]:
         """Slots by state, acquire wait and restore percentiles, failures, recreations, hosts."""
-        import ray
-
         self._check_open()
-        stats: dict[str, Any] = ray.get(self._manager.stats.remote())
+        stats: dict[str, Any] = self._manager_get(self._manager.stats.remote())
         return stats
+
+    def health(self, *, timeout_s: float = 10.0) -> str | None:
+        """None when the pool can hand out sandboxes; otherwise why not (its manager has no live host).
+
+        Raises:
+            PoolClosedError: the pool was closed, or its manager is gone or does not answer in ``timeout_s``.
+        """
+        self._check_open()
+        reason: str | None = self._manager_get(self._manager.health.remote(), timeout_s=timeout_s)
+        return reason
 
     def machine_memory(self) -> dict[str, int]:
         """Bytes of memory in use on each machine that hosts the pool's sandboxes (by kernel boot id)."""
@@ -160,15 +175,20 @@ class SandboxPool:
         memory: dict[str, int] = raycalls.get(self._manager.machine_memory.remote())
         return memory
 
-    def close(self) -> None:
-        """Destroy every sandbox and actor of the pool. Idempotent."""
+    def close(self, *, timeout_s: float = 120.0) -> None:
+        """Destroy every sandbox and actor of the pool. Idempotent.
+
+        Args:
+            timeout_s: how long the manager may take to close its hosts; then it is killed
+                (Ray kills the hosts it owns with it).
+        """
         import ray
 
         if self._closed:
             return
         self._closed = True
         try:
-            ray.get(self._manager.close.remote(), timeout=120)
+            ray.get(self._manager.close.remote(), timeout=timeout_s)
         finally:
             ray.kill(self._manager, no_restart=True)
 
@@ -181,6 +201,20 @@ class SandboxPool:
     def _check_open(self) -> None:
         if self._closed:
             raise PoolClosedError("the pool is closed; create a new SandboxPool")
+
+    def _manager_get(self, ref: Any, *, timeout_s: float | None = None) -> Any:
+        """A manager call's value; a manager that is gone or silent raises PoolClosedError, not a Ray error."""
+        from ray.exceptions import GetTimeoutError, RayActorError, RaySystemError
+
+        try:
+            return raycalls.get(ref, timeout_s=timeout_s)
+        except RayActorError as exc:
+            raise PoolClosedError(f"the pool's manager is gone ({type(exc).__name__})") from None
+        except GetTimeoutError:
+            raise PoolClosedError(f"the pool's manager did not answer within {timeout_s:g} s") from None
+        except RaySystemError as exc:
+            first = (str(exc).splitlines() or [""])[0]
+            raise PoolClosedError(f"Ray is out of reach ({type(exc).__name__}: {first})") from None
 
 
 def _holder() -> str:

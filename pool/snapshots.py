@@ -14,10 +14,11 @@ from pool.errors import SnapshotError
 class Snapshot:
     """A known-good filesystem state and the settings episodes run with.
 
-    ``digest`` is a Merkle hash of the content (paths, modes, owners, file
-    contents, link targets, over every layer and the base), computed once when
-    the snapshot is made. Two sandboxes whose ``start_digest`` is equal started
-    from identical files.
+    ``digest`` is a hash of the content (paths, modes, owners, file contents,
+    link targets, hard-link groups, over every layer and the base; see
+    :mod:`pool.digest`), computed when the snapshot is made. Backends check the
+    content against it before a sandbox starts from it, so two sandboxes whose
+    ``start_digest`` is equal started from identical files.
     """
 
     id: str
@@ -41,19 +42,34 @@ class Snapshot:
     created_at: float = 0.0
     """Unix time of creation."""
 
-    def to_json(self) -> str:
-        """Serialise for the snapshot store."""
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values."""
         data = asdict(self)
         data["layers"] = list(self.layers)
         data["env"] = dict(self.env)
-        return json.dumps(data, sort_keys=True, indent=1)
+        return data
+
+    def to_json(self) -> str:
+        """Serialise for the snapshot store."""
+        return json.dumps(self.to_dict(), sort_keys=True, indent=1)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
+        """Build from :meth:`to_dict` output; a corrupt one raises SnapshotError."""
+        try:
+            fields = dict(data)
+            fields["layers"] = tuple(fields["layers"])
+            return cls(**fields)
+        except (KeyError, TypeError) as exc:
+            raise SnapshotError(f"snapshot record is corrupt ({exc}); delete it and build again") from exc
 
     @classmethod
     def from_json(cls, text: str) -> Snapshot:
         """Load from the snapshot store; a corrupt record raises SnapshotError."""
         try:
-            data: dict[str, Any] = json.loads(text)
-            data["layers"] = tuple(data["layers"])
-            return cls(**data)
-        except (ValueError, KeyError, TypeError) as exc:
+            data = json.loads(text)
+        except ValueError as exc:
             raise SnapshotError(f"snapshot record is corrupt ({exc}); delete it and build again") from exc
+        if not isinstance(data, dict):
+            raise SnapshotError("snapshot record is corrupt (not an object); delete it and build again")
+        return cls.from_dict(data)

@@ -80,15 +80,17 @@ class ChatServer:
 
     Args:
         script: the replies, in order (after the last one it answers ``submit``), or a function of the request.
+        port: where to listen (0: a free port); a test that stopped a server starts a new one on its port
+            to play an endpoint that comes back.
     """
 
-    def __init__(self, script: Script = ()) -> None:
+    def __init__(self, script: Script = (), *, port: int = 0) -> None:
         self.requests: list[ChatRequest] = []
         self._lock = threading.Lock()
         self._failures: list[tuple[int, int | None]] = []
         self._served = 0
         self.script(script)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, args=(0.05,), name="chat-standin", daemon=True

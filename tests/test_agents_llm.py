@@ -7,6 +7,7 @@ the chat completions protocol and records every request.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import uuid
@@ -17,7 +18,7 @@ import pytest
 from chat_server import ChatServer, RawResponse, completion
 from runner_fixtures import EPISODE, SOLVE, TASK, Run, run_benchmark
 
-from benchmarks.agents import AgentError, LLMAgent, ModelRequestError, ModelUnavailableError
+from benchmarks.agents import LLMAgent, ModelRequestError, ModelUnavailableError
 from benchmarks.agents.chat import ChatEndpoint, complete
 from benchmarks.agents.llm import action_from_reply, clip
 from benchmarks.ledger import ATTEMPT, ATTEMPT_FAILED, RESULT
@@ -153,13 +154,17 @@ def test_client_unreachable_server_is_unavailable() -> None:
         {"id": "x", "object": "chat.completion"},
         {"choices": []},
         {"choices": [{"index": 0, "finish_reason": "stop"}]},
+        {"error": {"message": "upstream model crashed", "type": "server_error", "code": 500}},
+        ["not", "an", "object"],
     ],
 )
-def test_client_reply_without_content_is_an_agent_error(chat_server: ChatServer, reply: dict[str, Any]) -> None:
-    chat_server.script([reply])
-    with pytest.raises(AgentError, match="choices"):
-        complete(endpoint(chat_server), [{"role": "user", "content": "hi"}])
-    assert len(chat_server.completions()) == 1
+def test_client_200_reply_that_is_not_a_completion_is_an_endpoint_failure(chat_server: ChatServer, reply: Any) -> None:
+    """An HTTP 200 with an error body or without choices[0].message is the endpoint failing: retried, then
+    ModelUnavailableError (an infrastructure failure), never the agent's error."""
+    chat_server.script(lambda request: RawResponse(json.dumps(reply).encode()))
+    with pytest.raises(ModelUnavailableError, match=r"error|choices"):
+        complete(endpoint(chat_server, max_retries=2), [{"role": "user", "content": "hi"}])
+    assert len(chat_server.completions()) == 3
 
 
 def test_client_null_content_is_an_empty_reply(chat_server: ChatServer) -> None:
@@ -286,28 +291,29 @@ def test_transient_503_is_retried_inside_the_client(
 
 
 @pytest.mark.timeout(120)
-def test_model_down_is_an_infra_failure_retried_then_left_out_of_the_mean(
+def test_model_down_is_an_outage_that_stops_the_run_without_burning_attempts(
     chat_server: ChatServer, tmp_path: Path, runner_store: Path
 ) -> None:
+    """Every request fails: the failed attempt is an outage casualty (not counted), the probes back off, and
+    the breaker stops the run (exit 3, summary.json written, the reason on one line); see test_runner_outage."""
     chat_server.fail_next(503, times=None)
-    run = run_llm(chat_server, tmp_path, runner_store, "agent.max_retries=0", "max_attempts=2")
-    summary = run.summary()
-    assert summary["mean_reward"] is None
-    assert summary["counts"]["infra_error"] == 1
-    assert summary["counts"]["retried_attempts"] == 1
+    run = run_llm(chat_server, tmp_path, runner_store, "agent.max_retries=0", "max_attempts=2", "outage_timeout_s=1")
+    assert run.done.returncode == 3, run.done.stderr[-3000:]
+    assert run.done.stderr.splitlines()[-1].startswith("snapgym: run stopped: OutageError:")
+    assert "HTTP 503" in run.done.stderr.splitlines()[-1]
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert summary["counts"]["finished"] == summary["counts"]["infra_error"] == 0
+    assert summary["counts"]["retried_attempts"] == 0
+    assert summary["counts"]["outage_attempts"] == 1
+    assert "OutageError" in summary["stopped"]
 
     records = run.ledger()
     assert [(r["kind"], r["attempt_id"]) for r in records] == [
         (ATTEMPT, f"{EPISODE}/1"),
         (ATTEMPT_FAILED, f"{EPISODE}/1"),
-        (ATTEMPT, f"{EPISODE}/2"),
-        (RESULT, f"{EPISODE}/2"),
     ]
-    assert "HTTP 503" in records[1]["error"]
-    result = records[-1]
-    assert (result["outcome"], result["reward"], result["infra_failures"]) == ("infra_error", None, 2)
-    assert "ModelUnavailableError" in result["error"]
-    assert len(chat_server.completions()) == 2
+    assert records[1]["outage"] is True and "HTTP 503" in records[1]["error"]
+    assert 2 <= len(chat_server.completions()) <= 6  # the attempt's request, then a few backed-off probes
 
 
 @pytest.mark.timeout(120)
@@ -350,13 +356,14 @@ def test_missing_key_fails_before_any_sandbox(chat_server: ChatServer, tmp_path:
 
 
 @pytest.mark.timeout(120)
-def test_a_reply_without_choices_is_an_agent_error(chat_server: ChatServer, tmp_path: Path, runner_store: Path) -> None:
-    chat_server.script([{"id": "chatcmpl-broken", "object": "chat.completion"}])
+def test_a_200_reply_with_an_error_body_is_retried_as_an_endpoint_failure(
+    chat_server: ChatServer, tmp_path: Path, runner_store: Path
+) -> None:
+    """The first reply is an HTTP 200 with an error body: the client retries it (not an agent error)."""
+    chat_server.script([{"error": {"message": "overloaded", "type": "server_error"}}, SOLVE_REPLY, "submit"])
     run = run_llm(chat_server, tmp_path, runner_store)
     summary = run.summary()
-    assert summary["counts"]["agent_error"] == 1
-    assert summary["mean_reward"] == 0.0  # agent errors count as failed episodes, unlike infra errors
-    result = run.result()
-    assert (result["outcome"], result["reward"], result["attempt"]) == ("agent_error", None, 1)
-    assert "choices" in result["error"]
-    assert len(chat_server.completions()) == 1
+    assert summary["counts"]["agent_error"] == 0
+    assert summary["mean_reward"] == 1.0
+    assert [r["kind"] for r in run.ledger()] == [ATTEMPT, RESULT]
+    assert len(chat_server.completions()) == 3

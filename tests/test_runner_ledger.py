@@ -385,6 +385,60 @@ def test_the_ledger_refuses_a_second_result_for_an_episode(tmp_path: Path) -> No
     assert (tmp_path / LEDGER_FILE).read_bytes() == written
 
 
+def test_a_resume_plays_infra_errors_again_and_keeps_every_other_result(
+    tmp_path: Path, tasks: list[Task], backend: LocalBackend
+) -> None:
+    """alpha's infrastructure always fails (final infra_error), beta's agent crashes, gamma scores. A resume
+    supersedes alpha's result and plays it again under new attempt ids with a fresh max_attempts; beta's
+    agent_error and gamma's score are final. Each episode counts once, by its standing result."""
+    broken = ScriptedAgent({"alpha": [[close_the_sandbox]], "beta": [[crash]], "gamma": [[SOLVE]]})
+    first = evaluate(tmp_path, tasks, broken, backend, episodes_per_task=1, max_attempts=2)
+    assert results_by_episode(first)["alpha:0"]["outcome"] == "infra_error"
+    written = (tmp_path / LEDGER_FILE).read_bytes()
+
+    fixed = ScriptedAgent({"alpha": [[SOLVE]], "beta": [[SOLVE]], "gamma": [[SOLVE]]})
+    records = evaluate(tmp_path, tasks, fixed, backend, episodes_per_task=1, max_attempts=2)
+    assert (tmp_path / LEDGER_FILE).read_bytes().startswith(written)  # append-only: history kept
+    new = records[len(first) :]
+    assert [(r["kind"], r["episode_id"], r["attempt"]) for r in new] == [
+        ("superseded", "alpha:0", 2),
+        ("attempt", "alpha:0", 3),
+        ("result", "alpha:0", 3),
+    ]
+    assert new[0]["attempt_id"] == "alpha:0/2"  # the result it replaces
+    assert (new[-1]["outcome"], new[-1]["reward"], new[-1]["infra_failures"]) == ("scored", 1.0, 0)
+    assert_every_attempt_closed_once(records)
+
+    frame, _ = read_run(tmp_path)
+    assert sorted(frame["episode_id"]) == ["alpha:0", "beta:0", "gamma:0"]
+    assert dict(zip(frame["episode_id"], frame["outcome"], strict=True)) == {
+        "alpha:0": "scored", "beta:0": "agent_error", "gamma:0": "scored"
+    }  # fmt: skip
+    counts = summary_of(tmp_path, scheduled=3)["counts"]
+    assert (counts["finished"], counts["infra_error"], counts["superseded"], counts["retried_attempts"]) == (3, 0, 1, 1)
+
+    again = evaluate(tmp_path, tasks, fixed, backend, episodes_per_task=1, max_attempts=2)
+    assert again == records  # every result is final now: nothing is played
+
+
+def test_the_ledger_supersedes_only_a_standing_result(tmp_path: Path) -> None:
+    result = {"kind": "result", "episode_id": "alpha:0", "attempt": 1, "attempt_id": "alpha:0/1", "outcome": "x"}
+    superseded = {"kind": "superseded", "episode_id": "alpha:0", "attempt": 1, "attempt_id": "alpha:0/1"}
+    with Ledger.open(tmp_path) as ledger:
+        with pytest.raises(ConfigError, match="no standing result"):
+            ledger.append(superseded)
+        ledger.append({"kind": "attempt", "episode_id": "alpha:0", "attempt": 1, "attempt_id": "alpha:0/1"})
+        ledger.append(result)
+        ledger.append(superseded)
+        assert "alpha:0" not in ledger.state.results
+        ledger.append({**result, "attempt": 2, "attempt_id": "alpha:0/2"})  # the next pass may end it again
+        with pytest.raises(ConfigError, match="already has a result"):
+            ledger.append({**result, "attempt": 3, "attempt_id": "alpha:0/3"})
+    with Ledger.open(tmp_path) as reopened:
+        assert reopened.state.results["alpha:0"]["attempt"] == 2
+        assert (reopened.state.attempts["alpha:0"], reopened.state.superseded) == (2, 1)
+
+
 # -- 4. infrastructure failures: retried under a new attempt id, never averaged -----
 
 
@@ -564,6 +618,24 @@ def test_concurrent_episodes_each_end_once_under_unique_attempt_ids(
     assert {(r["outcome"], r["attempt"]) for r in results.values()} == {("scored", 1)}
     assert_every_attempt_closed_once(records)
     assert len({r["attempt_id"] for r in results.values()}) == 12
+
+
+def test_throughput_comes_from_the_monotonic_clock_not_the_wall_clock(
+    tmp_path: Path, tasks: list[Task], backend: LocalBackend
+) -> None:
+    """The wall clock steps back an hour mid-run (as an NTP correction can): the ledger's human-readable
+    times show it, but the session's span, and so throughput, come from the monotonic clock."""
+    agent = ScriptedAgent({task.id: [[SOLVE]] for task in tasks})
+    records = evaluate(tmp_path, tasks, agent, backend, episodes_per_task=2, concurrency=2)
+    results = [r for r in records if r["kind"] == "result"]
+    span = max(r["session_finished_s"] for r in results) - min(r["session_started_s"] for r in results)
+    assert all(0 <= r["session_started_s"] <= r["session_finished_s"] <= span + 1 for r in results)
+    stepped = [{**r, "finished_at": r["finished_at"] - 3600} if r["kind"] == "result" else r for r in records]
+    (tmp_path / LEDGER_FILE).write_text("".join(json.dumps(r) + "\n" for r in stepped))
+
+    throughput = summary_of(tmp_path, scheduled=6)["throughput"]
+    assert throughput["wall_s"] == pytest.approx(span)
+    assert throughput["episodes_per_s"] == pytest.approx(6 / span)
 
 
 @pytest.fixture(autouse=True)

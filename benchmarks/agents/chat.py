@@ -2,14 +2,23 @@
 
 It speaks the wire protocol directly with the standard library, so any
 server that implements it works (OpenAI, vLLM, SGLang, llama.cpp, LiteLLM,
-Ollama). Transient failures (connection errors, timeouts, 429, 5xx) are
-retried with exponential backoff and then raise ModelUnavailableError (an
-infrastructure failure); a request the server refuses (400, 401, 403, 404)
-raises ModelRequestError at once, since retrying cannot fix it.
+Ollama). Transient failures (connection errors, timeouts, 429, 5xx, and a
+reply that is not a completion: not JSON, cut short, an ``error`` object
+or no ``choices[0].message`` even under HTTP 200, as proxies send when the
+model behind them fails) are retried with exponential backoff and then raise
+ModelUnavailableError (an infrastructure failure, never the agent's); a
+request the server refuses (400, 401, 403, 404) raises ModelRequestError at
+once, since retrying cannot fix it.
+
+:class:`EndpointProbe` tells the runner whether the endpoint serves at all
+(see ``benchmarks.outage``): one minimal completion (``max_tokens: 1``),
+sent only after an attempt failed on infrastructure and then between the
+backoff pauses of an outage.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import time
@@ -19,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.agents.base import AgentError, ModelRequestError, ModelUnavailableError
+from benchmarks.agents.base import ModelRequestError, ModelUnavailableError
 
 Message = dict[str, str]
 _RETRIED_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -67,7 +76,7 @@ def complete(endpoint: ChatEndpoint, messages: Sequence[Message], **params: Any)
     raise AssertionError("unreachable")
 
 
-def _post(endpoint: ChatEndpoint, body: bytes) -> dict[str, Any]:
+def _post(endpoint: ChatEndpoint, body: bytes) -> Any:
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if endpoint.api_key:
         headers["Authorization"] = f"Bearer {endpoint.api_key}"
@@ -76,7 +85,7 @@ def _post(endpoint: ChatEndpoint, body: bytes) -> dict[str, Any]:
     )
     try:
         with urllib.request.urlopen(request, timeout=endpoint.timeout_s) as response:
-            payload: dict[str, Any] = json.loads(response.read())
+            payload: Any = json.loads(response.read())
             return payload
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:500].decode("utf-8", "replace")
@@ -91,11 +100,51 @@ def _post(endpoint: ChatEndpoint, body: bytes) -> dict[str, Any]:
         raise ModelUnavailableError(f"{endpoint.base_url}: the reply was not JSON") from None
 
 
-def _parse_reply(payload: dict[str, Any]) -> ChatReply:
+_PROBE_MESSAGES = ({"role": "user", "content": "Reply with: ok"},)
+_PROBE_TIMEOUT_S = 10.0
+
+
+class EndpointProbe:
+    """Whether a chat endpoint serves: the runner's health probe of the model (see ``benchmarks.outage``).
+
+    Args:
+        endpoint: the endpoint the agent talks to.
+    """
+
+    def __init__(self, endpoint: ChatEndpoint) -> None:
+        self._endpoint = dataclasses.replace(endpoint, timeout_s=min(endpoint.timeout_s, _PROBE_TIMEOUT_S))
+
+    @property
+    def health_name(self) -> str:
+        """For outage messages (its errors name the URL, never the key)."""
+        return "the model endpoint"
+
+    def check_health(self) -> str | None:
+        """None when one minimal completion comes back (or the server refuses it: it answers, so it is up)."""
+        body = json.dumps({"model": self._endpoint.model, "messages": list(_PROBE_MESSAGES), "max_tokens": 1})
+        try:
+            _parse_reply(_post(self._endpoint, body.encode()))
+        except ModelUnavailableError as exc:
+            return str(exc)
+        except ModelRequestError:
+            return None
+        return None
+
+    def recover(self) -> None:
+        """Nothing to repair from here: the endpoint comes back by itself, or not."""
+
+
+def _parse_reply(payload: Any) -> ChatReply:
+    """The reply's first choice; a body that is not a completion is the endpoint failing."""
+    if isinstance(payload, dict) and payload.get("error"):
+        error = json.dumps(payload["error"], default=str)[:300]
+        raise ModelUnavailableError(f"the endpoint answered with an error: {error}")
     try:
         content = payload["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
-        raise AgentError(f"the model's reply has no choices[0].message.content: {str(payload)[:300]}") from None
+        raise ModelUnavailableError(
+            f"the endpoint's reply is not a completion (no choices[0].message): {str(payload)[:300]}"
+        ) from None
     usage = payload.get("usage") or {}
     tokens = (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))  # null: not counted
     return ChatReply(str(content or ""), *tokens)

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from benchmarks.agents.base import EpisodeContext, Observation
-from benchmarks.agents.chat import ChatEndpoint, Message, complete
+from benchmarks.agents.chat import ChatEndpoint, EndpointProbe, Message, complete
 from envs.base import SUBMIT
 from pool.errors import ConfigError
 
@@ -67,6 +67,10 @@ class LLMAgent:
         self._endpoint = ChatEndpoint(base_url, model, key, timeout_s=timeout_s, max_retries=max_retries)
         self._params = {"temperature": temperature, "max_tokens": max_tokens}
         self.max_observation_chars = max_observation_chars
+
+    def endpoint_probe(self) -> EndpointProbe:
+        """The runner's health probe of this agent's endpoint (an outage of the model pauses the run)."""
+        return EndpointProbe(self._endpoint)
 
     def start(self, episode: EpisodeContext) -> _ChatPolicy:
         """A conversation for one episode."""

@@ -7,9 +7,11 @@ Method:
     of each task then run, ``pool.size`` at a time, each from its task's
     snapshot (see ``benchmarks.evaluation``). Every attempt and result is
     appended to ``ledger.jsonl``; infrastructure failures are retried up to
-    ``max_attempts``. Reported: the outcome counts, mean reward and pass@k by
-    task, reset latency (from the environment's ``info``, time to put a
-    sandbox at the snapshot) and episode latency percentiles (wall time from
+    ``max_attempts``, and outages are waited out up to ``outage_timeout_s``
+    (a run stopped by one still writes its summary, then exits non-zero).
+    Reported: the outcome counts, mean reward and pass@k by task, reset
+    latency (from the environment's ``info``, time to put a sandbox at the
+    snapshot) and episode latency percentiles (wall time from
     reset to the verifier's verdict, agent included; numpy, linear
     interpolation), and throughput (finished episodes per second of wall time).
     Nothing is discarded as warm-up: an evaluation reports what it did.
@@ -18,6 +20,7 @@ Method:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,16 +29,19 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from benchmarks import results, rundir
-from benchmarks.agents import make_agent
+from benchmarks.agents import LLMAgent, make_agent
+from benchmarks.episodes import INFRA_ERROR
 from benchmarks.evaluation import EvalSettings, Evaluation, plan_episodes
-from benchmarks.job import Job
-from benchmarks.ledger import Ledger
+from benchmarks.job import Job, ScenarioStoppedError
+from benchmarks.ledger import Ledger, LedgerWriteError
+from benchmarks.outage import HealthProbe, OutageError
 from benchmarks.plots import write_plots
 from benchmarks.progress import Progress
 from benchmarks.schemas import PoolKind
 from benchmarks.suites import Suite, select_tasks
 from benchmarks.supply import SandboxSupply
 from envs.tasks import Task
+from pool.errors import SnapgymError
 
 
 @dataclass
@@ -89,20 +95,44 @@ def evaluate(
     supply = open_supply(job, config)
     ledger = Ledger.open(run_dir, fsync=config.ledger_fsync)
     scheduled = len(plan_episodes(tasks, settings.episodes_per_task, settings.seed))
-    progress = Progress(total=scheduled, done=len(ledger.state.results), enabled=config.progress,
+    final = sum(1 for r in ledger.state.results.values() if r["outcome"] != INFRA_ERROR)  # infra errors run again
+    progress = Progress(total=scheduled, done=final, enabled=config.progress,
                         description=config.benchmark.name + (" (resumed)" if resumed else ""))  # fmt: skip
+    evaluation = Evaluation(tasks, agent, supply, ledger, settings, on_result=progress.update,
+                            probes=health_probes(supply, agent))  # fmt: skip
+    stopped: SnapgymError | None = None
     try:
-        Evaluation(tasks, agent, supply, ledger, settings, on_result=progress.update).run()
-        pool_stats = supply.stats()
+        evaluation.run()
+    except (OutageError, LedgerWriteError) as exc:
+        stopped = exc
     finally:
         progress.close()
         ledger.close()
+        pool_stats = supply.stats()
         with contextlib.suppress(Exception):
             supply.close()
     extra: dict[str, Any] = {"skipped_tasks": skipped or {}}
     if pool_stats:
         extra["pool_stats"] = pool_stats
-    return report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots, extra=extra)
+    if evaluation.outages:
+        extra["outages"] = [dataclasses.asdict(outage) for outage in evaluation.outages]
+    if stopped is None:
+        return report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots, extra=extra)
+    reason = f"{type(stopped).__name__}: {stopped}"
+    try:
+        outcome = report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots,
+                         extra={**extra, "stopped": reason})  # fmt: skip
+    except OSError as exc:  # the disk that refused the ledger may refuse the summary too
+        raise ScenarioStoppedError(f"{reason} (summary.json could not be written either: {exc})", None) from stopped
+    raise ScenarioStoppedError(reason, outcome) from stopped
+
+
+def health_probes(supply: SandboxSupply, agent: Any) -> list[HealthProbe]:
+    """What every episode of the run depends on: the sandbox supply, and the llm agent's model endpoint."""
+    probes: list[HealthProbe] = [supply]
+    if isinstance(agent, LLMAgent):
+        probes.append(agent.endpoint_probe())
+    return probes
 
 
 def report(
@@ -142,6 +172,8 @@ def eval_settings(config: DictConfig) -> EvalSettings:
         max_attempts=config.max_attempts,
         success_threshold=config.success_threshold,
         verification=_verification(config),
+        outage_timeout_s=config.outage_timeout_s,
+        outage_backoff_max_s=config.outage_backoff_max_s,
     )
 
 

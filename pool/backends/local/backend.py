@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import json
 import os
 import resource
 import secrets
@@ -22,7 +21,7 @@ from pathlib import Path
 from pool.backends.local import cgroups, hostbase, kernel, layers, native, seal
 from pool.backends.local.daemon import DaemonClient, Fields, Op, PendingReply
 from pool.backends.local.sandbox import LocalSandbox
-from pool.backends.local.store import SnapshotStore, default_runtime_dir, default_store_dir
+from pool.backends.local.store import BaseRecord, SnapshotStore, default_runtime_dir, default_store_dir
 from pool.capabilities import Capabilities, Enforcement
 from pool.digest import combine, file_sha256
 from pool.errors import (
@@ -32,7 +31,9 @@ from pool.errors import (
     SandboxClosedError,
     SandboxCrashedError,
     SandboxOutOfMemoryError,
+    SnapshotCorruptError,
     SnapshotError,
+    SnapshotTooLargeError,
 )
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
@@ -60,6 +61,9 @@ class LocalBackend:
         cpus: CPU share per sandbox, e.g. 1.5 (cgroup only); None: unlimited.
         pids_limit: processes per sandbox.
         disk_limit_mb: size of each sandbox's writable layer.
+        max_snapshot_mb: the most one snapshot may add to the store, counted
+            in allocated MiB (holes of sparse files are free); default:
+            ``disk_limit_mb``.
         max_output_bytes: default cap on each of stdout and stderr.
         default_timeout_s: default exec timeout; None: no timeout.
         rootless: run without host root (default: when not root).
@@ -79,6 +83,7 @@ class LocalBackend:
         cpus: float | None = None,
         pids_limit: int | None = 1024,
         disk_limit_mb: int = 1024,
+        max_snapshot_mb: int | None = None,
         max_output_bytes: int = _MIB,
         default_timeout_s: float | None = 600.0,
         rootless: bool | None = None,
@@ -91,6 +96,7 @@ class LocalBackend:
             cpus=cpus,
             pids_limit=pids_limit,
             disk_limit_mb=disk_limit_mb,
+            max_snapshot_mb=max_snapshot_mb,
             max_output_bytes=max_output_bytes,
             default_timeout_s=default_timeout_s,
         )
@@ -102,12 +108,14 @@ class LocalBackend:
         self.cpus = cpus
         self.pids_limit = pids_limit
         self.disk_limit_mb = disk_limit_mb
+        self.max_snapshot_mb = max_snapshot_mb or disk_limit_mb
         self.max_output_bytes = max_output_bytes
         self.default_timeout_s = default_timeout_s
         self.prewarm = prewarm
         self.store = SnapshotStore(
             Path(store_dir) if store_dir else default_store_dir(), id_offset=self.id_offset, rootless=self.rootless
         )
+        self.store.reap()  # staging folders of processes killed mid-snapshot
         self._runtime_root = Path(runtime_dir) if runtime_dir else default_runtime_dir()
         self._cgroup_controllers = cgroups.available() if not self.rootless else set()
         self._host = hostbase.discover()
@@ -149,17 +157,24 @@ class LocalBackend:
     def build(self, template: Template) -> Snapshot:
         """Build (or find in the store) the snapshot of a template.
 
+        A stored snapshot and the base are checked against their digests before
+        use (once per process); one whose layer was deleted is built again.
+
         Raises:
             BuildError: a setup step or the healthcheck failed; the message
                 holds the step and its output.
+            SnapshotCorruptError: a stored layer or record differs from its
+                digest; the message names the layer, the path and what to delete.
+            SnapshotTooLargeError: the setup left more than ``max_snapshot_mb``.
+            StoreFullError: the store's filesystem is full.
         """
         self._check_open()
         base = self._base(template.base)
         snap_id = template.content_hash(base.digest)[:32]
-        if cached := self.store.find(snap_id):
+        if cached := self.store.find_usable(snap_id):
             return cached
         with self.store.lock(snap_id):
-            if cached := self.store.find(snap_id):
+            if cached := self.store.find_usable(snap_id):
                 return cached
             start = Snapshot(
                 id=f"base-{snap_id}",
@@ -201,12 +216,22 @@ class LocalBackend:
         return self.store.all()
 
     def verify(self, snapshot: Snapshot) -> bool:
-        """Recompute the digest of a snapshot's layers and compare it."""
-        self._check_snapshot(snapshot)
-        digest = self._base_digest_of(snapshot)
-        for layer_id in snapshot.layers[self._base_layer_count(snapshot) :]:
-            digest = combine(digest, self.store.layers.layer_digest(layer_id))
-        return digest == snapshot.digest
+        """Rehash every byte of a snapshot's layers and check them and its digest.
+
+        Slower than the check before first use (which trusts unchanged stat data),
+        and it also catches damage below the filesystem.
+
+        Returns:
+            False when a layer or the record differs from the digest.
+
+        Raises:
+            SnapshotError: a layer is missing or the snapshot is another backend's.
+        """
+        try:
+            self._check_snapshot(snapshot, deep=True)
+        except SnapshotCorruptError:
+            return False
+        return True
 
     def __deepcopy__(self, memo: dict[int, object]) -> LocalBackend:
         """A backend is a shared resource (a daemon, a store): copies are the same backend.
@@ -301,24 +326,37 @@ class LocalBackend:
     def snapshot_sandbox(
         self, sandbox: LocalSandbox, *, snapshot_id: str | None = None, template: Template | None = None
     ) -> Snapshot:
-        """Freeze a sandbox's writable layer into a new layer and record it."""
+        """Freeze a sandbox's writable layer into a new layer and record it.
+
+        The sandbox's processes are stopped while its writable layer is copied
+        (sparse files stay sparse, hard links stay links). A failure, however
+        it ends the copy, leaves nothing in the store.
+
+        Raises:
+            SnapshotTooLargeError: the writable layer allocates more than ``max_snapshot_mb``.
+            StoreFullError: the store's filesystem is full.
+        """
         parent = sandbox.start_snapshot
         upper = self._stage(sandbox) / "upper"
-        sandbox.freeze()
-        try:
-            if layers.is_empty_dir(upper):
-                staged = None
-            else:
-                staged = self.store.layers.staging_dir()
-                layers.copy_tree(upper, staged)
-        finally:
-            sandbox.thaw()
         new_layers = parent.layers
         digest = parent.digest
-        if staged is not None:
-            layer_id, layer_digest = self.store.layers.commit(staged)
-            new_layers = (*parent.layers, layer_id)
-            digest = combine(parent.digest, layer_digest)
+        with self.store.layers.staging(f"snapshotting sandbox {sandbox.id}") as staged:
+            sandbox.freeze()
+            try:
+                is_empty = layers.is_empty_dir(upper)
+                if not is_empty:
+                    layers.copy_tree(upper, staged, max_bytes=self.max_snapshot_mb * _MIB)
+            except SnapshotTooLargeError as exc:
+                raise SnapshotTooLargeError(
+                    f"snapshot of sandbox {sandbox.id}: {exc}, over LocalBackend(max_snapshot_mb="
+                    f"{self.max_snapshot_mb}); nothing was kept: delete files in the sandbox or raise the limit"
+                ) from None
+            finally:
+                sandbox.thaw()
+            if not is_empty:
+                layer_id, layer_digest = self.store.layers.commit(staged)
+                new_layers = (*parent.layers, layer_id)
+                digest = combine(parent.digest, layer_digest)
         snap = Snapshot(
             id=snapshot_id or digest[:32],
             digest=digest,
@@ -377,13 +415,17 @@ class LocalBackend:
         if self._closed:
             raise SandboxClosedError("the backend is closed; create a new LocalBackend")
 
-    def _check_snapshot(self, snapshot: Snapshot) -> None:
+    def _check_snapshot(self, snapshot: Snapshot, *, deep: bool = False) -> None:
+        """Refuse a snapshot whose layers or digest the store cannot prove (checked once per process).
+
+        This is what makes ``start_digest`` a verified digest: no sandbox starts
+        (create, fork, restore) from a snapshot this check did not pass.
+        """
         if not isinstance(snapshot, Snapshot):
             raise ConfigError(f"expected a Snapshot, got {type(snapshot).__name__}; build a Template first")
         if snapshot.backend != self.name:
             raise SnapshotError(f"snapshot {snapshot.id} belongs to the {snapshot.backend!r} backend, not 'local'")
-        for layer_id in snapshot.layers:
-            self.store.layers.require(layer_id)
+        self.store.check(snapshot, deep=deep)
 
     def _ensure_daemon(self) -> DaemonClient:
         with self._lock:
@@ -500,15 +542,16 @@ class LocalBackend:
 
     def _host_base(self) -> _Base:
         fingerprint = hostbase.fingerprint(self._host)
-        record = self.store.bases / f"host-{fingerprint[:32]}.json"
-        if cached := self._cached_base(record):
+        name = f"host-{fingerprint[:32]}"
+        if cached := self._cached_base(name):
             return cached
-        staged = self.store.layers.staging_dir()
-        hostbase.write_skeleton(self._host, staged)
-        layers.shift_owners(staged, self.id_offset)
-        layer_id, layer_digest = self.store.layers.commit(staged)
-        base = _Base((layer_id,), combine(f"host:{fingerprint}", layer_digest))
-        _write_json(record, {"layers": list(base.layers), "digest": base.digest})
+        with self.store.layers.staging("writing the host base layer") as staged:
+            hostbase.write_skeleton(self._host, staged)
+            layers.shift_owners(staged, self.id_offset)
+            layer_id, layer_digest = self.store.layers.commit(staged)
+        seed = f"host:{fingerprint}"
+        base = _Base((layer_id,), combine(seed, layer_digest))
+        self.store.save_base(name, BaseRecord(seed, base.layers, base.digest))
         return base
 
     def _rootfs_base(self, spec: str) -> _Base:
@@ -519,36 +562,28 @@ class LocalBackend:
                 "directory or tarball (make one with: docker export CONTAINER > rootfs.tar)"
             )
         key = _source_key(source)
-        record = self.store.bases / f"rootfs-{key[:32]}.json"
-        if cached := self._cached_base(record):
+        name = f"rootfs-{key[:32]}"
+        if cached := self._cached_base(name):
             return cached
-        staged = self.store.layers.staging_dir()
-        layers.extract_rootfs(source, staged)
-        layers.shift_owners(staged, self.id_offset)
-        rootfs_id, rootfs_digest = self.store.layers.commit(staged)
-        mounts = self.store.layers.staging_dir()
-        for d in ("proc", "dev", "tmp", "root", "etc"):
-            (mounts / d).mkdir()
-        os.chmod(mounts / "tmp", 0o1777)
-        layers.shift_owners(mounts, self.id_offset)
-        mounts_id, mounts_digest = self.store.layers.commit(mounts)
-        base = _Base((rootfs_id, mounts_id), combine(f"rootfs:{rootfs_digest}", mounts_digest))
-        _write_json(record, {"layers": list(base.layers), "digest": base.digest})
+        with self.store.layers.staging(f"unpacking the root filesystem {source}") as staged:
+            layers.extract_rootfs(source, staged)
+            layers.shift_owners(staged, self.id_offset)
+            rootfs_id, rootfs_digest = self.store.layers.commit(staged)
+        with self.store.layers.staging("writing the mount-point layer") as mounts:
+            for d in ("proc", "dev", "tmp", "root", "etc"):
+                (mounts / d).mkdir()
+            os.chmod(mounts / "tmp", 0o1777)
+            layers.shift_owners(mounts, self.id_offset)
+            mounts_id, mounts_digest = self.store.layers.commit(mounts)
+        seed = "rootfs"  # the content is all in the layers; where it came from is not state
+        base = _Base((rootfs_id, mounts_id), combine(seed, rootfs_digest, mounts_digest))
+        self.store.save_base(name, BaseRecord(seed, base.layers, base.digest))
         return base
 
-    def _cached_base(self, record: Path) -> _Base | None:
-        if not record.exists():
-            return None
-        data = json.loads(record.read_text())
-        if not all(self.store.layers.exists(layer) for layer in data["layers"]):
-            return None
-        return _Base(tuple(data["layers"]), data["digest"])
-
-    def _base_layer_count(self, snapshot: Snapshot) -> int:
-        return len(self._base(snapshot.base).layers)
-
-    def _base_digest_of(self, snapshot: Snapshot) -> str:
-        return self._base(snapshot.base).digest
+    def _cached_base(self, name: str) -> _Base | None:
+        """The recorded base, checked against its layers; None when it must be made."""
+        record = self.store.find_base(name)
+        return None if record is None else _Base(record.layers, record.digest)
 
 
 def _run_setup(sandbox: LocalSandbox, template: Template) -> None:
@@ -607,9 +642,3 @@ def _source_key(source: Path) -> str:
             st = os.lstat(os.path.join(dirpath, name))
             h.update(f"{dirpath}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
     return h.hexdigest()
-
-
-def _write_json(path: Path, data: object) -> None:
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)

@@ -1,32 +1,49 @@
-"""Read-only layers on disk: freeze a writable layer, import a root filesystem.
+"""Read-only layers on disk: stage, commit and verify them; import a root filesystem.
 
 A layer is a directory tree in overlayfs format (whiteouts are 0/0 character
 devices, opaque directories carry an ``overlay.opaque`` xattr). Layers are
-content-addressed: the directory name is derived from the tree's digest, so the
-same content is stored once.
+content-addressed: the directory name is the first 32 hex digits of the tree's
+digest, so the same content is stored once, and each has a manifest (see
+:mod:`manifest`) that lets the first use in a process check it with one stat
+walk. Every walk here is iterative and relative to directory descriptors
+(:mod:`walk`), so trees of any depth work and symlinks are never followed.
+
+Read-only: a layer's modes are part of its content, so they cannot be stripped;
+and ``chattr +i`` cannot be used either, because overlayfs copies the immutable
+flag of a lower inode onto the merged one, which would make every file of the
+snapshot unwritable inside the sandbox. A layer is guarded instead by the store
+being 0700 and by the check before first use; manifests and records are 0444.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
-import shutil
 import stat
 import tarfile
-import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
-from pool.digest import CONTENT_XATTRS, tree_digest
-from pool.errors import SnapshotError
+from pool.backends.local import durable, manifest, staging, walk
+from pool.backends.local.treecopy import copy_tree
+from pool.errors import SnapshotCorruptError, SnapshotError
+
+__all__ = ["LayerStore", "copy_tree", "extract_rootfs", "is_empty_dir", "remove_tree", "shift_owners"]
 
 
 class LayerStore:
-    """The directory holding every layer of one snapshot store."""
+    """The directory holding every layer of one snapshot store, and their manifests."""
 
-    def __init__(self, root: Path, *, id_offset: int) -> None:
+    def __init__(self, root: Path, *, manifests: Path, id_offset: int) -> None:
         self.root = root
+        self.manifests = manifests
         self.id_offset = id_offset
         root.mkdir(parents=True, exist_ok=True)
+        manifests.mkdir(parents=True, exist_ok=True)
+        self._verified: dict[str, str] = {}
+        self._lock = threading.Lock()
 
     def path(self, layer_id: str) -> Path:
         """Where a layer's tree lives."""
@@ -46,26 +63,100 @@ class LayerStore:
             )
         return path
 
-    def staging_dir(self) -> Path:
-        """A fresh directory to assemble a layer in, on the store's filesystem."""
-        return Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
+    @contextlib.contextmanager
+    def staging(self, what: str) -> Iterator[Path]:
+        """A fresh folder to assemble a layer in, removed unless committed.
+
+        Whatever ends the block (an exception, KeyboardInterrupt) removes the folder;
+        ENOSPC or EDQUOT of the store becomes StoreFullError. A folder left by a
+        killed process is named for its owner, so :meth:`reap` can remove it.
+        """
+        staged = self.root / staging.new_name()
+        try:
+            with durable.space_checked(self.root.parent, what):
+                staged.mkdir(mode=0o700)
+                yield staged
+        finally:
+            remove_tree(staged)
 
     def commit(self, staged: Path) -> tuple[str, str]:
-        """Move a staged tree into the store under its digest; (layer id, digest)."""
-        digest = tree_digest(staged, id_offset=self.id_offset)
-        layer_id = digest[:32]
-        target = self.path(layer_id)
+        """Move a staged tree into the store under its digest; (layer id, digest).
+
+        The tree is hashed into its manifest, flushed to disk (one syncfs), renamed
+        into place and the rename made durable; then the manifest is written.
+        """
+        with durable.space_checked(self.root.parent, "committing a layer"):
+            found = manifest.scan(staged, id_offset=self.id_offset)
+            layer_id = found.digest[:32]
+            if self.exists(layer_id) or not self._place(staged, layer_id):
+                # Stored already. A damaged copy is not replaced, since sandboxes may have it
+                # mounted: verify refuses it, and its snapshots are rebuilt once it is deleted.
+                return layer_id, self.verify(layer_id)
+            durable.fsync_dir(self.root)
+            durable.write_file(self._manifest_path(layer_id), found.to_json())
+        self._verified[layer_id] = found.digest
+        return layer_id, found.digest
+
+    def verify(self, layer_id: str, *, deep: bool = False) -> str:
+        """The layer's digest, once its content is checked against it (once per process unless ``deep``).
+
+        Raises:
+            SnapshotCorruptError: the content differs; names the layer and the first differing path.
+        """
+        if not deep and layer_id in self._verified:
+            return self._verified[layer_id]
+        path = self.require(layer_id)
+        with self._lock:
+            recorded = manifest.load(self._manifest_path(layer_id), layer_id)
+            if recorded is None:
+                recorded = self._rescan(layer_id, path)
+            else:
+                refreshed = manifest.check(path, recorded, layer_id=layer_id, id_offset=self.id_offset, deep=deep)
+                if refreshed is not None:
+                    self._save_manifest(layer_id, refreshed)
+            self._verified[layer_id] = recorded.digest
+        return recorded.digest
+
+    def reap(self) -> int:
+        """Remove staging folders and files whose owner is dead; how many."""
+        reaped = 0
+        for folder in (self.root, self.manifests):
+            for entry in folder.iterdir():
+                if staging.is_orphan(entry):
+                    remove_tree(entry)
+                    reaped += 1
+        return reaped
+
+    def _place(self, staged: Path, layer_id: str) -> bool:
+        """Flush the staged tree and rename it to its id; False when that id was stored meanwhile."""
+        durable.sync_filesystem(self.root)
         try:
-            os.rename(staged, target)
+            os.rename(staged, self.path(layer_id))
+            return True
         except OSError as exc:
             if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
-            remove_tree(staged)  # the same content is already stored
-        return layer_id, digest
+        return False
 
-    def layer_digest(self, layer_id: str) -> str:
-        """Recompute a stored layer's digest (used to verify it)."""
-        return tree_digest(self.require(layer_id), id_offset=self.id_offset)
+    def _rescan(self, layer_id: str, path: Path) -> manifest.Manifest:
+        found = manifest.scan(path, id_offset=self.id_offset)
+        if not found.digest.startswith(layer_id):
+            raise SnapshotCorruptError(
+                f"layer {layer_id} at {path} does not hold the content its name says, and its manifest is "
+                "missing or damaged, so the first changed path is unknown. Delete the layer and build its "
+                f"templates again, or delete the whole store ({self.root.parent})",
+                layer_id=layer_id,
+            )
+        self._save_manifest(layer_id, found)
+        return found
+
+    def _save_manifest(self, layer_id: str, found: manifest.Manifest) -> None:
+        # A manifest only speeds the next check up; a full disk must not fail the check.
+        with contextlib.suppress(OSError):
+            durable.write_file(self._manifest_path(layer_id), found.to_json())
+
+    def _manifest_path(self, layer_id: str) -> Path:
+        return self.manifests / f"{layer_id}.json"
 
 
 def is_empty_dir(path: Path) -> bool:
@@ -74,90 +165,34 @@ def is_empty_dir(path: Path) -> bool:
         return next(it, None) is None
 
 
-def copy_tree(src: Path, dst: Path) -> None:
-    """Copy a layer tree exactly: types, modes, owners, times, overlay xattrs.
-
-    Symlinks are copied as links and never followed, so a tree written by
-    untrusted code cannot make the host read or write outside it.
-    """
-    dirs: list[tuple[str, os.stat_result]] = []
-    _copy_entry(os.fspath(src), os.fspath(dst), dirs, is_root=True)
-    # Directory modes and times last: children are written first.
-    for path, st in reversed(dirs):
-        os.chmod(path, stat.S_IMODE(st.st_mode))
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-
-
-def _copy_entry(src: str, dst: str, dirs: list[tuple[str, os.stat_result]], *, is_root: bool = False) -> None:
-    st = os.lstat(src)
-    mode = st.st_mode
-    if stat.S_ISDIR(mode):
-        if not is_root:
-            os.mkdir(dst, 0o700)
-        for name in os.listdir(src):
-            _copy_entry(os.path.join(src, name), os.path.join(dst, name), dirs)
-        dirs.append((dst, st))
-    elif stat.S_ISREG(mode):
-        _copy_file(src, dst)
-    elif stat.S_ISLNK(mode):
-        os.symlink(os.readlink(src), dst)
-    elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode):
-        os.mknod(dst, mode, st.st_rdev)
-    else:
-        return  # sockets are not state worth keeping
-    _copy_meta(src, dst, st)
-
-
-def _copy_file(src: str, dst: str) -> None:
-    sfd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        dfd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            size = os.fstat(sfd).st_size
-            copied = 0
-            while copied < size:
-                n = os.sendfile(dfd, sfd, copied, size - copied)
-                if n == 0:
-                    break
-                copied += n
-        finally:
-            os.close(dfd)
-    finally:
-        os.close(sfd)
-
-
-def _copy_meta(src: str, dst: str, st: os.stat_result) -> None:
-    is_link = stat.S_ISLNK(st.st_mode)
-    if os.geteuid() == 0:
-        os.lchown(dst, st.st_uid, st.st_gid)
-    try:
-        for name in os.listxattr(src, follow_symlinks=False):
-            if name in CONTENT_XATTRS:
-                os.setxattr(dst, name, os.getxattr(src, name, follow_symlinks=False), follow_symlinks=False)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOTSUP, errno.EPERM):
-            raise
-    if not is_link:
-        if not stat.S_ISDIR(st.st_mode):
-            os.chmod(dst, stat.S_IMODE(st.st_mode))
-        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
-    else:
-        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
-
-
 def shift_owners(root: Path, offset: int) -> None:
     """Add ``offset`` to every owner under root (for root-mode id mapping)."""
     if offset == 0 or os.geteuid() != 0:
         return
-    entries = [os.fspath(root)]
-    for dirpath, dirnames, filenames in os.walk(root):
-        entries += (os.path.join(dirpath, n) for n in dirnames + filenames)
-    for name in entries:
-        st = os.lstat(name)
-        mode = st.st_mode
-        os.lchown(name, st.st_uid + offset, st.st_gid + offset)
-        if not stat.S_ISLNK(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
-            os.chmod(name, stat.S_IMODE(mode))  # chown cleared set-id bits; restore them
+    fd = os.open(root, walk.O_DIR)
+    shifted: set[tuple[int, int]] = set()  # an inode with several links is shifted once
+    try:
+        for node in walk.walk(fd):
+            st = node.st
+            if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                if (st.st_dev, st.st_ino) in shifted:
+                    continue
+                shifted.add((st.st_dev, st.st_ino))
+            if node.fd >= 0:
+                os.chown(node.fd, st.st_uid + offset, st.st_gid + offset)
+            else:
+                os.chown(node.name, st.st_uid + offset, st.st_gid + offset, dir_fd=node.dir_fd, follow_symlinks=False)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                _chmod(node, stat.S_IMODE(st.st_mode))  # chown cleared set-id bits; restore them
+    finally:
+        os.close(fd)
+
+
+def _chmod(node: walk.Node, mode: int) -> None:
+    if node.fd >= 0:
+        os.fchmod(node.fd, mode)
+    else:  # not a symlink, and the staged tree is this process's own
+        os.chmod(node.name, mode, dir_fd=node.dir_fd)
 
 
 def extract_rootfs(source: Path, dest: Path) -> None:
@@ -170,7 +205,11 @@ def extract_rootfs(source: Path, dest: Path) -> None:
     try:
         with tarfile.open(source) as tar:
             tar.extractall(dest, filter=_rootfs_filter, numeric_owner=True)
-    except (tarfile.TarError, OSError) as exc:
+    except tarfile.TarError as exc:
+        raise SnapshotError(f"cannot unpack root filesystem {source}: {exc}") from exc
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise  # the store's space_checked turns this into StoreFullError
         raise SnapshotError(f"cannot unpack root filesystem {source}: {exc}") from exc
 
 
@@ -184,24 +223,43 @@ def _rootfs_filter(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None
 
 
 def remove_tree(path: Path) -> None:
-    """Delete a tree without following symlinks, even where modes deny writes.
+    """Delete a tree (or a file) without following symlinks, at any depth, even where modes deny writes.
 
     Entries that vanish meanwhile are fine: two backends starting on one machine may
     reap the same crashed run's folder at once.
     """
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(path)
+            return
+        fd = _open_for_removal(path)
+    except FileNotFoundError:
+        return
+    try:
+        for node in walk.walk(fd, leaving=True, missing_ok=True, force=True):
+            with contextlib.suppress(FileNotFoundError):
+                _remove_step(node)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(path)
 
-    def _make_writable(func: object, p: str, exc_info: tuple[type[BaseException], BaseException, object]) -> None:
-        if isinstance(exc_info[1], FileNotFoundError):
-            return  # already gone: another process (a second backend reaping the same orphan) removed it
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            if os.path.isdir(p) and not os.path.islink(p):
-                os.chmod(p, 0o700)
-                shutil.rmtree(p, onerror=_make_writable)
-            elif os.path.lexists(p):
-                os.unlink(p)
-        except FileNotFoundError:
-            pass
 
-    if path.exists() or path.is_symlink():
-        shutil.rmtree(path, onerror=_make_writable)
+def _open_for_removal(path: Path) -> int:
+    try:
+        return os.open(path, walk.O_DIR)
+    except PermissionError:
+        os.chmod(path, 0o700)
+        return os.open(path, walk.O_DIR)
+
+
+def _remove_step(node: walk.Node) -> None:
+    if node.leaving:
+        if node.dir_fd >= 0:
+            os.rmdir(node.name, dir_fd=node.dir_fd)
+    elif node.fd >= 0:
+        if os.geteuid() != 0 and node.st.st_mode & 0o700 != 0o700:
+            os.fchmod(node.fd, 0o700)  # so its entries can be unlinked
+    else:
+        os.unlink(node.name, dir_fd=node.dir_fd)

@@ -103,21 +103,18 @@ class TestsLayers:
             if layer_id is None or not self._store.layers.exists(layer_id):
                 layer_id = self._import(tests_dir)
                 self._known[key] = layer_id
+        self._store.layers.verify(layer_id)  # once per process: the tests are served like any layer
         return self._store.layers.path(layer_id)
 
     def _import(self, tests_dir: Path) -> str:
-        staged = self._store.layers.staging_dir()
-        try:
-            target = staged / "tree"
-            shutil.copytree(tests_dir, target, symlinks=True)
-            for path in (target, *target.rglob("*")):
+        with self._store.layers.staging("storing a task's tests") as staged:
+            shutil.copytree(tests_dir, staged, symlinks=True, dirs_exist_ok=True)
+            for path in staged.rglob("*"):
                 if not (path.is_symlink() or path.is_dir() or path.is_file()):
-                    raise ConfigError(f"{tests_dir}: {path.relative_to(target)} is not a file, folder or link")
-            os.chmod(target, 0o755)
-            layers.shift_owners(target, self._id_offset)
-            layer_id, _ = self._store.layers.commit(target)
-        finally:
-            layers.remove_tree(staged)
+                    raise ConfigError(f"{tests_dir}: {path.relative_to(staged)} is not a file, folder or link")
+            os.chmod(staged, 0o755)
+            layers.shift_owners(staged, self._id_offset)
+            layer_id, _ = self._store.layers.commit(staged)
         return layer_id
 
 

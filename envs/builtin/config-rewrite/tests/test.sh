@@ -1,24 +1,8 @@
 #!/bin/bash
-# Compare the edited file with the expected file kept in /tests (the agent never sees it).
-# The only leniency: a missing final newline at the end of the file.
+# Verifier for config-rewrite: /tests/check.py compares /app/app.conf with /tests/expected.conf.
+# envs/builtin/README.md says why it is written the way it is. 0 goes first, so a checker that
+# dies leaves a failing reward; check.py writes the verdict last, 0 or 1, from a trusted process.
 mkdir -p /logs/verifier
-python3 - <<'PY'
-import difflib, pathlib, sys
-expected = pathlib.Path("/tests/expected.conf").read_text()
-path = pathlib.Path("/app/app.conf")
-reward = 0
-if not path.is_file():
-    print("/app/app.conf is missing")
-else:
-    actual = path.read_text(errors="replace")
-    if actual and not actual.endswith("\n"):
-        actual += "\n"
-    if actual == expected:
-        reward = 1
-    else:
-        sys.stdout.writelines(difflib.unified_diff(
-            expected.splitlines(True), actual.splitlines(True), "expected", "/app/app.conf"))
-pathlib.Path("/logs/verifier/reward.txt").write_text(f"{reward}\n")
-PY
-[ -f /logs/verifier/reward.txt ] || echo 0 > /logs/verifier/reward.txt
+echo 0 > /logs/verifier/reward.txt
+cd / && timeout -k 5 50 python3 -I /tests/check.py
 exit 0

@@ -1,22 +1,8 @@
 #!/bin/bash
-# Verifier for find-large-files: the expected listing is fixed in /tests/expected.txt.
+# Verifier for find-large-files: /tests/check.py compares /app/large.txt with /tests/expected.txt.
+# envs/builtin/README.md says why it is written the way it is. 0 goes first, so a checker that
+# dies leaves a failing reward; check.py writes the verdict last, 0 or 1, from a trusted process.
 mkdir -p /logs/verifier
-python3 - <<'PY'
-import sys
-expected = open("/tests/expected.txt").read().splitlines()
-try:
-    raw = open("/app/large.txt", encoding="utf-8", errors="replace").read()
-except OSError as exc:
-    print("FAIL: cannot read /app/large.txt:", exc)
-    sys.exit(1)
-got = raw.replace("\r\n", "\n").rstrip("\n").split("\n") if raw.strip() else []
-if got != expected:
-    print("FAIL: /app/large.txt differs from the expected listing")
-    print("missing:", sorted(set(expected) - set(got)))
-    print("unexpected:", sorted(set(got) - set(expected)))
-    if set(got) == set(expected):
-        print("(same paths, wrong order or duplicates)")
-    sys.exit(1)
-print("PASS")
-PY
-if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+echo 0 > /logs/verifier/reward.txt
+cd / && timeout -k 5 50 python3 -I /tests/check.py
+exit 0

@@ -1,13 +1,9 @@
 #!/bin/bash
-# Run the hidden tests in /tests against /app/kvparse.py.
+# Verifier for fix-python-parser: /tests/check.py runs parse() from /app/kvparse.py, as an
+# untrusted user, on the hidden cases. envs/builtin/README.md says why it is written the way it
+# is. 0 goes first, so a checker that dies leaves a failing reward; check.py writes the verdict
+# last, 0 or 1, from a trusted process.
 mkdir -p /logs/verifier
 echo 0 > /logs/verifier/reward.txt
-rm -rf /tmp/verify_kvparse && mkdir -p /tmp/verify_kvparse
-cp /tests/test_kvparse.py /tmp/verify_kvparse/hidden_test_kvparse.py
-cd /tmp/verify_kvparse || exit 0
-set -o pipefail
-if PYTHONPATH=/app PYTHONDONTWRITEBYTECODE=1 timeout 60 python3 -m unittest -v hidden_test_kvparse 2>&1 | tee out.txt \
-   && grep -q '^OK' out.txt && ! grep -q '^Ran 0 tests' out.txt; then
-  echo 1 > /logs/verifier/reward.txt
-fi
+cd / && timeout -k 5 50 python3 -I /tests/check.py
 exit 0

@@ -1,13 +1,9 @@
 #!/bin/bash
-# Run the hidden tests in /tests against /app/lru.py.
+# Verifier for implement-lru-cache: /tests/check.py plays operation scripts on /app/lru.py, as an
+# untrusted user, against a reference. envs/builtin/README.md says why it is written the way it
+# is. 0 goes first, so a checker that dies leaves a failing reward; check.py writes the verdict
+# last, 0 or 1, from a trusted process.
 mkdir -p /logs/verifier
 echo 0 > /logs/verifier/reward.txt
-rm -rf /tmp/verify_lru && mkdir -p /tmp/verify_lru
-cp /tests/test_lru.py /tmp/verify_lru/hidden_test_lru.py
-cd /tmp/verify_lru || exit 0
-set -o pipefail
-if PYTHONPATH=/app PYTHONDONTWRITEBYTECODE=1 timeout 90 python3 -m unittest -v hidden_test_lru 2>&1 | tee out.txt \
-   && grep -q '^OK' out.txt && ! grep -q '^Ran 0 tests' out.txt; then
-  echo 1 > /logs/verifier/reward.txt
-fi
+cd / && timeout -k 5 110 python3 -I /tests/check.py
 exit 0

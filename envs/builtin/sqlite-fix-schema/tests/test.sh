@@ -1,8 +1,9 @@
 #!/bin/bash
-# Verifier for sqlite-fix-schema: expected rows live in /tests/expected.json, not in the sandbox.
+# Verifier for sqlite-fix-schema: /tests/check.py checks a private copy of /app/app.db against
+# /tests/expected.json. envs/builtin/README.md says why it is written the way it is. 0 goes first,
+# so a checker that dies leaves a failing reward; check.py writes the verdict last, 0 or 1, from a
+# trusted process.
 mkdir -p /logs/verifier
-if python3 /tests/check_db.py; then
-  echo 1 > /logs/verifier/reward.txt
-else
-  echo 0 > /logs/verifier/reward.txt
-fi
+echo 0 > /logs/verifier/reward.txt
+cd / && timeout -k 5 50 python3 -I /tests/check.py
+exit 0
