@@ -7,14 +7,17 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from pool.capabilities import Capabilities
 from pool.contract import Backend, Sandbox
 from pool.errors import BuildError, FileOperationError, SandboxClosedError, SnapgymError
 from pool.snapshots import Snapshot
 from pool.templates import Template
+from pool.verification import REWARD_DIR, TESTS_PATH, VerificationPlan, VerifyMode
 
 
 class ConformanceError(AssertionError):
@@ -48,6 +51,9 @@ def check_backend(backend: Backend, *, template: Template = CONFORMANCE_TEMPLATE
         for check in (check_exec, check_files, check_episode_isolation):
             check(sandbox)
         check_snapshot_restore(backend, sandbox, snap)
+        sandbox.restore(snap)
+        for mode in backend.capabilities.verification:
+            check_verification(sandbox, snap, VerifyMode.parse(mode))
     check_fork(backend, snap)
     check_close(backend, snap)
 
@@ -132,6 +138,28 @@ def check_snapshot_restore(backend: Backend, sandbox: Sandbox, snap: Snapshot) -
     sandbox.restore(mid)
     _expect(sandbox.exec("ls /workspace").stdout == "a\nb\nstamp\n", "restore to a mid snapshot")
     _expect(sandbox.start_digest == mid.digest, "start digest after restore")
+
+
+def check_verification(sandbox: Sandbox, snap: Snapshot, mode: VerifyMode) -> None:
+    """begin_verification: the verifier's /tests and reward directory, the agent's processes and files per mode."""
+    with tempfile.TemporaryDirectory(prefix="snapgym-conformance-tests-") as tests:
+        Path(tests, "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+        sandbox.exec(
+            f"mkdir -p {REWARD_DIR} /etc/agent && echo forged > {REWARD_DIR}/reward.txt && echo out > /workspace/out"
+            " && echo mine > /etc/agent/conf && (setsid sleep 1000 >/dev/null 2>&1 &)"
+        )
+        outputs = ("/workspace",) if mode is VerifyMode.STRICT else ()
+        report = sandbox.begin_verification(VerificationPlan(mode, Path(tests), outputs=outputs, known_good=snap))
+        _expect(report.mode is mode, f"{mode.value} verification report")
+        r = sandbox.exec(
+            f"ls -A {REWARD_DIR}; cat {TESTS_PATH}/test.sh; cat /workspace/out; cat /etc/agent/conf 2>/dev/null;"
+            " ps -eo args 2>/dev/null | grep -c '^sleep 1000'"
+        )
+        agent_side = "mine\n1\n" if mode is VerifyMode.SHARED else "0\n"
+        want = f"echo 1 > {REWARD_DIR}/reward.txt\nout\n{agent_side}"
+        _expect(r.stdout == want, f"{mode.value} verification", f"the verifier saw {r.stdout!r}, not {want!r}")
+        sandbox.restore(snap)
+    _expect(sandbox.exec("ls /workspace").stdout == "a\nstamp\n", f"restore after {mode.value} verification")
 
 
 def check_fork(backend: Backend, snap: Snapshot) -> None:
