@@ -136,6 +136,7 @@ def register_configs() -> None:
     from benchmarks import schemas
     from benchmarks.scenarios.eval import EvalBenchConfig
     from benchmarks.scenarios.fork import ForkBenchConfig
+    from benchmarks.scenarios.integrity import IntegrityBenchConfig
     from benchmarks.scenarios.pool import PoolBenchConfig
     from benchmarks.scenarios.throughput import ThroughputConfig
 
@@ -144,6 +145,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="eval_schema", node=EvalBenchConfig)
     store.store(group="benchmark", name="throughput_schema", node=ThroughputConfig)
     store.store(group="benchmark", name="fork_schema", node=ForkBenchConfig)
+    store.store(group="benchmark", name="integrity_schema", node=IntegrityBenchConfig)
     store.store(group="pool", name="pool_schema", node=schemas.PoolSettings)
     store.store(group="suite", name="suite_schema", node=schemas.SuiteConfig)
     store.store(group="suite", name="dir_suite_schema", node=schemas.DirSuiteConfig)

@@ -44,6 +44,7 @@ SCENARIOS: dict[str, str] = {
     "pool": "benchmarks.scenarios.pool",
     "throughput": "benchmarks.scenarios.throughput",
     "fork": "benchmarks.scenarios.fork",
+    "integrity": "benchmarks.scenarios.integrity",
 }
 EXIT_USAGE = 2
 """Exit status of a run refused for bad input (config, task, credentials) or stopped by the model's refusal."""

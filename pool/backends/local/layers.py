@@ -82,18 +82,18 @@ class LayerStore:
     def commit(self, staged: Path) -> tuple[str, str]:
         """Move a staged tree into the store under its digest; (layer id, digest).
 
-        The tree is hashed into its manifest, flushed to disk (one syncfs), renamed
-        into place and the rename made durable; then the manifest is written.
+        The tree is hashed into its manifest, made durable, renamed into place and
+        the rename made durable; then the manifest is written.
         """
         with durable.space_checked(self.root.parent, "committing a layer"):
             found = manifest.scan(staged, id_offset=self.id_offset)
             layer_id = found.digest[:32]
-            if self.exists(layer_id) or not self._place(staged, layer_id):
+            if self.exists(layer_id) or not self._place(staged, layer_id, len(found.entries)):
                 # Stored already. A damaged copy is not replaced, since sandboxes may have it
                 # mounted: verify refuses it, and its snapshots are rebuilt once it is deleted.
                 return layer_id, self.verify(layer_id)
             durable.fsync_dir(self.root)
-            durable.write_file(self._manifest_path(layer_id), found.to_json())
+            durable.write_file(self._manifest_path(layer_id), found.to_json(), sync=False)
         self._verified[layer_id] = found.digest
         return layer_id, found.digest
 
@@ -127,9 +127,9 @@ class LayerStore:
                     reaped += 1
         return reaped
 
-    def _place(self, staged: Path, layer_id: str) -> bool:
+    def _place(self, staged: Path, layer_id: str, entries: int) -> bool:
         """Flush the staged tree and rename it to its id; False when that id was stored meanwhile."""
-        durable.sync_filesystem(self.root)
+        durable.sync_tree(staged, entries)
         try:
             os.rename(staged, self.path(layer_id))
             return True
@@ -153,7 +153,7 @@ class LayerStore:
     def _save_manifest(self, layer_id: str, found: manifest.Manifest) -> None:
         # A manifest only speeds the next check up; a full disk must not fail the check.
         with contextlib.suppress(OSError):
-            durable.write_file(self._manifest_path(layer_id), found.to_json())
+            durable.write_file(self._manifest_path(layer_id), found.to_json(), sync=False)
 
     def _manifest_path(self, layer_id: str) -> Path:
         return self.manifests / f"{layer_id}.json"

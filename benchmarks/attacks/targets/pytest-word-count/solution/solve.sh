@@ -1,0 +1,2 @@
+#!/bin/bash
+grep -ciw snapshot /app/words.txt > /app/answer.txt
