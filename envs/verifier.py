@@ -65,6 +65,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,10 +163,11 @@ def verify(
     """
     plan = plan_for(task, mode, known_good=known_good)
     report = sandbox.begin_verification(plan)
+    # In the workdir, as in Harbor; from / when the agent deleted it (test.sh still runs and decides).
     result = sandbox.exec(
-        run_script_command(f"{TESTS_DIR}/test.sh"),
+        f"cd -- {shlex.quote(task.workdir)} 2>/dev/null || cd /\n{run_script_command(f'{TESTS_DIR}/test.sh')}",
         timeout_s=task.settings.verifier_timeout_s,
-        cwd=task.workdir,
+        cwd="/",
         env=verifier_env(task, env),
         max_output_bytes=_MAX_VERIFIER_OUTPUT,
     )
