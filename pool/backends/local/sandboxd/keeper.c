@@ -514,10 +514,21 @@ static void restore(msg_t *m) {
     start_spare();
 }
 
+/* Let the janitor finish what it was given (it exits at end of input) before we go:
+ * it dies with us, and a stage it has not unmounted would hold its memory until the
+ * daemon ends. */
+static void drain_janitor(void) {
+    if (janitor_fd < 0) return;
+    close(janitor_fd);
+    janitor_fd = -1;
+    wait_gone(janitor_pid);
+}
+
 static void shutdown_and_exit(int code) {
     discard(&current);
     discard(&spare);
     unseal();
+    drain_janitor();
     _exit(code);
 }
 
@@ -541,6 +552,7 @@ static void serve(msg_t *m) {
         discard(&spare);
         unseal();
         reply(REPLY_OK, sandbox_id, m->seq, "pid=0");
+        drain_janitor();
         _exit(0);
     case OP_EXEC: case OP_READ: case OP_WRITE:
         if (seal_mode == SEALED_SHARED && current.state == READY) { shared_run(m); break; }
