@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pool import ConfigError, LocalBackend, LocalSandbox, SandboxError, Snapshot, Template
+from pool import ConfigError, FileOperationError, LocalBackend, LocalSandbox, SandboxError, Snapshot, Template
 from pool.verification import VerificationPlan, VerifyMode
 
 APP = Template(
@@ -176,3 +177,18 @@ def test_deep_trees_in_the_outputs_are_audited(sandbox: LocalSandbox, tests_dir:
     assert sandbox.exec("python3 /tmp/deep.py").ok
     report = sandbox.begin_verification(strict(tests_dir))
     assert len(report.removed_links) == 1 and report.removed_links[0].endswith("/d/x -> /tests/expected.txt")
+
+
+def test_private_files_read_from_the_host_side_keep_file_semantics(sandbox: LocalSandbox, tests_dir: Path) -> None:
+    """The strict verifier's reward files are read straight from its writable layer: same answers as inside."""
+    sandbox.begin_verification(strict(tests_dir))
+    sandbox.exec(
+        "cd /logs/verifier && echo 0.5 > reward.txt && head -c 2000 /dev/zero > big && echo x > gone && rm gone"
+        " && mkdir sub && ln -s /app sub/link && echo via-link > /app/file"
+    )
+    assert sandbox.read_file("/logs/verifier/reward.txt", max_bytes=100) == b"0.5\n"
+    for path, max_bytes, err in [("gone", None, errno.ENOENT), ("big", 100, errno.EFBIG), ("sub", None, errno.EISDIR)]:
+        with pytest.raises(FileOperationError) as caught:
+            sandbox.read_file(f"/logs/verifier/{path}", max_bytes=max_bytes)
+        assert caught.value.errno == err
+    assert sandbox.read_file("/logs/verifier/sub/link/file") == b"via-link\n"  # a link: the sandbox resolves it

@@ -337,7 +337,7 @@ class LocalBackend:
             StoreFullError: the store's filesystem is full.
         """
         parent = sandbox.start_snapshot
-        upper = self._stage(sandbox) / "upper"
+        upper = self.stage_dir(sandbox) / "upper"
         new_layers = parent.layers
         digest = parent.digest
         with self.store.layers.staging(f"snapshotting sandbox {sandbox.id}") as staged:
@@ -450,8 +450,8 @@ class LocalBackend:
                 raise kernel.explain_daemon_failure(str(exc), rootless=self.rootless) from None
             return self._daemon
 
-    def _stage(self, sandbox: LocalSandbox) -> Path:
-        """The sandbox's writable tmpfs, seen through the daemon's mount namespace."""
+    def stage_dir(self, sandbox: LocalSandbox) -> Path:
+        """The sandbox's writable tmpfs (its instance's stage), seen through the daemon's mount namespace."""
         assert self._daemon is not None
         return Path(f"/proc/{self._daemon.pid}/root") / sandbox.stage_path.lstrip("/")
 
@@ -464,7 +464,7 @@ class LocalBackend:
         error: BaseException | None = None
         for _ in range(n):
             sandbox_id = next(self._ids)
-            group = cgroups.SandboxCgroup(f"{self._tag}-{sandbox_id}", self._limits(), self._cgroup_controllers)
+            group = cgroups.SandboxCgroup(f"{self._tag}-{sandbox_id}", self._limits(), self._limited_controllers())
             sandbox = LocalSandbox(self, sandbox_id, snapshot, group)
             try:
                 fields = self._config(snapshot, network=network, sandbox=sandbox)
@@ -489,6 +489,11 @@ class LocalBackend:
                 sandbox.close()
             raise error
         return made
+
+    def _limited_controllers(self) -> set[str]:
+        """The hierarchies a sandbox's instances get a cgroup in: only those with a limit to enforce."""
+        wanted = {"memory": self.memory_limit_mb, "pids": self.pids_limit, "cpu": self.cpus}
+        return {name for name in self._cgroup_controllers if wanted.get(name)}
 
     def _limits(self) -> cgroups.Limits:
         return cgroups.Limits(

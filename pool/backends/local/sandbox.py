@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pool.backends.local import capture
+from pool.backends.local import capture, upperread
 from pool.backends.local.cgroups import SandboxCgroup
 from pool.backends.local.daemon import Op, read_status
 from pool.errors import (
@@ -57,6 +57,8 @@ class LocalSandbox:
         self._cgroup = cgroup
         self._closed = False
         self._sealed: VerifyMode | None = None
+        self._private: tuple[str, ...] = ()
+        """A strict verifier's private directories: they live in the writable layer."""
         self.stage_path = ""
         """Where the sandbox's writable tmpfs is mounted (in the daemon's mount namespace)."""
 
@@ -258,9 +260,14 @@ class LocalSandbox:
                 say), unreadable, or larger than ``max_bytes``; ``.errno`` says which.
         """
         self._check_open()
+        resolved = self._resolve(path)
+        if any(resolved.startswith(d + "/") for d in self._private):  # a strict verifier's: no process needed
+            data = upperread.read(self._backend.stage_dir(self) / "upper", resolved, max_bytes)
+            if data is not None:
+                return data
         out = os.memfd_create("snapgym-read", os.MFD_CLOEXEC)
         try:
-            fields = [("path", self._resolve(path)), ("max", str(max_bytes or 0))]
+            fields = [("path", resolved), ("max", str(max_bytes or 0))]
             if not follow_symlinks:
                 fields.append(("nofollow", "1"))
             self._file_op(Op.READ, fields, out, path)
@@ -334,7 +341,7 @@ class LocalSandbox:
         """
         self._check_open()
         target = snapshot or self._snapshot
-        self._sealed = None
+        self._sealed, self._private = None, ()
         self._backend.restart_sandbox(self, target)
         self._snapshot = target
 
@@ -353,6 +360,8 @@ class LocalSandbox:
             raise SandboxError("the sandbox is sealed for its verifier already; restore() it first")
         report = self._backend.seal_sandbox(self, plan)
         self._sealed = plan.mode
+        if plan.mode is VerifyMode.STRICT:
+            self._private = plan.private_dirs
         return report
 
     @property

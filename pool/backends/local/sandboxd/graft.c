@@ -292,6 +292,22 @@ static void fresh_upper(const char *dir, mode_t mode, uid_t uid, gid_t gid) {
         child_fail("prepare a writable layer for the verifier");
 }
 
+/* A private directory, empty and in the writable layer: whatever the known-good snapshot
+ * has there is removed (whiteouts), so what the verifier finds there is its own. */
+static void make_private(const char *path, uid_t uid) {
+    mkdirs_owned("", path + 1, uid);
+    int dir = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = dir >= 0 ? fdopendir(dir) : NULL;
+    if (!d) child_fail("open the private directory %s", path);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) < 0 && unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) < 0)
+            child_fail("empty the private directory %s (a non-empty folder %s is in the snapshot)", path, e->d_name);
+    }
+    closedir(d);
+}
+
 typedef struct {
     const char *out;   /* absolute, in the sandbox */
     int mount;         /* detached, attached at out */
@@ -385,7 +401,7 @@ void graft_verifier(msg_t *cfg, pid_t init, const char *stage, int fail_fd) {
         if (attach_mount(tests_mount, AT_FDCWD, tests_at) < 0) child_fail("attach the tests at %s", tests_at);
     }
     for (uint32_t i = 0; i < cfg->nfields; i++)
-        if (strcmp(cfg->key[i], "private") == 0) mkdirs_owned("", cfg->val[i] + 1, uid);
+        if (strcmp(cfg->key[i], "private") == 0) make_private(cfg->val[i], uid);
     if (fclose(report) != 0) child_fail("write the verification report");
     _exit(0);
 }

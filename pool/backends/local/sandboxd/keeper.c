@@ -36,6 +36,7 @@ typedef struct {
     char cgroups[4][512];
     int ncgroups;
     int died_of_oom; /* its init died while its memory cgroup was killing for memory: the agent's doing */
+    int net_fd;      /* a network namespace handed to it, closed once it has joined (the 'u' step) */
 } instance_t;
 
 static instance_t current, spare, sealed; /* sealed: the dead agent whose layer a strict verifier reads */
@@ -43,6 +44,8 @@ static msg_t *config; /* the layers and settings the sandbox runs with */
 static uint32_t sandbox_id, generation;
 static const char *stages;
 static int daemon_sock = -1, signal_fd = -1, janitor_fd = -1;
+static int spare_net = -1; /* an emptied network namespace of a dead instance, for the next one */
+static int own_net = -1;   /* ours, to come back to after looking into another */
 static pid_t janitor_pid;
 static int seal_mode = UNSEALED;
 static int shared_ns[6] = {-1, -1, -1, -1, -1, -1}; /* verifier's mnt; the sandbox's pid net ipc uts user */
@@ -51,46 +54,111 @@ static int shared_ncgroups;
 
 static void instance_reset(instance_t *in) {
     memset(in, 0, sizeof *in);
-    in->sock = in->sync = -1;
+    in->sock = in->sync = in->net_fd = -1;
 }
 
 /* ------------------------------------------------------------- janitor */
 
-/* A child that shares our mount namespace and does the slow cleanup: lazy
- * unmounts (whose last reference frees the tmpfs) and cgroup removal. */
+/* A child that shares our mount namespace and does the slow cleanup, off the
+ * request path: lazy unmounts (whose last reference frees a tmpfs), cgroup
+ * removal, and the last reference to a dead instance's mount namespace
+ * (tearing one down waits for RCU). Requests are packets with one field
+ * "OP=PATH", optionally carrying one fd to close. */
 static void janitor_start(void) {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0) return;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return;
     pid_t pid = fork();
-    if (pid < 0) { close(p[0]); close(p[1]); return; }
+    if (pid < 0) { close(sv[0]); close(sv[1]); return; }
     if (pid == 0) {
-        close(p[1]);
+        close(sv[1]);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         set_title("snapgym-janitor");
-        FILE *in = fdopen(p[0], "r");
-        char line[4200];
-        while (in && fgets(line, sizeof line, in)) {
-            line[strcspn(line, "\n")] = 0;
-            if (line[0] == 'U') {
-                umount2(line + 2, MNT_DETACH);
-                rmdir(line + 2);
-            } else if (line[0] == 'R') {
-                for (int i = 0; i < 500 && rmdir(line + 2) < 0 && errno == EBUSY; i++) usleep(10000);
+        msg_t *m = msg_new();
+        while (m && recv_msg(sv[0], m) == 0) {
+            const char *path = m->nfields ? m->val[0] : "";
+            char op = m->nfields ? m->key[0][0] : 0;
+            close_fds(m); /* a namespace held for us: its teardown happens here */
+            if (op == 'U') {
+                umount2(path, MNT_DETACH);
+                rmdir(path);
+            } else if (op == 'R') {
+                for (int i = 0; i < 500 && rmdir(path) < 0 && errno == EBUSY; i++) usleep(10000);
             }
         }
         _exit(0);
     }
-    close(p[0]);
-    janitor_fd = p[1];
+    close(sv[0]);
+    janitor_fd = sv[1];
     janitor_pid = pid;
 }
 
-static void janitor(char op, const char *path) {
-    char line[4200];
-    int n = snprintf(line, sizeof line, "%c %s\n", op, path);
-    if (janitor_fd >= 0 && n < (int)sizeof line && write(janitor_fd, line, n) == n) return;
+/* Hand the janitor a request (op U unmount and remove, R remove, N only the fd). */
+static void janitor_send(char op, const char *path, int fd) {
+    char packet[4200 + HDR_SIZE + 4];
+    int len = snprintf(packet + HDR_SIZE + 4, 4200, "%c=%s", op, path);
+    uint32_t h[4] = {0, 0, 0, 1}, l = (uint32_t)len;
+    memcpy(packet, h, HDR_SIZE);
+    memcpy(packet + HDR_SIZE, &l, 4);
+    if (janitor_fd >= 0 && len < 4200 && send_raw(janitor_fd, packet, HDR_SIZE + 4 + len, &fd, fd >= 0) == 0) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    if (fd >= 0) close(fd);
     if (op == 'U') { umount2(path, MNT_DETACH); rmdir(path); }
-    else rmdir(path);
+    else if (op == 'R') rmdir(path);
+}
+
+static void janitor(char op, const char *path) { janitor_send(op, path, -1); }
+
+/* ------------------------------------------------------------ networks */
+
+/* A network namespace is reused for the sandbox's next instance when a dead
+ * instance leaves it provably empty: the agent cannot configure it (its
+ * owner is the daemon's user namespace: no addresses, routes, firewall rules
+ * or sysctls of the agent's), so what could remain is sockets, and it holds
+ * none (TIME_WAIT is off). Creating and tearing one down is the dearest part
+ * of an instance. */
+/* Does the namespace hold a socket? The per-namespace counters of sockstat (TCP also counts
+ * orphans and TIME_WAIT there) and the unix and packet lists, which are kept per namespace:
+ * /proc/net/tcp would walk the host's whole connection table. */
+static int net_is_empty(int net) {
+    if (own_net < 0 || setns(net, CLONE_NEWNET) < 0) return 0;
+    int empty = 1;
+    static const char *counters[] = {"/proc/thread-self/net/sockstat", "/proc/thread-self/net/sockstat6"};
+    for (int i = 0; empty && i < 2; i++) {
+        FILE *f = fopen(counters[i], "r");
+        char line[512];
+        while (f && empty && fgets(line, sizeof line, f)) {
+            if (strncmp(line, "sockets:", 8) == 0) continue; /* host-wide */
+            long inuse = 0, tw = 0;
+            char *at = strstr(line, "inuse ");
+            if (at) inuse = atol(at + 6);
+            if ((at = strstr(line, " tw "))) tw = atol(at + 4);
+            empty = inuse == 0 && tw == 0;
+        }
+        if (f) fclose(f);
+    }
+    static const char *lists[] = {"/proc/thread-self/net/unix", "/proc/thread-self/net/packet"};
+    for (int i = 0; empty && i < 2; i++) {
+        FILE *f = fopen(lists[i], "r");
+        char line[512];
+        int lines = 0;
+        while (f && fgets(line, sizeof line, f)) lines++;
+        if (f) fclose(f);
+        empty = lines <= 1; /* the header only */
+    }
+    if (setns(own_net, CLONE_NEWNET) < 0) _exit(1); /* we must not serve from the wrong namespace */
+    return empty;
+}
+
+/* Keep a dead instance's network namespace (an fd on it) for the next instance, if empty. */
+static void recycle_net(int net) {
+    if (net < 0) return;
+    if (spare_net < 0 && net_is_empty(net)) {
+        spare_net = net;
+        return;
+    }
+    janitor_send('N', "", net);
 }
 
 /* ------------------------------------------------------------- cgroups */
@@ -173,23 +241,38 @@ static void wait_gone(pid_t pid) {
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
 }
 
-/* Kill an instance, wait until its processes are gone, and leave its tmpfs and
- * cgroups to the janitor. keep_stage: the writable layer stays mounted. */
-static void discard_keep(instance_t *in, int keep_stage) {
+/* An fd on an instance's mount namespace: while we hold it, the instance's
+ * processes die without tearing the namespace down (the janitor does, later). */
+static int hold_mount_ns(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)pid);
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/* Kill an instance, wait until its processes are gone, and leave its tmpfs,
+ * mount namespace and cgroups to the janitor. keep_stage: the writable layer
+ * stays mounted. held: its mount namespace, if the caller opened it before the
+ * kill (-1: opened here; -2: not held, torn down before this returns). */
+static void discard_held(instance_t *in, int keep_stage, int held) {
     if (in->pid > 0) {
+        if (held == -1) held = hold_mount_ns(in->pid);
         kill(in->pid, SIGKILL);
         wait_gone(in->pid);
     }
+    if (held >= 0) janitor_send('N', "", held);
     if (in->sock >= 0) close(in->sock);
     if (in->sync >= 0) close(in->sync);
+    if (in->net_fd >= 0) close(in->net_fd);
     in->pid = 0;
-    in->sock = in->sync = -1;
+    in->sock = in->sync = in->net_fd = -1;
     in->state = NONE;
     cgroups_remove(in->cgroups, &in->ncgroups);
     if (keep_stage) return;
     if (in->stage[0]) janitor('U', in->stage);
     instance_reset(in);
 }
+
+static void discard_keep(instance_t *in, int keep_stage) { discard_held(in, keep_stage, -1); }
 
 static void discard(instance_t *in) { discard_keep(in, 0); }
 
@@ -204,12 +287,19 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
     cgroups_create(cfg, suffix, in->cgroups, &in->ncgroups);
     memcpy(launch.cgroups, in->cgroups, sizeof launch.cgroups);
     launch.ncgroups = in->ncgroups;
+    const char *wants = field(cfg, "net");
+    int handed = launch.net_fd >= 0; /* a seal's: the caller keeps it */
+    if (!handed && spare_net >= 0 && (!wants || strcmp(wants, "host") != 0)) {
+        in->net_fd = spare_net;
+        spare_net = -1;
+        launch.net_fd = in->net_fd;
+    }
     int sv[2], sy[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) goto sockfail;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sy) < 0) { close(sv[0]); close(sv[1]); goto sockfail; }
     const char *net = field(cfg, "net");
     int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
-    if (!net || strcmp(net, "host") != 0) flags |= CLONE_NEWNET;
+    if ((!net || strcmp(net, "host") != 0) && launch.net_fd < 0) flags |= CLONE_NEWNET;
     pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
     if (pid < 0) {
         snprintf(err, errlen, "clone new namespaces: %s", strerror(errno));
@@ -223,10 +313,13 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
             if (inherited[i] >= 0) close(inherited[i]);
         for (int i = 0; i < 6; i++)
             if (shared_ns[i] >= 0) close(shared_ns[i]);
+        if (own_net >= 0) close(own_net);
+        if (spare_net >= 0 && spare_net != launch.net_fd) close(spare_net);
         sandbox_child(cfg, in->stage, sv[1], sy[1]);
     }
     close(sv[1]);
     close(sy[1]);
+    if (!handed) launch.net_fd = -1;
     in->pid = pid;
     in->sock = sv[0];
     in->sync = sy[0];
@@ -263,6 +356,10 @@ static int advance(instance_t *in, char *err, size_t errlen) {
             return -1;
         }
         in->state = MAPPED;
+        if (in->net_fd >= 0) { /* it has joined the namespace by now */
+            close(in->net_fd);
+            in->net_fd = -1;
+        }
         return write(in->sync, "m", 1) == 1 ? 0 : -1;
     }
     if (n == 1 && buf[0] == 'r' && in->state == MAPPED) {
@@ -338,16 +435,6 @@ static void read_report(const char *stage, char *out, size_t outlen) {
     fclose(f);
 }
 
-/* Same "lower" fields (layers) in both messages? */
-static int same_layers(msg_t *a, msg_t *b) {
-    char *la[512], *lb[512];
-    int na = fields_of(a, "lower", la, 512), nb = fields_of(b, "lower", lb, 512);
-    if (na != nb) return 0;
-    for (int i = 0; i < na; i++)
-        if (strcmp(la[i], lb[i]) != 0) return 0;
-    return 1;
-}
-
 /* Graft the verifier's filesystem onto the current instance, in a helper. */
 static int graft(msg_t *m, char *err, size_t errlen) {
     int fail[2];
@@ -369,15 +456,31 @@ static int graft(msg_t *m, char *err, size_t errlen) {
     return -1;
 }
 
+/* Same "lower" fields (layers) in both messages? */
+static int same_layers(msg_t *a, msg_t *b) {
+    char *la[512], *lb[512];
+    int na = fields_of(a, "lower", la, 512), nb = fields_of(b, "lower", lb, 512);
+    if (na != nb) return 0;
+    for (int i = 0; i < na; i++)
+        if (strcmp(la[i], lb[i]) != 0) return 0;
+    return 1;
+}
+
+/* The verifier takes the spare, a fresh instance at the known-good snapshot (a new one
+ * when the episode started from a checkpoint); the agent's mount namespace is torn down
+ * before the grafts use its writable layer as a lower layer, and its network namespace,
+ * if the agent left it empty, goes to the next spare. */
 static void seal_strict(msg_t *m) {
-    char err[4096] = "", report[6144];
+    char err[4096] = "", report[6144], path[64];
     sealed = current; /* its writable layer stays mounted for the verifier */
     instance_reset(&current);
-    discard_keep(&sealed, 1);
+    snprintf(path, sizeof path, "/proc/%d/ns/net", (int)sealed.pid);
+    int net = sealed.pid > 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    discard_held(&sealed, 1, -2);
     seal_mode = SEALED_STRICT;
     snprintf(launch.agent_upper, sizeof launch.agent_upper, "%s/upper", sealed.stage);
     int rc = -1;
-    if (spare.state != NONE && same_layers(m, config)) { /* the spare is a fresh known-good instance */
+    if (spare.state != NONE && same_layers(m, config)) {
         fcntl(spare.sync, F_SETFL, 0);
         if (spare.state == READY || wait_ready(&spare, err, sizeof err) == 1) {
             current = spare;
@@ -387,7 +490,7 @@ static void seal_strict(msg_t *m) {
             discard(&spare);
         }
     }
-    if (rc < 0) { /* started from a checkpoint, or no spare: a new instance at the known-good snapshot */
+    if (rc < 0) {
         err[0] = 0;
         rc = begin(&current, m, err, sizeof err);
         if (rc == 0) rc = wait_ready(&current, err, sizeof err) == 1 ? 0 : -1;
@@ -400,6 +503,7 @@ static void seal_strict(msg_t *m) {
         discard(&current);
         reply(REPLY_ERR, sandbox_id, m->seq, "start the verifier: %s", err);
     }
+    recycle_net(net);
     start_spare();
 }
 
@@ -481,10 +585,19 @@ static void shared_run(msg_t *m) {
 
 /* ------------------------------------------------------------- restore */
 
+static int is_host_net(msg_t *cfg) {
+    const char *net = field(cfg, "net");
+    return net && strcmp(net, "host") == 0;
+}
+
 static void restore(msg_t *m) {
     char err[4096] = "";
     instance_t dying = current; /* killed first; waited for before the answer */
     instance_reset(&current);
+    int held = dying.pid > 0 ? hold_mount_ns(dying.pid) : -1;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/net", (int)dying.pid);
+    int net = dying.pid > 0 && !is_host_net(config) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     if (dying.pid > 0) kill(dying.pid, SIGKILL);
     if (!same_config(m)) {
         discard(&spare);
@@ -507,10 +620,11 @@ static void restore(msg_t *m) {
         if (rc == 0) rc = wait_ready(&current, err, sizeof err) == 1 ? 0 : -1;
         if (rc < 0) discard(&current);
     }
-    discard(&dying);
+    discard_held(&dying, 0, held);
     unseal();
     if (rc < 0) reply(REPLY_ERR, sandbox_id, m->seq, "%s", err);
     else reply_started(m->seq, "");
+    recycle_net(net);
     start_spare();
 }
 
@@ -594,6 +708,8 @@ void keeper_main(msg_t *create, const char *stage_root, int sock) {
     instance_reset(&current);
     instance_reset(&spare);
     instance_reset(&sealed);
+    launch.net_fd = -1;
+    own_net = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
     config = msg_new();
     msg_t *m = msg_new();
     if (!config || !m) _exit(1);

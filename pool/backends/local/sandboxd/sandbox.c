@@ -197,7 +197,18 @@ void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) {
     const char *hostname = field(cfg, "hostname");
     if (hostname && sethostname(hostname, strlen(hostname)) < 0) child_fail("set hostname");
     const char *net = field(cfg, "net");
-    if (!net || strcmp(net, "host") != 0) loopback_up();
+    if (launch.net_fd >= 0) {
+        if (setns(launch.net_fd, CLONE_NEWNET) < 0) child_fail("join the network namespace handed over");
+        close(launch.net_fd);
+    } else if (!net || strcmp(net, "host") != 0) {
+        loopback_up();
+        /* Loopback has no stray segments for TIME_WAIT to guard against, and a port left in it
+         * would refuse the next server's bind (a restarted one, or the verifier's). */
+        write_file_str("/proc/sys/net/ipv4/tcp_max_tw_buckets", "0");
+        /* The namespace belongs to the daemon's user namespace, where the sandbox's root has no
+         * CAP_NET_BIND_SERVICE: without this, no server in a sandbox could listen on port 80. */
+        write_file_str("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0");
+    }
 
     if (chdir(root) < 0) child_fail("enter root filesystem");
     if (syscall_pivot_root(".", ".") < 0) child_fail("pivot_root");

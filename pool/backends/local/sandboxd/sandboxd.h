@@ -136,6 +136,7 @@ typedef struct {
     char cgroups[4][512]; /* the instance's own cgroup directories, one per hierarchy */
     int ncgroups;
     char agent_upper[4096]; /* strict verifier: the agent's writable layer, kept after its death */
+    int net_fd;             /* >= 0: join this network namespace (the dead agent's) instead of a new one */
 } launch_t;
 extern launch_t launch;
 
