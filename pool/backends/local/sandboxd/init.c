@@ -139,9 +139,9 @@ void run_reaper(msg_t *m) {
     if (reap_all) kill_tree(getpid());
     write_status(st, exit_code_of(status), 0, 0);
     close(st);
-    /* Background processes the command left running live on; keep reaping
-     * them so they never become zombies, and leave when the last one ends. */
-    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
+    /* Background processes the command left running live on: init adopts and
+     * reaps them, so this process need not stay (one process less to tear
+     * down at the next restore). */
     _exit(0);
 }
 
