@@ -157,3 +157,21 @@ def test_init_killed_from_the_host_is_reported_and_restore_recovers(sandbox: Loc
         sandbox.exec("true")
     sandbox.restore()
     assert sandbox.exec("echo back").stdout == "back\n"
+
+
+def test_a_runner_stopped_from_inside_is_a_timeout_not_a_crash(sandbox: LocalSandbox) -> None:
+    """A background process that stops every new process makes the next command time out (the agent's doing)."""
+    stopper = (
+        "import os, signal, time\nseen = set(os.listdir('/proc'))\nwhile True:\n"
+        "    for p in os.listdir('/proc'):\n        if p.isdigit() and p not in seen:\n            seen.add(p)\n"
+        "            try:\n                os.kill(int(p), signal.SIGSTOP)\n"
+        "            except OSError:\n                pass\n"
+        "    time.sleep(0.001)\n"
+    )
+    sandbox.write_file("/tmp/stopper.py", stopper)
+    sandbox.exec("(setsid python3 /tmp/stopper.py </dev/null >/dev/null 2>&1 &); sleep 0.5")
+    r = sandbox.exec("echo never", timeout_s=0.5)
+    assert r.timed_out and r.exit_code == 137  # the host gave up on it after the grace period
+    assert sandbox.is_alive
+    sandbox.restore()
+    assert sandbox.exec("echo back").stdout == "back\n"

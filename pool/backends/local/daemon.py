@@ -11,10 +11,12 @@ import array
 import enum
 import itertools
 import os
+import select
 import socket
 import struct
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -234,10 +236,23 @@ def parse_reply(text: str) -> dict[str, str]:
     return fields
 
 
-def read_status(fd: int) -> tuple[int, bool, int] | None:
-    """Block until a status record arrives on fd; None if it closed without one."""
+class StatusTimeoutError(TimeoutError):
+    """No status record arrived before the deadline."""
+
+
+def read_status(fd: int, timeout_s: float | None = None) -> tuple[int, bool, int] | None:
+    """Wait for a status record on fd; None if it closed without one.
+
+    Raises:
+        StatusTimeoutError: ``timeout_s`` passed first.
+    """
     data = b""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while len(data) < STATUS_SIZE:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise StatusTimeoutError(f"no answer within {timeout_s:g} s")
         chunk = os.read(fd, STATUS_SIZE - len(data))
         if not chunk:
             return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import time
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pool.backends.local import capture, upperread
 from pool.backends.local.cgroups import SandboxCgroup
-from pool.backends.local.daemon import Op, read_status
+from pool.backends.local.daemon import Op, StatusTimeoutError, read_status
 from pool.errors import (
     CommandRejectedError,
     FileOperationError,
@@ -35,6 +36,7 @@ MAX_EXEC_BYTES = 960 * 1024
 _HOST_GRACE_S = 10.0
 _NOT_STARTED = -2  # status code: snapgym could not start the command in the sandbox
 _DEATH_NOTICE_S = 2.0
+_FILE_OP_TIMEOUT_S = 120.0
 _PF_EXITING = 0x4
 
 
@@ -151,8 +153,9 @@ class LocalSandbox:
         got = capture.collect(out_r, err_r, st_r, cap=cap, deadline_s=deadline)
         duration = time.monotonic() - started
         if got.status is None:
-            self._explain_missing_status(got.host_deadline_hit, command)
-            code, timed_out = 137, False  # the command killed its own runner (e.g. kill -9 -1)
+            self._explain_missing_status()
+            # init is alive: the command killed its runner (kill -9 -1), or stopped it past the deadline
+            code, timed_out = 137, got.host_deadline_hit
         else:
             code, timed_out, err = got.status
             if code == _NOT_STARTED:
@@ -218,8 +221,9 @@ class LocalSandbox:
         os.lseek(fd, 0, os.SEEK_SET)
         return fd
 
-    def _explain_missing_status(self, deadline_hit: bool, command: str) -> None:
-        """Why a command ended without its status: raise unless the command only killed its own runner."""
+    def _explain_missing_status(self) -> None:
+        """Why a command ended without its status: raise unless its init lives (the command killed or stopped
+        its own runner, which is the agent's doing)."""
         if not self._backend.daemon_is_alive:
             raise SandboxCrashedError("the sandbox daemon died; create a new backend")
         reply = self._ping_settled()
@@ -231,8 +235,6 @@ class LocalSandbox:
             raise SandboxCrashedError(
                 "the sandbox's init died (killed from the host); restore() starts it again from its snapshot"
             )
-        if deadline_hit:
-            raise SandboxCrashedError(f"the sandbox stopped answering while running {command[:80]!r}")
 
     def _ping_settled(self) -> dict[str, str]:
         """The keeper's word on the init, once a dying init (whose pipes close first) has been reaped."""
@@ -304,12 +306,21 @@ class LocalSandbox:
                 self._backend.daemon_send(op, self.id, fields, [data_fd, st_w])
             finally:
                 os.close(st_w)
-            status = read_status(st_r)
+            try:
+                status = read_status(st_r, _FILE_OP_TIMEOUT_S)
+            except StatusTimeoutError:
+                self._explain_missing_status()
+                raise FileOperationError(
+                    errno.ETIMEDOUT,
+                    f"the file operation on {path} did not finish in {_FILE_OP_TIMEOUT_S:g} s "
+                    "(a process of the sandbox stopped it?)",
+                    path,
+                ) from None
         finally:
             os.close(st_r)
         if status is None:
-            self._explain_missing_status(False, f"file operation on {path}")
-            raise SandboxCrashedError(f"the sandbox did not complete the file operation on {path}")
+            self._explain_missing_status()  # init lives: a process of the sandbox killed the file helper
+            raise FileOperationError(errno.EIO, f"the file operation on {path} was killed inside the sandbox", path)
         code, _, err = status
         if code == _NOT_STARTED:
             raise SandboxCrashedError(f"snapgym could not reach the sandbox's files: {os.strerror(err)}")
@@ -386,7 +397,7 @@ class LocalSandbox:
             finally:
                 os.close(st_w)
             if read_status(st_r) is None:
-                self._explain_missing_status(False, op.name.lower())
+                self._explain_missing_status()
         finally:
             os.close(st_r)
 
