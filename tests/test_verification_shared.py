@@ -127,3 +127,13 @@ def test_restore_ends_the_shared_verification(sandbox: LocalSandbox, tests_dir: 
     assert sandbox.exec("ls /app; pgrep -c sleep; ls /tests 2>&1 | head -1").stdout == (
         "given\n0\nls: cannot access '/tests': No such file or directory\n"
     )
+
+
+def test_links_into_the_verifiers_private_paths_are_removed_in_shared_mode_too(
+    sandbox: LocalSandbox, tests_dir: Path
+) -> None:
+    """A link the agent left from its files to /tests (where the expected answers are) is gone for the verifier."""
+    sandbox.exec("ln -s /tests/test.sh /app/answer && mkdir -p /srv/x && ln -s ../../logs/verifier /srv/x/r")
+    report = sandbox.begin_verification(shared(tests_dir))
+    assert set(report.removed_links) == {"/app/answer -> /tests/test.sh", "/srv/x/r -> ../../logs/verifier"}
+    assert sandbox.exec("ls -A /app /srv/x").stdout == "/app:\ngiven\n\n/srv/x:\n"

@@ -27,6 +27,8 @@
 launch_t launch;
 
 static FILE *report;
+
+void set_report(FILE *to) { report = to; }
 static int names;
 
 /* ---------------------------------------------------------- resolution */
@@ -163,7 +165,7 @@ static void doom_link(int view_dir, parts_t *dir, const char *name, const char *
     fprintf(report, "/%s\x1f%s\n", name, target);
 }
 
-static void remove_doomed(void) {
+void remove_doomed(void) {
     for (int i = 0; i < ndoomed; i++) {
         if (unlinkat(doomed[i].dir, doomed[i].name, 0) < 0 && errno != ENOENT)
             child_fail("remove the link %s", doomed[i].name);
@@ -176,13 +178,13 @@ static void remove_doomed(void) {
 /* Walk what the agent wrote under the output (one of its layers, fd by fd,
  * never following links) beside the same directory in the verifier's view,
  * and remove the links that lead into protected places. */
-static void audit_links(msg_t *cfg, int rootfd, int a, const char *rel) {
+void audit_links(msg_t *cfg, int rootfd, int a, const char *rel) {
     typedef struct { DIR *agent; int view; } frame_t;
     int cap = 64, depth = 0;
     frame_t *stack = malloc(sizeof *stack * cap);
     parts_t path = {0};
     parts_split(&path, rel);
-    int v = open_beneath(rootfd, rel, O_RDONLY | O_DIRECTORY);
+    int v = open_beneath(rootfd, *rel ? rel : ".", O_RDONLY | O_DIRECTORY);
     if (!stack || a < 0 || v < 0) {
         if (a >= 0) close(a);
         if (v >= 0) close(v);

@@ -517,8 +517,9 @@ static void seal_shared(msg_t *m) {
     pid_t builder = fork();
     if (builder == 0) {
         close(ready[0]);
+        set_failure_fd(ready[1]); /* child_fail's "e<message>" goes to the keeper */
         char msg[4200] = "r";
-        if (shared_view_build(m, current.pid, err, sizeof err) < 0) snprintf(msg, sizeof msg, "e%s", err);
+        if (shared_view_build(m, current.pid, current.stage, err, sizeof err) < 0) snprintf(msg, sizeof msg, "e%s", err);
         if (write(ready[1], msg, strlen(msg)) < 0) {}
         char done;
         if (read(ready[1], &done, 1) < 0) {} /* the keeper has taken the namespace */
@@ -546,10 +547,11 @@ static void seal_shared(msg_t *m) {
               answer[0] == 'e' ? answer + 1 : "its namespaces are gone");
         return;
     }
-    char suffix[32];
+    char suffix[32], report[6144];
     snprintf(suffix, sizeof suffix, "v%u", generation);
     cgroups_create(config, suffix, shared_cgroups, &shared_ncgroups);
-    reply_started(m->seq, "");
+    read_report(current.stage, report, sizeof report);
+    reply_started(m->seq, report);
 }
 
 static void seal(msg_t *m) {

@@ -144,9 +144,15 @@ extern launch_t launch;
  * agent's end state, /tests, private dirs) onto the ready instance whose init is `init`. */
 void graft_verifier(msg_t *cfg, pid_t init, const char *stage, int fail_fd) __attribute__((noreturn));
 void set_failure_fd(int fd); /* where child_fail sends its "e<message>" */
+/* Find the links one of the agent's layers (an open directory at rel) has that lead a process in
+ * the view at rootfd into /tests, a private directory, /proc or /sys; remove_doomed() removes them
+ * through the view. Both write "removed=" lines to the report set with set_report(). */
+void audit_links(msg_t *cfg, int rootfd, int agent_dir, const char *rel);
+void remove_doomed(void);
+void set_report(FILE *to);
 
 /* shared.c: a shared verifier's mount namespace beside the agent's live processes. */
-int shared_view_build(msg_t *cfg, pid_t init_pid, char *err, size_t errlen);
+int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, size_t errlen);
 void shared_exec(msg_t *m, msg_t *cfg, const int ns_fds[6], char cgroups[][512], int ncg) __attribute__((noreturn));
 
 /* lookup.c: a path in a stack of overlayfs layers (top first), as overlayfs sees it. */

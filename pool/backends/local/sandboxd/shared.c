@@ -351,7 +351,7 @@ static int detached_mounts(msg_t *cfg, int *tests, int *troot, int *pts, int *no
     return 0;
 }
 
-int shared_view_build(msg_t *cfg, pid_t init_pid, char *err, size_t errlen) {
+int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, size_t errlen) {
     const char *uid_s = field(cfg, "root_uid");
     owner = uid_s ? (uid_t)atol(uid_s) : 0;
     int tests = -1, troot = -1, pts = -1, nodes[NDEV];
@@ -359,7 +359,13 @@ int shared_view_build(msg_t *cfg, pid_t init_pid, char *err, size_t errlen) {
     if (detached_mounts(cfg, &tests, &troot, &pts, nodes, err, errlen) < 0) return -1;
     if (load_hooks(cfg, err, errlen) < 0) return -1;
     load_top_links();
-    char path[64];
+    /* The agent's writable layer, for the link audit, and the report, while host paths reach them. */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/upper", stage);
+    int agent_upper = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    snprintf(path, sizeof path, "%s/report", stage);
+    FILE *report = fopen(path, "w");
+    if (agent_upper < 0 || !report) return fail(err, errlen, "open the agent's writable layer");
     snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)init_pid);
     int mnt = open(path, O_RDONLY | O_CLOEXEC);
     if (mnt < 0 || setns(mnt, CLONE_NEWNS) < 0) return fail(err, errlen, "enter the sandbox's mount namespace");
@@ -407,6 +413,15 @@ int shared_view_build(msg_t *cfg, pid_t init_pid, char *err, size_t errlen) {
     if (syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0)
         return fail(err, errlen, "switch to the verifier's root");
     if (chdir("/") < 0) return fail(err, errlen, "chdir /");
+    /* Links the agent left that would lead the verifier into its private paths are removed, as in
+     * strict mode (the agent's live processes could make new ones: that is shared mode). */
+    int rootfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0) return fail(err, errlen, "open the verifier's root");
+    set_report(report);
+    audit_links(cfg, rootfd, agent_upper, "");
+    remove_doomed();
+    if (fclose(report) != 0) return fail(err, errlen, "write the verification report");
+    set_report(NULL);
     return 0;
 }
 
