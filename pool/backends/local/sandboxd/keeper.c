@@ -276,6 +276,11 @@ static void discard_keep(instance_t *in, int keep_stage) { discard_held(in, keep
 
 static void discard(instance_t *in) { discard_keep(in, 0); }
 
+static int is_host_net(msg_t *cfg) {
+    const char *net = field(cfg, "net");
+    return net && strcmp(net, "host") == 0;
+}
+
 /* Clone a new init over cfg's layers; setup continues in the child. */
 static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
     instance_reset(in);
@@ -287,19 +292,16 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
     cgroups_create(cfg, suffix, in->cgroups, &in->ncgroups);
     memcpy(launch.cgroups, in->cgroups, sizeof launch.cgroups);
     launch.ncgroups = in->ncgroups;
-    const char *wants = field(cfg, "net");
-    int handed = launch.net_fd >= 0; /* a seal's: the caller keeps it */
-    if (!handed && spare_net >= 0 && (!wants || strcmp(wants, "host") != 0)) {
+    if (spare_net >= 0 && !is_host_net(cfg)) { /* an emptied one, instead of a new one */
         in->net_fd = spare_net;
         spare_net = -1;
-        launch.net_fd = in->net_fd;
     }
+    launch.net_fd = in->net_fd;
     int sv[2], sy[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) goto sockfail;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sy) < 0) { close(sv[0]); close(sv[1]); goto sockfail; }
-    const char *net = field(cfg, "net");
     int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
-    if ((!net || strcmp(net, "host") != 0) && launch.net_fd < 0) flags |= CLONE_NEWNET;
+    if (!is_host_net(cfg) && launch.net_fd < 0) flags |= CLONE_NEWNET;
     pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
     if (pid < 0) {
         snprintf(err, errlen, "clone new namespaces: %s", strerror(errno));
@@ -319,7 +321,7 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
     }
     close(sv[1]);
     close(sy[1]);
-    if (!handed) launch.net_fd = -1;
+    launch.net_fd = -1;
     in->pid = pid;
     in->sock = sv[0];
     in->sync = sy[0];
@@ -587,10 +589,6 @@ static void shared_run(msg_t *m) {
 
 /* ------------------------------------------------------------- restore */
 
-static int is_host_net(msg_t *cfg) {
-    const char *net = field(cfg, "net");
-    return net && strcmp(net, "host") == 0;
-}
 
 static void restore(msg_t *m) {
     char err[4096] = "";
