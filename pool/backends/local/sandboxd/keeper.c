@@ -45,7 +45,6 @@ static uint32_t sandbox_id, generation;
 static const char *stages;
 static int daemon_sock = -1, signal_fd = -1, janitor_fd = -1;
 static int spare_net = -1; /* an emptied network namespace of a dead instance, for the next one */
-static int own_net = -1;   /* ours, to come back to after looking into another */
 static pid_t janitor_pid;
 static int seal_mode = UNSEALED;
 static int shared_ns[6] = {-1, -1, -1, -1, -1, -1}; /* verifier's mnt; the sandbox's pid net ipc uts user */
@@ -122,33 +121,40 @@ static void janitor(char op, const char *path) { janitor_send(op, path, -1); }
  * orphans and TIME_WAIT there) and the unix and packet lists, which are kept per namespace:
  * /proc/net/tcp would walk the host's whole connection table. */
 static int net_is_empty(int net) {
-    if (own_net < 0 || setns(net, CLONE_NEWNET) < 0) return 0;
-    int empty = 1;
-    static const char *counters[] = {"/proc/thread-self/net/sockstat", "/proc/thread-self/net/sockstat6"};
-    for (int i = 0; empty && i < 2; i++) {
-        FILE *f = fopen(counters[i], "r");
-        char line[512];
-        while (f && empty && fgets(line, sizeof line, f)) {
-            if (strncmp(line, "sockets:", 8) == 0) continue; /* host-wide */
-            long inuse = 0, tw = 0;
-            char *at = strstr(line, "inuse ");
-            if (at) inuse = atol(at + 6);
-            if ((at = strstr(line, " tw "))) tw = atol(at + 4);
-            empty = inuse == 0 && tw == 0;
+    /* Looked at from a child: we could not always come back to our own namespace (rootless). */
+    pid_t child = fork();
+    if (child < 0) return 0;
+    if (child == 0) {
+        if (setns(net, CLONE_NEWNET) < 0) _exit(1);
+        int empty = 1;
+        static const char *counters[] = {"/proc/thread-self/net/sockstat", "/proc/thread-self/net/sockstat6"};
+        for (int i = 0; empty && i < 2; i++) {
+            FILE *f = fopen(counters[i], "r");
+            char line[512];
+            while (f && empty && fgets(line, sizeof line, f)) {
+                if (strncmp(line, "sockets:", 8) == 0) continue; /* host-wide */
+                long inuse = 0, tw = 0;
+                char *at = strstr(line, "inuse ");
+                if (at) inuse = atol(at + 6);
+                if ((at = strstr(line, " tw "))) tw = atol(at + 4);
+                empty = inuse == 0 && tw == 0;
+            }
+            if (f) fclose(f);
         }
-        if (f) fclose(f);
+        static const char *lists[] = {"/proc/thread-self/net/unix", "/proc/thread-self/net/packet"};
+        for (int i = 0; empty && i < 2; i++) {
+            FILE *f = fopen(lists[i], "r");
+            char line[512];
+            int lines = 0;
+            while (f && fgets(line, sizeof line, f)) lines++;
+            if (f) fclose(f);
+            empty = lines <= 1; /* the header only */
+        }
+        _exit(empty ? 0 : 1);
     }
-    static const char *lists[] = {"/proc/thread-self/net/unix", "/proc/thread-self/net/packet"};
-    for (int i = 0; empty && i < 2; i++) {
-        FILE *f = fopen(lists[i], "r");
-        char line[512];
-        int lines = 0;
-        while (f && fgets(line, sizeof line, f)) lines++;
-        if (f) fclose(f);
-        empty = lines <= 1; /* the header only */
-    }
-    if (setns(own_net, CLONE_NEWNET) < 0) _exit(1); /* we must not serve from the wrong namespace */
-    return empty;
+    int status = 1;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 /* Keep a dead instance's network namespace (an fd on it) for the next instance, if empty. */
@@ -315,7 +321,6 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
             if (inherited[i] >= 0) close(inherited[i]);
         for (int i = 0; i < 6; i++)
             if (shared_ns[i] >= 0) close(shared_ns[i]);
-        if (own_net >= 0) close(own_net);
         if (spare_net >= 0 && spare_net != launch.net_fd) close(spare_net);
         sandbox_child(cfg, in->stage, sv[1], sy[1]);
     }
@@ -709,7 +714,6 @@ void keeper_main(msg_t *create, const char *stage_root, int sock) {
     instance_reset(&spare);
     instance_reset(&sealed);
     launch.net_fd = -1;
-    own_net = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
     config = msg_new();
     msg_t *m = msg_new();
     if (!config || !m) _exit(1);
