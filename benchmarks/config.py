@@ -74,6 +74,10 @@ class ResetLatencyRepetitions:
     """Time ``sandbox.exec("true")``."""
     fork16: int = 10
     """Time ``backend.fork(snapshot, 16)``."""
+    verify_strict: int = 50
+    """Dirty the sandbox, then time ``sandbox.begin_verification`` of a strict plan (outputs: the workspace)."""
+    verify_shared: int = 50
+    """The same with a shared plan (the workspace frozen)."""
     naive_copy: int = 20
     """Time ``shutil.copytree`` of the workspace plus one fresh process."""
     docker_recreate: int = 10

@@ -25,7 +25,11 @@ or ``/sys`` is removed (``info["verifier"]["removed_links"]``).
 
 ``shared`` (Harbor-compatible; for tests that need a service the agent
 started or changes outside the outputs): the agent's processes stay alive and
-the verifier sees its whole filesystem, except that ``/tests`` and
+the verifier sees its whole filesystem, except that the top-level
+directories that hold the task's outputs are frozen (shown as the agent's turn
+left them, so a process it left running cannot rewrite or swap an answer while
+the tests read it; their sockets and FIFOs stay live), links into the private
+paths are removed as in strict mode, ``/tests`` and
 ``/logs/verifier`` are private to the verifier, the top-level links (``/bin``
 ...), the loader, shell and Python configuration under ``/etc`` and the
 dotfiles and ``~/.local`` of ``/root`` come from the known-good snapshot
@@ -46,7 +50,8 @@ outputs as hostile: decide the reward after the agent's code has finished and
 write it last, run agent code in a subprocess, keep the harness's own imports
 and tools out of the outputs' reach (``envs/builtin/README.md`` shows how). In
 shared mode the agent's live processes can also change any file the verifier
-reads outside the private paths while it reads it (that is what shared means),
+reads outside the frozen outputs and the private paths while it reads it (that
+is what shared means: declare what the tests read as outputs),
 and programs and libraries the agent could write (a root filesystem's ``/usr``)
 are the agent's.
 
@@ -135,8 +140,7 @@ def plan_for(task: Task, mode: VerifyMode | None = None, *, known_good: Snapshot
             f"task {task.id} works in '/', so strict verification has no output directory to show the verifier; "
             "declare [snapgym] outputs = ['/dir', ...] in its task.toml, or run it with verification='shared'"
         )
-    outputs = task.outputs if mode is VerifyMode.STRICT else ()
-    return VerificationPlan(mode, tests_dir=task.tests_dir, outputs=outputs, known_good=known_good)
+    return VerificationPlan(mode, tests_dir=task.tests_dir, outputs=task.outputs, known_good=known_good)
 
 
 def verify(

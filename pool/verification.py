@@ -19,12 +19,18 @@ Two modes:
 
 ``shared``
     The agent's processes stay alive (a service the tests talk to) and the
-    verifier sees the agent's whole filesystem, as in Harbor. Still private
-    to the verifier: ``/tests`` and ``private_dirs`` (the reward channel),
-    the top-level symbolic links (``/bin`` and friends) and the loader and
-    shell configuration under ``/etc`` as the known-good snapshot had them.
-    The agent's processes cannot signal or trace the verifier's where the
-    kernel offers Landlock scoping (``Capabilities.verifier_isolation``).
+    verifier sees the agent's whole filesystem, as in Harbor, except that
+    each top-level directory holding one of the ``outputs`` is frozen: the
+    verifier sees it as the agent's turn left it, so a process the agent left
+    running cannot rewrite an answer, or swap it for a link to ``/tests``,
+    while the tests read it (its sockets and FIFOs stay live, so the tests
+    still reach a service through them). Private to the verifier:
+    ``/tests`` and ``private_dirs`` (the reward channel), the top-level
+    symbolic links (``/bin`` and friends) and the loader and shell
+    configuration under ``/etc`` as the known-good snapshot had them. Links
+    into the private paths are removed as in strict mode. The agent's
+    processes cannot signal or trace the verifier's where the kernel offers
+    Landlock scoping (``Capabilities.verifier_isolation``).
 """
 
 from __future__ import annotations
@@ -94,7 +100,8 @@ class VerificationPlan:
     """The snapshot the verifier trusts (the task's); None: the sandbox's start snapshot. An episode
     that started from a checkpoint still gets the task's: whatever the checkpoint holds is the agent's."""
     outputs: tuple[str, ...] = ()
-    """strict: the directories carried over from the agent's end state."""
+    """The directories that show the agent's end state: strict, the only ones; shared, frozen (their
+    top-level directories, outside ``/etc`` and ``/root``) while the rest stays live."""
     tests_path: str = TESTS_PATH
     private_dirs: tuple[str, ...] = (REWARD_DIR,)
     """Fresh, empty directories that only the verifier's processes see."""
@@ -127,8 +134,9 @@ class VerificationReport:
 
     mode: VerifyMode
     removed_links: tuple[str, ...] = ()
-    """strict: symbolic links in the outputs that pointed into the verifier's private paths."""
+    """Symbolic links the agent left (strict: in the outputs) that pointed into the verifier's private paths."""
     missing_outputs: tuple[str, ...] = ()
-    """strict: outputs that were not a directory in the agent's end state (shown empty)."""
+    """Outputs (shared: their top-level directories) that were not a directory in the agent's end state
+    (shown empty)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """Anything else the verifier should know, e.g. a protection this machine lacks."""

@@ -13,7 +13,17 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-METHODS = {"restore", "restore_immediate", "create", "exec_true", "fork16", "naive_copy", "docker_recreate"}
+METHODS = {
+    "restore",
+    "restore_immediate",
+    "create",
+    "exec_true",
+    "fork16",
+    "verify_strict",
+    "verify_shared",
+    "naive_copy",
+    "docker_recreate",
+}
 TINY_BUDGET = [
     "benchmark.warmup=1",
     "benchmark.repetitions.restore=3",
@@ -21,6 +31,8 @@ TINY_BUDGET = [
     "benchmark.repetitions.create=2",
     "benchmark.repetitions.exec_true=3",
     "benchmark.repetitions.fork16=1",
+    "benchmark.repetitions.verify_strict=2",
+    "benchmark.repetitions.verify_shared=2",
     "benchmark.repetitions.naive_copy=2",
     "benchmark.repetitions.docker_recreate=1",
     "benchmark.workspace.n_files=20",

@@ -137,3 +137,61 @@ def test_links_into_the_verifiers_private_paths_are_removed_in_shared_mode_too(
     report = sandbox.begin_verification(shared(tests_dir))
     assert set(report.removed_links) == {"/app/answer -> /tests/test.sh", "/srv/x/r -> ../../logs/verifier"}
     assert sandbox.exec("ls -A /app /srv/x").stdout == "/app:\ngiven\n\n/srv/x:\n"
+
+
+def frozen(tests: Path) -> VerificationPlan:
+    return VerificationPlan(VerifyMode.SHARED, tests, outputs=("/app",))
+
+
+def test_outputs_are_frozen_as_the_turn_left_them_while_the_rest_stays_live(
+    sandbox: LocalSandbox, tests_dir: Path
+) -> None:
+    """A loop the agent left running waits for the verifier, then rewrites the clock files and swaps its
+    answer for a link to /tests: the verifier reads the outputs as the turn left them, while a file
+    outside the outputs changes under its eyes."""
+    sandbox.exec(
+        "echo final > /app/answer; date +%s%N > /app/clock; date +%s%N > /tmp/clock;"
+        " (setsid sh -c 'sleep 0.3; while true; do date +%s%N > /app/clock; date +%s%N > /tmp/clock;"
+        " ln -sfn /tests/test.sh /app/answer; sleep 0.01; done' >/dev/null 2>&1 &)"
+    )
+    report = sandbox.begin_verification(frozen(tests_dir))
+    r = sandbox.exec(
+        "a=$(cat /app/clock); b=$(cat /tmp/clock); sleep 0.6; c=$(cat /app/clock); d=$(cat /tmp/clock);"
+        ' [ "$a" = "$c" ] && echo app frozen; [ "$b" != "$d" ] && echo tmp live;'
+        " test -L /app/answer && echo link; cat /app/answer; echo verifier >> /app/clock"
+    )
+    assert r.stdout == "app frozen\ntmp live\nfinal\n", (r.stdout, r.stderr)
+    assert report.removed_links == () and report.missing_outputs == ()
+
+
+def test_a_service_on_a_unix_socket_in_a_frozen_output_is_still_reached(sandbox: LocalSandbox, tests_dir: Path) -> None:
+    server = (
+        "import socket, os\ns = socket.socket(socket.AF_UNIX)\ns.bind('/app/kv.sock')\ns.listen()\n"
+        "while True:\n    c, _ = s.accept()\n    c.sendall(b'pong from ' + str(os.getpid()).encode())\n    c.close()\n"
+    )
+    sandbox.write_file("/app/server.py", server)
+    sandbox.exec("(setsid python3 /app/server.py >/dev/null 2>&1 &); sleep 0.5; mkfifo /app/pipe")
+    sandbox.begin_verification(frozen(tests_dir))
+    r = sandbox.exec(
+        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('/app/kv.sock');"
+        " print(s.recv(100).decode())\"; test -p /app/pipe && echo fifo"
+    )
+    assert r.stdout.startswith("pong from ") and r.stdout.endswith("\nfifo\n"), (r.stdout, r.stderr)
+
+
+def test_a_deleted_output_is_shown_empty_and_reported_missing(sandbox: LocalSandbox, tests_dir: Path) -> None:
+    sandbox.exec("rm -rf /app")
+    report = sandbox.begin_verification(frozen(tests_dir))
+    assert report.missing_outputs == ("/app",)
+    assert sandbox.exec("ls -A /app && echo empty").stdout == "empty\n"
+
+
+def test_a_huge_sparse_output_is_frozen_without_filling_anything(sandbox: LocalSandbox, tests_dir: Path) -> None:
+    """A 1 TiB sparse file in the outputs is copied hole by hole, and a deep tree level by level."""
+    sandbox.exec("truncate -s 1T /app/huge && echo tail >> /app/huge && mkdir -p /app/deep")
+    sandbox.exec("cd /app/deep && for i in $(seq 300); do mkdir d && cd d; done; echo bottom > leaf")
+    sandbox.begin_verification(frozen(tests_dir))
+    r = sandbox.exec("stat -c %s /app/huge; tail -c 5 /app/huge; du -k /app/huge | cut -f1; find /app/deep -name leaf")
+    lines = r.stdout.split("\n")
+    assert len(lines) == 5 and lines[:2] == [str(2**40 + 5), "tail"], (r.stdout, r.stderr)
+    assert int(lines[2]) < 1024 and lines[3] == "/app/deep" + "/d" * 300 + "/leaf"

@@ -4,7 +4,9 @@ Each attack is played as the hostile agent would play it, action by action in
 ``snapgym/Shell-v0``, against the test tasks of each kind it aims at, each task in its own
 verification mode: a strict task whose answer lives in /tests (config-rewrite), a strict task
 whose tests run the agent's code (fix-python-stats), a shared task whose tests talk to the
-agent's service (start-kv-service), and for the targeted attacks a git task and the
+agent's service (start-kv-service), the answer-in-/tests task again in shared mode
+(pytest-word-count@shared: the agent's processes live on beside tests that follow links,
+and read the outputs as the agent's turn left them), and for the targeted attacks a git task and the
 catalogue's Harbor-style pytest task (and c-fix-segfault for code the tests compile and run).
 Every attack must score exactly what the no-op agent
 scores on that task (0.0 on every built-in task), and its episode must be scored: a sabotaged
@@ -38,6 +40,7 @@ from envs.oracle import run_solution
 from envs.tasks import Task
 from pool import load_backend
 from pool.contract import Backend
+from pool.verification import VerifyMode
 
 BACKENDS: dict[str, dict[str, Any]] = {
     "local": {"memory_limit_mb": 256, "pids_limit": 128, "disk_limit_mb": 64},
@@ -47,6 +50,7 @@ VERIFIER_TIMEOUT_S = 10.0
 EPISODE_DEADLINE_S = 25.0
 
 STRICT_ANSWER_IN_TESTS = "config-rewrite"
+SHARED_ANSWER_IN_TESTS = "pytest-word-count@shared"
 STRICT_RUNS_AGENT_CODE = "fix-python-stats"
 SHARED_SERVICE = "start-kv-service"
 C_TASK = "c-fix-segfault"
@@ -55,7 +59,7 @@ PYTEST_TASK = PYTEST_TARGET.name
 
 TEST_TASKS: dict[TaskKind, tuple[str, ...]] = {
     TaskKind.ANY: (STRICT_ANSWER_IN_TESTS, STRICT_RUNS_AGENT_CODE, SHARED_SERVICE),
-    TaskKind.ANSWER_IN_TESTS: (STRICT_ANSWER_IN_TESTS,),
+    TaskKind.ANSWER_IN_TESTS: (STRICT_ANSWER_IN_TESTS, PYTEST_TASK, SHARED_ANSWER_IN_TESTS),
     TaskKind.RUNS_OUTPUT_CODE: (STRICT_RUNS_AGENT_CODE, C_TASK),
     TaskKind.PYTHON_IN_WORKDIR: (STRICT_ANSWER_IN_TESTS, STRICT_RUNS_AGENT_CODE, SHARED_SERVICE),
     TaskKind.SCRATCH_IN_TMP: (STRICT_RUNS_AGENT_CODE,),
@@ -68,10 +72,13 @@ ALL_TEST_TASKS = tuple(dict.fromkeys(task for tasks in TEST_TASKS.values() for t
 
 
 def load(task_id: str) -> Task:
-    """A test task, its verifier timeout capped."""
-    task = envs.load_task(PYTEST_TARGET if task_id == PYTEST_TASK else task_id)
+    """A test task, its verifier timeout capped; ``ID@MODE`` is task ID verified in MODE."""
+    name, _, mode = task_id.partition("@")
+    task = envs.load_task(PYTEST_TARGET if name == PYTEST_TASK else name)
     timeout = min(task.settings.verifier_timeout_s, VERIFIER_TIMEOUT_S)
-    return dataclasses.replace(task, settings=dataclasses.replace(task.settings, verifier_timeout_s=timeout))
+    verification = VerifyMode.parse(mode).value if mode else task.settings.verification
+    settings = dataclasses.replace(task.settings, verifier_timeout_s=timeout, verification=verification)
+    return dataclasses.replace(task, settings=settings)
 
 
 def cases() -> list[Any]:
@@ -191,6 +198,7 @@ def test_every_builtin_task_has_its_kinds_and_test_tasks_are_of_theirs() -> None
             assert kind in task_kinds(load(task_id)), (kind, task_id)
     assert load(SHARED_SERVICE).verification.value == "shared"
     assert load(STRICT_ANSWER_IN_TESTS).verification.value == "strict"
+    assert load(SHARED_ANSWER_IN_TESTS).verification.value == "shared"
     assert load(STRICT_RUNS_AGENT_CODE).verification.value == "strict"
 
 

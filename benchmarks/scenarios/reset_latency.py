@@ -21,6 +21,12 @@ Method:
       previous one with no time for that preparation: the worst case.
     - ``create``: ``backend.create(snapshot)``; closing is untimed.
     - ``fork16``: ``backend.fork(snapshot, 16)``; closing the 16 is untimed.
+    - ``verify_strict``, ``verify_shared``: the sandbox is dirtied as for
+      ``restore``, then ``sandbox.begin_verification`` of a plan whose
+      output is ``/workspace`` is timed (the hand-over from the agent's turn
+      to the verifier's: strict kills the agent and grafts the outputs onto a
+      fresh instance, shared freezes the outputs beside the live agent);
+      the restore after it is untimed. Backends without verification skip.
     - ``naive_copy``: ``shutil.copytree`` of the host workspace into a new
       directory plus ``subprocess.run(["true"])``; deleting is untimed. The
       source sits warm in the page cache.
@@ -54,8 +60,19 @@ from benchmarks.report import Report, Skipped, Target
 from benchmarks.stats import percentile
 from benchmarks.timing import measure
 from pool import Backend, Sandbox, Snapshot
+from pool.verification import VerificationPlan, VerifyMode
 
-METHODS = ("restore", "restore_immediate", "create", "exec_true", "fork16", "naive_copy", "docker_recreate")
+METHODS = (
+    "restore",
+    "restore_immediate",
+    "create",
+    "exec_true",
+    "fork16",
+    "verify_strict",
+    "verify_shared",
+    "naive_copy",
+    "docker_recreate",
+)
 FORK_N = 16
 DIRTY_COMMAND = (
     "echo dirty > /tmp/dirty && echo dirty > /dev/shm/dirty && echo dirty > /workspace/dirty"
@@ -121,9 +138,26 @@ def _sandbox_methods(cfg: ResetLatencyConfig, backend: Backend, snapshot: Snapsh
             sandbox.restore()
 
         immediate = _timed(cfg, cfg.repetitions.restore_immediate, sandbox.restore, before=dirty_then_restore)
+        verify = {f"verify_{mode.value}": _verify(cfg, backend, sandbox, mode) for mode in VerifyMode}
     finally:
         sandbox.close()
-    return {"restore": restore, "restore_immediate": immediate, "exec_true": exec_true}
+    return {"restore": restore, "restore_immediate": immediate, "exec_true": exec_true, **verify}
+
+
+def _verify(cfg: ResetLatencyConfig, backend: Backend, sandbox: Sandbox, mode: VerifyMode) -> Outcome:
+    repetitions = getattr(cfg.repetitions, f"verify_{mode.value}")
+    if mode.value not in backend.capabilities.verification:
+        return Skipped(f"the {backend.name} backend has no {mode.value} verification")
+    with tempfile.TemporaryDirectory(prefix="snapgym-bench-tests-") as tests:
+        (Path(tests) / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
+        plan = VerificationPlan(mode, Path(tests), outputs=(workspace.SANDBOX_ROOT,))
+        return _timed(
+            cfg,
+            repetitions,
+            lambda: sandbox.begin_verification(plan),
+            before=lambda: _dirty(sandbox),
+            after=lambda _report: sandbox.restore(),
+        )
 
 
 def _create(cfg: ResetLatencyConfig, backend: Backend, snapshot: Snapshot) -> Outcome:

@@ -64,9 +64,9 @@ def seal_fields(
     """
     fields: Fields = [("seal", plan.mode.value), ("tests_lower", str(tests_layer)), ("tests_at", plan.tests_path)]
     fields += [("private", path) for path in plan.private_dirs]
+    fields += [("output", path) for path in plan.outputs]
+    fields += [("agent_layer", str(path)) for path in reversed(agent)]  # top first
     if plan.mode is VerifyMode.STRICT:
-        fields += [("output", path) for path in plan.outputs]
-        fields += [("agent_layer", str(path)) for path in reversed(agent)]  # top first
         return fields
     fields += [("known_good", str(path)) for path in reversed(known_good)]  # top first
     fields += [("skeleton", path) for path in SHARED_SKELETONS]

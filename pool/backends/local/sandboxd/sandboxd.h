@@ -155,6 +155,15 @@ void set_report(FILE *to);
 int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, size_t errlen);
 void shared_exec(msg_t *m, msg_t *cfg, const int ns_fds[6], char cgroups[][512], int ncg) __attribute__((noreturn));
 
+/* freeze.c: a frozen copy of name (an entry of src_dir, never followed) as dst_dir/name. */
+enum { FREEZE_MAX_LIVE = 256 };
+typedef struct {
+    int skipped;                  /* entries that could not be copied (left out) */
+    char *live[FREEZE_MAX_LIVE];  /* sockets and FIFOs, relative to src_dir: bound live over the copies */
+    int nlive;
+} freeze_t;
+int freeze_tree(int src_dir, const char *name, int dst_dir, freeze_t *out); /* -1: the copy could not begin */
+
 /* lookup.c: a path in a stack of overlayfs layers (top first), as overlayfs sees it. */
 enum { LAYER_ABSENT = 0, LAYER_HAS = 1 };
 /* The entry at rel (no leading "/") and the index of the layer that has it; 0: none. */

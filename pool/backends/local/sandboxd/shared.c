@@ -13,10 +13,18 @@
  *   /dev          fresh device nodes, a new devpts; shm and mqueue bound
  *   /tests        the task's tests (a stored layer) with their own upper
  *   private dirs  empty (the reward channel); the agent cannot see them
+ *   /<output top> each top-level directory that holds one of the task's
+ *                 outputs (the workdir by default), frozen: a copy of the
+ *                 agent's writable layer there, made when its turn ended,
+ *                 over the layers below, with a fresh upper (freeze.c). Its
+ *                 sockets and FIFOs, and mounts snapgym made inside it, are
+ *                 bound live, so the tests still reach the agent's services.
  *
- * Every mount point lives in the private tmpfs, so the agent cannot detach or
- * redirect one by renaming or deleting its own files. New top-level entries
- * the agent makes after the verifier began are not seen.
+ * Every mount point lives in the private tmpfs (or in a frozen copy), so the
+ * agent cannot detach or redirect one by renaming or deleting its own files.
+ * New top-level entries the agent makes after the verifier began are not
+ * seen. What the agent's live processes write outside the frozen outputs the
+ * verifier sees as it happens (that is shared mode).
  *
  * Each of the verifier's commands starts from the keeper (shared_exec), joins
  * the sandbox's pid, net, ipc, uts and user namespaces and this mount
@@ -42,6 +50,18 @@ static char *known_good[MAX_LAYERS];
 static int nknown;
 static int scratch = -1; /* a private tmpfs, never attached: uppers and layer names live here */
 static int names;
+
+typedef struct {
+    char name[256]; /* a top-level directory holding an output */
+    int mount;      /* its frozen view: a detached writable overlay */
+    int agent[64];  /* the agent's checkpoint layers there (open directories), for the link audit */
+    int nagent;
+} frozen_t;
+enum { MAX_FROZEN = 32 };
+static frozen_t frozen[MAX_FROZEN];
+static int nfrozen;
+static int frozen_fs = -1; /* the private tmpfs with the copies */
+static freeze_t copied;
 
 static int fail(char *err, size_t errlen, const char *what) {
     snprintf(err, errlen, "%s: %s", what, strerror(errno));
@@ -321,6 +341,169 @@ static int is_skipped(msg_t *cfg, const char *name) {
     return 0;
 }
 
+static int is_frozen(const char *name) {
+    for (int i = 0; i < nfrozen; i++)
+        if (strcmp(frozen[i].name, name) == 0) return 1;
+    return 0;
+}
+
+/* The top-level directories that hold the task's outputs ("output" fields),
+ * frozen: the agent's writable layer there is copied (freeze.c), then stacked
+ * with the layers the agent's sandbox has below it (its checkpoints', then the
+ * known-good snapshot's) into a detached writable overlay. Done in the
+ * keeper's namespace, where the layers can be reached; the copies are named
+ * through /proc/self/fd, so no host path shows in the verifier's mountinfo.
+ * An output directory the agent deleted, or replaced by something else, is
+ * shown empty and reported missing, as in strict mode. */
+static int freeze_outputs(msg_t *cfg, int agent_upper, FILE *report, char *err, size_t errlen) {
+    nfrozen = 0;
+    for (uint32_t i = 0; i < cfg->nfields && nfrozen < MAX_FROZEN; i++) {
+        if (strcmp(cfg->key[i], "output") != 0) continue;
+        const char *top = cfg->val[i];
+        while (*top == '/') top++;
+        size_t len = strcspn(top, "/");
+        if (len == 0 || len >= sizeof frozen[0].name) continue; /* "/": shown live */
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)len, top);
+        if (is_skipped(cfg, name) || is_frozen(name) || strcmp(name, "proc") == 0 || strcmp(name, "sys") == 0)
+            continue; /* private, or a skeleton (/etc, /root): handled on their own */
+        snprintf(frozen[nfrozen].name, sizeof frozen[nfrozen].name, "%s", name);
+        frozen[nfrozen].mount = -1;
+        frozen[nfrozen++].nagent = 0;
+    }
+    if (nfrozen == 0) return 0;
+    const char *size = field(cfg, "tmpfs_bytes");
+    if ((frozen_fs = tmpfs_mount(size ? size : "1073741824", MOUNT_ATTR_NOSUID_ | MOUNT_ATTR_NODEV_)) < 0)
+        return fail(err, errlen, "mount the space for the frozen outputs");
+    char copies[64];
+    snprintf(copies, sizeof copies, "/proc/self/fd/%d", frozen_fs);
+    char *stack[2 * MAX_LAYERS + 1];
+    int n = 0;
+    stack[n++] = copies;
+    n += fields_of(cfg, "agent_layer", stack + n, MAX_LAYERS);
+    int n_agent = n;
+    for (int i = 0; i < nknown; i++) stack[n++] = known_good[i];
+    for (int f = 0; f < nfrozen; f++) {
+        const char *name = frozen[f].name;
+        if (freeze_tree(agent_upper, name, frozen_fs, &copied) < 0) copied.skipped++;
+        int idx[2 * MAX_LAYERS + 1], touched;
+        int found = stack_dirs(stack, n, n_agent, name, idx, 2 * MAX_LAYERS + 1, &touched);
+        char *lowers[2 * MAX_LAYERS + 1], empty[96];
+        if (found == 0 && !touched) continue; /* absent in the snapshot too: shown absent */
+        if (found == 0) {
+            snprintf(empty, sizeof empty, ".empty-%d", f);
+            if (mkdirat(frozen_fs, empty, 0755) < 0 || fchownat(frozen_fs, empty, owner, owner, 0) < 0)
+                return fail(err, errlen, "create an empty output directory");
+            snprintf(empty, sizeof empty, "%s/.empty-%d", copies, f);
+            lowers[0] = empty;
+            found = 1;
+            fprintf(report, "missing=/%s\n", name);
+        } else {
+            for (int i = 0; i < found; i++)
+                if (asprintf(&lowers[i], "%s/%s", stack[idx[i]], name) < 0) return fail(err, errlen, "out of memory");
+        }
+        struct stat st;
+        if (stat(lowers[0], &st) < 0) return fail(err, errlen, "read a frozen output directory");
+        frozen[f].mount = writable_overlay(lowers, found, st.st_mode, st.st_uid, st.st_gid);
+        if (frozen[f].mount < 0) return fail(err, errlen, "mount a frozen output directory");
+        if (lowers[0] != empty)
+            for (int i = 0; i < found; i++) free(lowers[i]);
+        for (int i = 1; i < n_agent && frozen[f].nagent < 64; i++) {
+            int layer = open(stack[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            int at = layer >= 0 ? open_beneath(layer, name, O_RDONLY | O_DIRECTORY) : -1;
+            if (layer >= 0) close(layer);
+            if (at >= 0) frozen[f].agent[frozen[f].nagent++] = at;
+        }
+    }
+    return 0;
+}
+
+/* Open the directory that holds rel (below root, never following a link) and name its last component. */
+static int parent_beneath(int root, const char *rel, char *base, size_t baselen) {
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", rel);
+    char *slash = strrchr(parent, '/');
+    snprintf(base, baselen, "%s", slash ? slash + 1 : parent);
+    if (slash) *slash = 0;
+    return open_beneath(root, slash ? parent : ".", O_PATH | O_DIRECTORY);
+}
+
+/* Over the frozen copy of a socket or FIFO, the live one (if it still is one), so the tests reach
+ * the service behind it. */
+static void bind_live_endpoint(int agent_root, int troot, const char *rel) {
+    int at = open_beneath(agent_root, rel, O_PATH); /* no link on the way: the agent may have made one since */
+    int tree = at >= 0 ? sys_open_tree(at, "", OPEN_TREE_CLONE_ | AT_EMPTY_PATH) : -1;
+    if (at >= 0) close(at);
+    struct stat st;
+    char base[256];
+    if (tree >= 0 && fstat(tree, &st) == 0 && (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode))) {
+        int dir = parent_beneath(troot, rel, base, sizeof base);
+        if (dir >= 0 && attach_mount(tree, dir, base) < 0) {}
+        if (dir >= 0) close(dir);
+    }
+    if (tree >= 0) close(tree);
+}
+
+/* Mounts snapgym made inside a frozen directory (the sandbox's own binds) are shown live over it. */
+static void bind_live_submounts(int agent_root, int troot) {
+    FILE *info = fopen("/proc/self/mountinfo", "r");
+    char line[8192], bound[64][PATH_MAX];
+    int nbound = 0;
+    while (info && nbound < 64 && fgets(line, sizeof line, info)) {
+        char point[PATH_MAX], *field5 = line;
+        for (int i = 0; i < 4 && field5; i++) field5 = strchr(field5 + 1, ' ');
+        if (!field5 || sscanf(field5 + 1, "%4095s", point) != 1) continue;
+        char rel[PATH_MAX];
+        size_t o = 0;
+        for (const char *c = point + 1; *c && o + 1 < sizeof rel; c++) { /* mountinfo escapes " \t\n\\" as \ooo */
+            if (c[0] == '\\' && c[1] >= '0' && c[1] <= '7' && c[2] && c[3]) {
+                rel[o++] = (char)((c[1] - '0') * 64 + (c[2] - '0') * 8 + (c[3] - '0'));
+                c += 3;
+            } else {
+                rel[o++] = *c;
+            }
+        }
+        rel[o] = 0;
+        size_t top = strcspn(rel, "/");
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)top, rel);
+        if (!rel[top] || !is_frozen(name)) continue; /* not strictly inside a frozen directory */
+        int inside = 0;
+        for (int i = 0; i < nbound && !inside; i++) {
+            size_t l = strlen(bound[i]);
+            inside = strncmp(rel, bound[i], l) == 0 && rel[l] == '/';
+        }
+        if (inside) continue; /* came with the recursive bind of a mount above it */
+        int tree = sys_open_tree(agent_root, rel, OPEN_TREE_CLONE_ | AT_RECURSIVE_ | AT_SYMLINK_NOFOLLOW);
+        struct stat st;
+        char base[256];
+        if (tree >= 0 && fstat(tree, &st) == 0) {
+            /* the mount point, made in the frozen view if the agent's layers do not have it */
+            for (char *slash = strchr(rel, '/'); slash; slash = strchr(slash + 1, '/')) {
+                *slash = 0;
+                if (mkdirat(troot, rel, 0755) < 0 && errno != EEXIST) {}
+                *slash = '/';
+            }
+            int dir = parent_beneath(troot, rel, base, sizeof base);
+            if (dir >= 0) {
+                if (S_ISDIR(st.st_mode)) { if (mkdirat(dir, base, 0755) < 0) {} }
+                else { int fd = openat(dir, base, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644); if (fd >= 0) close(fd); }
+                if (attach_mount(tree, dir, base) == 0) snprintf(bound[nbound++], PATH_MAX, "%s", rel);
+                close(dir);
+            }
+        }
+        if (tree >= 0) close(tree);
+    }
+    if (info) fclose(info);
+}
+
+/* Is name, in the sandbox's root, a mount of its own (a bind snapgym made, not a directory of the layers)? */
+static int is_mount_root(int agent_root, const char *name) {
+    struct statx sx;
+    return syscall(SYS_statx, agent_root, name, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) == 0 &&
+           (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
 /* Everything that needs a host path, done in the keeper's namespace: the
  * scratch tmpfs, the tests' overlay, the private root, devpts, clones of the
  * host's device nodes.
@@ -366,6 +549,7 @@ int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, 
     snprintf(path, sizeof path, "%s/report", stage);
     FILE *report = fopen(path, "w");
     if (agent_upper < 0 || !report) return fail(err, errlen, "open the agent's writable layer");
+    if (freeze_outputs(cfg, agent_upper, report, err, errlen) < 0) return -1;
     snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)init_pid);
     int mnt = open(path, O_RDONLY | O_CLOEXEC);
     if (mnt < 0 || setns(mnt, CLONE_NEWNS) < 0) return fail(err, errlen, "enter the sandbox's mount namespace");
@@ -382,12 +566,26 @@ int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, 
         const char *name = e->d_name;
         if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || is_skipped(cfg, name) || is_top_link(name))
             continue;
+        if (is_frozen(name) && !is_mount_root(agent_root, name)) continue; /* attached below */
         struct stat st;
         if (fstatat(agent_root, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
             continue; /* top-level files and links the agent made are not shown */
         if (bind_entry(agent_root, name, troot, 1) < 0) return fail(err, errlen, "bind a top-level directory");
     }
     if (d) closedir(d);
+    for (int f = 0; f < nfrozen; f++) {
+        if (is_mount_root(agent_root, frozen[f].name)) { /* a bind snapgym made: shown live, as it is */
+            if (frozen[f].mount >= 0) close(frozen[f].mount);
+            frozen[f].name[0] = 0;
+            continue;
+        }
+        if (frozen[f].mount < 0) continue;
+        if (mkdir_owned(troot, frozen[f].name, 0755) < 0 || attach_mount(frozen[f].mount, troot, frozen[f].name) < 0)
+            return fail(err, errlen, "attach a frozen output directory");
+        close(frozen[f].mount);
+    }
+    for (int i = 0; i < copied.nlive; i++) bind_live_endpoint(agent_root, troot, copied.live[i]);
+    bind_live_submounts(agent_root, troot);
     if (place_top_links(troot, err, errlen) < 0) return -1;
     for (uint32_t i = 0; i < cfg->nfields; i++)
         if (strcmp(cfg->key[i], "skeleton") == 0 && skeleton(agent_root, cfg->val[i] + 1, troot, err, errlen) < 0)
@@ -418,7 +616,20 @@ int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, 
     int rootfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (rootfd < 0) return fail(err, errlen, "open the verifier's root");
     set_report(report);
-    audit_links(cfg, rootfd, agent_upper, "");
+    /* frozen outputs: the copies and the agent's checkpoint layers there; elsewhere its live layer */
+    for (int f = 0; f < nfrozen; f++) {
+        const char *name = frozen[f].name;
+        if (!name[0]) continue;
+        audit_links(cfg, rootfd, openat(frozen_fs, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), name);
+        for (int i = 0; i < frozen[f].nagent; i++) audit_links(cfg, rootfd, frozen[f].agent[i], name);
+    }
+    DIR *live = fdopendir(dup(agent_upper));
+    while (live && (e = readdir(live))) {
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+        if (is_frozen(e->d_name)) continue;
+        audit_links(cfg, rootfd, openat(agent_upper, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), e->d_name);
+    }
+    if (live) closedir(live);
     remove_doomed();
     if (fclose(report) != 0) return fail(err, errlen, "write the verification report");
     set_report(NULL);
