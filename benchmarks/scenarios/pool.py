@@ -105,7 +105,7 @@ def run(job: Job) -> Report:
     """Measure the pool against the job's backend used directly."""
     cfg: PoolBenchConfig = job.settings
     backend = job.backend
-    options = _backend_options(backend)
+    options = _backend_options(job, backend)
     methods: dict[str, list[float] | Skipped] = {}
     pool = SandboxPool(PoolConfig(min_warm=cfg.min_warm, max_warm=cfg.min_warm, max_size=4 * cfg.min_warm,
                                   backend_options=options))  # fmt: skip
@@ -221,7 +221,8 @@ def _time_ms(call: Callable[[], object]) -> float:
     return (time.perf_counter_ns() - started) / 1e6
 
 
-def _backend_options(backend: Backend) -> dict[str, Any]:
-    """The direct backend's store, so the pool's hosts reuse its builds."""
+def _backend_options(job: Job, backend: Backend) -> dict[str, Any]:
+    """The configured backend options (limits included, so leased and direct sandboxes are alike) and
+    the direct backend's store, so the pool's hosts reuse its builds."""
     store = getattr(backend, "store", None)
-    return {"store_dir": str(store.root)} if store is not None else {}
+    return {**job.backend_options(), **({"store_dir": str(store.root)} if store is not None else {})}

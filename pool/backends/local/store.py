@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,13 +77,23 @@ class SnapshotStore:
     def _check_mode(self) -> None:
         # Root mode and rootless mode write overlay metadata in different xattr
         # namespaces, so one store must not serve both.
+        # The marker appears whole or not at all (written aside, then linked into place), so a
+        # backend opening the store while another creates it never reads it half-written.
         marker = self.root / "MODE"
         mode = "rootless" if self.rootless else "root"
         if not marker.exists():
-            marker.write_text(mode + "\n")
-        elif marker.read_text().strip() != mode:
+            draft = self.root / f".MODE.{os.getpid()}.{threading.get_ident()}"
+            draft.write_text(mode + "\n")
+            try:
+                os.link(draft, marker)
+            except FileExistsError:
+                pass  # another backend made it first: checked below like any existing one
+            finally:
+                draft.unlink(missing_ok=True)
+        found = marker.read_text().strip()
+        if found != mode:
             raise SnapshotError(
-                f"the snapshot store {self.root} was made in {marker.read_text().strip()} mode and this "
+                f"the snapshot store {self.root} was made in {found} mode and this "
                 f"backend runs in {mode} mode; pass store_dir= to use another store"
             )
 
