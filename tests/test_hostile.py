@@ -170,7 +170,7 @@ def test_a_runner_stopped_from_inside_is_a_timeout_not_a_crash(sandbox: LocalSan
     )
     sandbox.write_file("/tmp/stopper.py", stopper)
     sandbox.exec("(setsid python3 /tmp/stopper.py </dev/null >/dev/null 2>&1 &); sleep 0.5")
-    r = sandbox.exec("echo never", timeout_s=0.5)
+    r = sandbox.exec("sleep 0.2; echo never", timeout_s=0.5)  # alive long enough for the stopper's next scan
     assert r.timed_out and r.exit_code == 137  # the host gave up on it after the grace period
     assert sandbox.is_alive
     sandbox.restore()

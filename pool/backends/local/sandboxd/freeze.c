@@ -125,7 +125,11 @@ int freeze_tree(int src_dir, const char *name, int dst_dir, freeze_t *out) {
         return 0;
     }
     struct rlimit nofile;
-    int max_depth = 4096;
+    int max_depth = 4096; /* two open directories per level; deeper ones are left out */
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur / 2 < 4096 + 64)
         max_depth = nofile.rlim_cur > 256 ? (int)(nofile.rlim_cur / 2 - 64) : 64;
     int cap = 64, depth = 0;
