@@ -195,3 +195,19 @@ def test_a_huge_sparse_output_is_frozen_without_filling_anything(sandbox: LocalS
     lines = r.stdout.split("\n")
     assert len(lines) == 5 and lines[:2] == [str(2**40 + 5), "tail"], (r.stdout, r.stderr)
     assert int(lines[2]) < 1024 and lines[3] == "/app/deep" + "/d" * 300 + "/leaf"
+
+
+def test_outputs_the_copy_cannot_hold_whole_still_verify(sandbox: LocalSandbox, tests_dir: Path) -> None:
+    """An agent hiding its failure behind the freeze (a tree deeper than any path, a device node or FIFO, a
+    folder nobody may read, a socket nobody serves) gets a verifier all the same: the rest is shown."""
+    sandbox.exec(
+        "cd /app && (mknod null-dev c 1 3 2>/dev/null || mkfifo null-dev) && mkdir locked && echo x > locked/f"
+        " && chmod 000 locked"
+        " && python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('/app/dead.sock')\""
+        " && mkdir deep && cd deep && for i in $(seq 2500); do mkdir d && cd d || exit 1; done && echo leaf > leaf",
+        timeout_s=60,
+    )
+    sandbox.exec("echo answer > /app/answer")
+    sandbox.begin_verification(frozen(tests_dir))
+    r = sandbox.exec("cat /app/answer; cat /app/locked/f; test -S /app/dead.sock && echo sock; ls /app | wc -l")
+    assert r.stdout == "answer\nx\nsock\n6\n", (r.stdout, r.stderr)

@@ -271,16 +271,8 @@ static int detached_overlay(char *const *lowers, int n, const char *upper, const
         if (symlink(lowers[i], name) < 0) { free(lowerdir); return -1; }
         off += snprintf(lowerdir + off, size - off, "%s%s", i ? ":" : "", name);
     }
-    int fs = sys_fsopen("overlay");
-    int ok = fs >= 0 && sys_fsconfig_str(fs, "lowerdir", lowerdir) == 0 && sys_fsconfig_str(fs, "upperdir", upper) == 0 &&
-             sys_fsconfig_str(fs, "workdir", work) == 0;
+    int mnt = overlay_fsmount(lowerdir, upper, work);
     free(lowerdir);
-    if (ok && user_mode) ok = sys_fsconfig_str(fs, "userxattr", NULL) == 0;
-    if (ok && !user_mode)
-        ok = sys_fsconfig_str(fs, "redirect_dir", "off") == 0 && sys_fsconfig_str(fs, "index", "off") == 0 &&
-             sys_fsconfig_str(fs, "metacopy", "off") == 0;
-    int mnt = ok ? sys_fsmount(fs, 0) : -1;
-    if (fs >= 0) close(fs);
     return mnt;
 }
 

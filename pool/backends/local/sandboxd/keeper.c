@@ -473,6 +473,25 @@ static int same_layers(msg_t *a, msg_t *b) {
     return 1;
 }
 
+/* Make the next instance current: the spare when there is one and it may serve (use_spare),
+ * else a new one over cfg, waited for. 0, or -1 with err set and nothing left half-started. */
+static int next_instance(msg_t *cfg, int use_spare, char *err, size_t errlen) {
+    if (spare.state != NONE && use_spare) {
+        fcntl(spare.sync, F_SETFL, 0);
+        if (spare.state == READY || wait_ready(&spare, err, errlen) == 1) {
+            current = spare;
+            instance_reset(&spare);
+            return 0;
+        }
+        discard(&spare);
+    }
+    err[0] = 0;
+    int rc = begin(&current, cfg, err, errlen);
+    if (rc == 0) rc = wait_ready(&current, err, errlen) == 1 ? 0 : -1;
+    if (rc < 0) discard(&current);
+    return rc;
+}
+
 /* The verifier takes the spare, a fresh instance at the known-good snapshot (a new one
  * when the episode started from a checkpoint); the agent's mount namespace is torn down
  * before the grafts use its writable layer as a lower layer, and its network namespace,
@@ -486,22 +505,7 @@ static void seal_strict(msg_t *m) {
     discard_held(&sealed, 1, -2);
     seal_mode = SEALED_STRICT;
     snprintf(launch.agent_upper, sizeof launch.agent_upper, "%s/upper", sealed.stage);
-    int rc = -1;
-    if (spare.state != NONE && same_layers(m, config)) {
-        fcntl(spare.sync, F_SETFL, 0);
-        if (spare.state == READY || wait_ready(&spare, err, sizeof err) == 1) {
-            current = spare;
-            instance_reset(&spare);
-            rc = 0;
-        } else {
-            discard(&spare);
-        }
-    }
-    if (rc < 0) {
-        err[0] = 0;
-        rc = begin(&current, m, err, sizeof err);
-        if (rc == 0) rc = wait_ready(&current, err, sizeof err) == 1 ? 0 : -1;
-    }
+    int rc = next_instance(m, same_layers(m, config), err, sizeof err);
     if (rc == 0) rc = graft(m, err, sizeof err);
     if (rc == 0) {
         read_report(current.stage, report, sizeof report);
@@ -608,23 +612,7 @@ static void restore(msg_t *m) {
         discard(&spare);
         adopt_config(m);
     }
-    int rc = -1;
-    if (spare.state != NONE) {
-        fcntl(spare.sync, F_SETFL, 0);
-        if (spare.state == READY || wait_ready(&spare, err, sizeof err) == 1) {
-            current = spare;
-            instance_reset(&spare);
-            rc = 0;
-        } else {
-            discard(&spare);
-        }
-    }
-    if (rc < 0) {
-        err[0] = 0;
-        rc = begin(&current, config, err, sizeof err);
-        if (rc == 0) rc = wait_ready(&current, err, sizeof err) == 1 ? 0 : -1;
-        if (rc < 0) discard(&current);
-    }
+    int rc = next_instance(config, 1, err, sizeof err);
     discard_held(&dying, 0, held);
     unseal();
     if (rc < 0) reply(REPLY_ERR, sandbox_id, m->seq, "%s", err);

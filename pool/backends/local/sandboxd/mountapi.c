@@ -25,6 +25,22 @@ int attach_mount(int mount_fd, int to_dfd, const char *to_path) {
     return (int)syscall(SYS_move_mount, mount_fd, "", to_dfd, to_path, MOVE_MOUNT_F_EMPTY_PATH_);
 }
 
+/* A detached overlay of lowerdir (layers joined by ':', top first) under upper and work, with
+ * the options every snapgym overlay gets (userxattr without host root; no redirects, index or
+ * metacopy with it). -1 on failure. */
+int overlay_fsmount(const char *lowerdir, const char *upper, const char *work) {
+    int fs = sys_fsopen("overlay");
+    int ok = fs >= 0 && sys_fsconfig_str(fs, "lowerdir", lowerdir) == 0 && sys_fsconfig_str(fs, "upperdir", upper) == 0 &&
+             sys_fsconfig_str(fs, "workdir", work) == 0;
+    if (ok && user_mode) ok = sys_fsconfig_str(fs, "userxattr", NULL) == 0;
+    if (ok && !user_mode)
+        ok = sys_fsconfig_str(fs, "redirect_dir", "off") == 0 && sys_fsconfig_str(fs, "index", "off") == 0 &&
+             sys_fsconfig_str(fs, "metacopy", "off") == 0;
+    int mnt = ok ? sys_fsmount(fs, 0) : -1;
+    if (fs >= 0) close(fs);
+    return mnt;
+}
+
 /* open(2) of path under dirfd that never follows a symbolic link, nor leaves dirfd. */
 int open_beneath(int dirfd, const char *path, int flags) {
     struct open_how how = {0};

@@ -179,6 +179,7 @@ int sys_fsconfig_str(int fd, const char *key, const char *value);
 int sys_fsmount(int fd, unsigned attrs);
 int sys_open_tree(int dfd, const char *path, unsigned flags);
 int attach_mount(int mount_fd, int to_dfd, const char *to_path);
+int overlay_fsmount(const char *lowerdir, const char *upper, const char *work);
 int open_beneath(int dirfd, const char *path, int flags);
 int landlock_confine(void);
 

@@ -94,19 +94,11 @@ static int writable_overlay(char *const *lowers, int n, mode_t mode, uid_t uid, 
         if (scratch_name(lowers[i], path, sizeof path) < 0) { free(lowerdir); return -1; }
         off += snprintf(lowerdir + off, size - off, "%s%s", i ? ":" : "", path);
     }
-    int fs = sys_fsopen("overlay");
-    int ok = fs >= 0 && sys_fsconfig_str(fs, "lowerdir", lowerdir) == 0;
+    char upper[96], work[96];
+    snprintf(upper, sizeof upper, "/proc/self/fd/%d/%s", scratch, up);
+    snprintf(work, sizeof work, "/proc/self/fd/%d/%s", scratch, wk);
+    int mnt = overlay_fsmount(lowerdir, upper, work);
     free(lowerdir);
-    snprintf(path, sizeof path, "/proc/self/fd/%d/%s", scratch, up);
-    ok = ok && sys_fsconfig_str(fs, "upperdir", path) == 0;
-    snprintf(path, sizeof path, "/proc/self/fd/%d/%s", scratch, wk);
-    ok = ok && sys_fsconfig_str(fs, "workdir", path) == 0;
-    if (ok && user_mode) ok = sys_fsconfig_str(fs, "userxattr", NULL) == 0;
-    if (ok && !user_mode)
-        ok = sys_fsconfig_str(fs, "redirect_dir", "off") == 0 && sys_fsconfig_str(fs, "index", "off") == 0 &&
-             sys_fsconfig_str(fs, "metacopy", "off") == 0;
-    int mnt = ok ? sys_fsmount(fs, 0) : -1;
-    if (fs >= 0) close(fs);
     return mnt;
 }
 
