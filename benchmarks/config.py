@@ -2,7 +2,9 @@
 
 Every YAML file under ``configs/`` names one of these schemas first in its
 defaults list, so Hydra checks names and types of every key while composing,
-before any sandbox starts. Hydra's ``+key=value`` slips past that check, and
+before any sandbox starts. The ``backend`` group is the exception: a backend's
+options are its constructor's keyword arguments, so its YAML is plain and
+:func:`check_backend_options` checks it against that signature. Hydra's ``+key=value`` slips past that check, and
 a required key (``???``) is only noticed when read, so the runner also calls
 ``reject_unknown_keys`` and ``require_values`` before it starts anything.
 
@@ -20,32 +22,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from pool import ConfigError
-
-
-@dataclass
-class LocalBackendConfig:
-    """Options of ``pool.LocalBackend``; everything but ``name`` is passed as a keyword."""
-
-    name: str = "local"
-    """Backend name in ``pool.backends.BACKENDS``."""
-    store_dir: str | None = None
-    """Snapshot store; None: ~/.cache/snapgym (or $SNAPGYM_STORE)."""
-    runtime_dir: str | None = None
-    """Mount points of running sandboxes; None: the backend's default."""
-    memory_limit_mb: int | None = 2048
-    """Memory per sandbox."""
-    cpus: float | None = None
-    """CPU share per sandbox; None: unlimited."""
-    pids_limit: int | None = 1024
-    """Processes per sandbox."""
-    disk_limit_mb: int = 1024
-    """Size of each sandbox's writable layer."""
-    max_output_bytes: int = 1 << 20
-    """Default cap on each of stdout and stderr."""
-    default_timeout_s: float | None = 600.0
-    """Default exec timeout."""
-    rootless: bool | None = None
-    """Run without host root; None: when not root."""
+from pool.backends import check_options
 
 
 @dataclass
@@ -135,7 +112,6 @@ class ResetLatencyConfig:
 def register_configs() -> None:
     """Store the schemas under the names the YAML defaults lists refer to."""
     store = ConfigStore.instance()
-    store.store(group="backend", name="local_schema", node=LocalBackendConfig)
     store.store(group="benchmark", name="reset_latency_schema", node=ResetLatencyConfig)
     from benchmarks import schemas
     from benchmarks.scenarios.eval import EvalBenchConfig
@@ -157,6 +133,19 @@ def register_configs() -> None:
     store.store(group="agent", name="noop_schema", node=schemas.NoopAgentConfig)
     store.store(group="agent", name="replay_schema", node=schemas.ReplayAgentConfig)
     store.store(group="agent", name="llm_schema", node=schemas.LLMAgentConfig)
+
+
+def check_backend_options(cfg: DictConfig) -> None:
+    """Refuse a backend option its constructor does not take, naming the valid ones.
+
+    Raises:
+        ConfigError: an unknown backend, an unknown option, or a backend without ``name``.
+    """
+    options = OmegaConf.to_container(cfg.backend, resolve=True)
+    if not isinstance(options, dict) or "name" not in options:
+        raise ConfigError("the backend config needs a 'name' (e.g. backend=local or backend=docker)")
+    name = options.pop("name")
+    check_options(str(name), {str(key): value for key, value in options.items()})
 
 
 def reject_unknown_keys(cfg: DictConfig, prefix: str = "") -> None:

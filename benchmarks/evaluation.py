@@ -42,6 +42,10 @@ from pool.errors import SnapgymError
 log = logging.getLogger(__name__)
 
 
+DEFAULT_AGENT_TIMEOUT_S = 600.0
+"""The oracle's step timeout when a task sets no ``[agent] timeout_sec`` (Harbor's default agent timeout)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EvalSettings:
     """What the runner needs from the config."""
@@ -57,7 +61,9 @@ class EvalSettings:
     max_steps: int = 50
     """Steps before an episode is truncated."""
     step_timeout_s: float = 120.0
-    """Timeout of one action."""
+    """Timeout of one action (an agent with ``whole_task_steps`` gets the task's agent timeout)."""
+    max_action_bytes: int = 64 * 1024
+    """The largest action accepted; larger ones raise InvalidActionError without reaching the sandbox."""
     episode_timeout_s: float | None = None
     """Wall-clock budget of an episode, agent included (measured on a monotonic clock)."""
     max_attempts: int = 3
@@ -249,7 +255,11 @@ class Evaluation:
         if current is not None and getattr(self._local, "key", None) == key:
             return current  # type: ignore[no-any-return]
         self._drop_env()
-        options: dict[str, Any] = {"max_steps": self.settings.max_steps, "step_timeout_s": self.settings.step_timeout_s}
+        options: dict[str, Any] = {
+            "max_steps": self.settings.max_steps,
+            "step_timeout_s": self._step_timeout_s(task),
+            "max_action_bytes": self.settings.max_action_bytes,
+        }
         if self.settings.verification is not None:
             options["verification"] = self.settings.verification
         env = self.supply.make_env(self.settings.env_id, task, **options)
@@ -257,6 +267,11 @@ class Evaluation:
             self._envs.append(env)
         self._local.env, self._local.key = env, key
         return env
+
+    def _step_timeout_s(self, task: Task) -> float:
+        if self.agent.whole_task_steps:
+            return task.settings.agent_timeout_s or max(self.settings.step_timeout_s, DEFAULT_AGENT_TIMEOUT_S)
+        return self.settings.step_timeout_s
 
     def _release_sandbox(self) -> None:
         """Give the finished episode's lease back, so a thread waiting for a sandbox is not starved

@@ -62,7 +62,7 @@ class Job:
 
     def open_backend(self) -> Backend:
         """A new backend as the config describes it; closed by :meth:`close`."""
-        backend = cast(Backend, load_backend(self.config.backend.name, **self.backend_options()))
+        backend = load_backend(self.config.backend.name, **self.backend_options())
         self._backends.append(backend)
         return backend
 

@@ -31,7 +31,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from benchmarks.config import register_configs, reject_unknown_keys, require_values
+from benchmarks.config import check_backend_options, register_configs, reject_unknown_keys, require_values
 from benchmarks.job import Job, Outcome, ScenarioStoppedError
 from benchmarks.schemas import RunConfig
 from pool import ConfigError
@@ -76,6 +76,7 @@ def _run(cfg: DictConfig) -> None:
     try:
         reject_unknown_keys(cfg)
         require_values(cfg)
+        check_backend_options(cfg)
         scenario = load_scenario(cfg.benchmark.name)
         log.info("running %s", cfg.benchmark.name)
         outcome = scenario(job)

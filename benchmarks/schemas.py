@@ -165,7 +165,9 @@ class RunConfig:
     max_steps: int = 50
     """Steps per episode before it is truncated (the verifier still scores it)."""
     step_timeout_s: float = 120.0
-    """Timeout of one action."""
+    """Timeout of one action (the oracle's one action gets the task's agent timeout)."""
+    max_action_bytes: int = 65536
+    """The largest action accepted (UTF-8 bytes); a larger one is refused without reaching the sandbox."""
     episode_timeout_s: float | None = None
     """Wall-clock budget of one episode, agent included; past it the episode ends as ``timeout``."""
     max_attempts: int = 3

@@ -1,14 +1,15 @@
 """Where a run's environments get their sandboxes: a backend in this process, or a Ray SandboxPool.
 
 ``direct``: one backend shared by the runner's threads; each environment
-restores its sandbox in place. If the backend's daemon dies, the supply
-opens a new backend, so later attempts of the lost episodes can run.
+restores its sandbox in place. If the backend stops serving (``backend.health``:
+the local backend's daemon died, the Docker engine is gone), the supply opens a
+new backend, so later attempts of the lost episodes can run.
 ``ray``: a SandboxPool on the Ray cluster this process is connected to (or a
 local Ray instance); resets lease warm sandboxes, which may live on any node.
 
 The supply is the runner's :class:`benchmarks.outage.HealthProbe` for
-sandboxes. It serves when its backend's daemon lives (or a new backend could
-be opened in its place: a daemon that can be replaced is an ordinary failure
+sandboxes. It serves when its backend is healthy (or a new backend could be
+opened in its place: a backend that can be replaced is an ordinary failure
 of the attempts it broke), or when the pool's manager answers and has a live
 host. Its ``recover()`` replaces a pool whose manager is gone with a new one
 (the same config, every task snapshot added again; snapshot ids are content
@@ -48,7 +49,8 @@ class SandboxSupply:
     Args:
         kind: ``direct`` or ``ray``.
         open_backend: makes a backend (``direct``; called again if the first one dies).
-        backend_options: the local backend's options for the Ray pool's hosts.
+        backend_options: the backend's options for the Ray pool's hosts.
+        backend_name: the backend the Ray pool's hosts run.
         pool_settings: the Ray pool's sizing and limits (``ray``).
     """
 
@@ -59,6 +61,7 @@ class SandboxSupply:
         *,
         backend_options: Mapping[str, Any],
         pool_settings: Any,
+        backend_name: str = "local",
     ) -> None:
         self.kind = kind
         self._open_backend = open_backend
@@ -69,7 +72,7 @@ class SandboxSupply:
         """Bumped each time the backend or pool is replaced."""
         self.pool: Any = None
         if kind is PoolKind.ray:
-            self._pool_config = _pool_config(pool_settings, backend_options)
+            self._pool_config = _pool_config(pool_settings, backend_name, backend_options)
             self.pool = self._open_pool()
         else:
             self._backend = open_backend()
@@ -120,7 +123,7 @@ class SandboxSupply:
         return reason
 
     def recover(self) -> None:
-        """Replace a backend whose daemon died, or a pool whose manager is gone. Never raises."""
+        """Replace a backend that stopped serving, or a pool whose manager is gone. Never raises."""
         with self._lock:
             if self.pool is None:
                 self._replace_dead_backend()
@@ -154,12 +157,14 @@ class SandboxSupply:
     # -- replacing what died ----------------------------------------------------
 
     def _replace_dead_backend(self) -> str | None:
-        if not getattr(self._backend, "daemon_has_died", False):  # a property of LocalBackend
+        assert self._backend is not None
+        reason = self._backend.health
+        if reason is None:
             return None
         try:
             new = self._open_backend()
         except Exception as exc:
-            return f"the backend's sandbox daemon died and no new backend could be opened ({type(exc).__name__}: {exc})"
+            return f"the backend cannot serve ({reason}) and no new one could be opened ({type(exc).__name__}: {exc})"
         old, self._backend = self._backend, new
         self.generation += 1
         with contextlib.suppress(Exception):
@@ -188,7 +193,7 @@ class SandboxSupply:
         return SandboxPool(self._pool_config)
 
 
-def _pool_config(settings: Any, backend_options: Mapping[str, Any]) -> PoolConfig:
+def _pool_config(settings: Any, backend: str, backend_options: Mapping[str, Any]) -> PoolConfig:
     return PoolConfig(
         min_warm=settings.min_warm,
         max_warm=max(settings.min_warm, settings.max_warm),
@@ -197,5 +202,6 @@ def _pool_config(settings: Any, backend_options: Mapping[str, Any]) -> PoolConfi
         acquire_timeout_s=settings.acquire_timeout_s,
         max_failures=settings.max_failures,
         failure_window_s=settings.failure_window_s,
+        backend=backend,
         backend_options=dict(backend_options),
     )

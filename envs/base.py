@@ -25,7 +25,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.default_backend import shared_backend
+from envs.default_backend import DEFAULT_BACKEND, shared_backend
 from envs.errors import InvalidActionError, ResetNeededError
 from envs.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
 from envs.sources import BackendSource, PoolSource, SandboxSource
@@ -58,7 +58,9 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
 
     Args:
         task: a built-in task id, a task directory, or a loaded Task.
-        backend: where sandboxes run (default: one LocalBackend per process).
+        backend: where sandboxes run: a backend, or a backend's name (``"local"``, ``"docker"``;
+            one shared backend per name and options in this process). Default: ``"local"``.
+        backend_options: the named backend's options (its constructor's keyword arguments).
         pool: a :class:`pool.SandboxPool` to lease sandboxes from instead of a backend.
         max_steps: steps before the episode is truncated (the verifier still runs).
         step_timeout_s: timeout of one action; a timeout is an observation.
@@ -76,7 +78,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self,
         task: str | Path | Task = "log-error-count",
         *,
-        backend: Backend | None = None,
+        backend: Backend | str | None = None,
+        backend_options: Mapping[str, Any] | None = None,
         pool: Any = None,
         max_steps: int = 50,
         step_timeout_s: float = 120.0,
@@ -96,12 +99,13 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self.verification = VerifyMode.parse(verification) if verification is not None else self.task.verification
         self._verification_override = verification is not None
         self.pool = pool
-        self.backend = backend
+        self.backend: Backend | None = None
         self._source: SandboxSource
         if pool is not None:
             self._source = PoolSource(pool)
         else:
-            self.backend = backend if backend is not None else shared_backend()
+            self.backend = _open_backend(backend, backend_options)
+            self._check_supported(self.backend)
             self._source = BackendSource(self.backend)
         self.max_steps = max_steps
         self.step_timeout_s = step_timeout_s
@@ -243,6 +247,14 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
 
     def _on_episode_start(self) -> None:
         """Called after the sandbox is at the episode's start state."""
+
+    def _check_supported(self, backend: Backend) -> None:
+        modes = backend.capabilities.verification
+        if self.verification.value not in modes:
+            raise ConfigError(
+                f"the {backend.name!r} backend verifies in {', '.join(modes) or 'no'} mode(s), not "
+                f"{self.verification.value!r}; pass verification= one of those"
+            )
 
     def _sibling(self) -> SandboxEnv:
         """A new environment like this one, without a sandbox yet."""
@@ -386,3 +398,12 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             )
         if "\0" in action:
             raise InvalidActionError("the action contains a NUL character, which no shell or interpreter accepts")
+
+
+def _open_backend(backend: Backend | str | None, options: Mapping[str, Any] | None) -> Backend:
+    """The given backend, or the process's shared one of that name (default ``"local"``)."""
+    if backend is None or isinstance(backend, str):
+        return shared_backend(backend or DEFAULT_BACKEND, options)
+    if options:
+        raise ConfigError("backend_options go with a backend name, not with a backend instance")
+    return backend

@@ -1,41 +1,139 @@
-"""Check tasks from the command line: the reference solution scores 1.0, doing nothing 0.0.
+"""Check tasks from the command line: each loads, builds, its reference solution scores 1.0, doing nothing 0.0.
 
-``python -m envs.check [--verbose] [TASK_ID_OR_DIR ...]`` (default: the built-in suite).
-Exits non-zero when any task fails, printing the verifier's output.
+``python -m envs.check [--backend NAME] [--verbose] [TASK_ID_OR_DIR ...]``
+(default: the built-in suite); ``--all DIR`` checks every task directory in a
+folder. Each task is reported on one line, stage by stage (loads / builds /
+oracle / noop), with the reason of the first stage that failed; one broken
+task never stops the others. Exits non-zero when any task fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from envs.oracle import TaskCheck, check_task
-from envs.tasks import builtin_task_ids, load_task
-from pool.backends.local import LocalBackend
+from envs.tasks import builtin_task_ids, load_task, task_dirs
+from pool.backends import load_backend
+from pool.contract import Backend
+from pool.errors import SnapgymError
+
+_REASON_CHARS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class TaskReport:
+    """One task's stages: ``ok``, ``fail`` or ``-`` (not reached), and why the first failure failed."""
+
+    task: str
+    loads: str = "-"
+    builds: str = "-"
+    oracle: str = "-"
+    noop: str = "-"
+    reason: str = ""
+    seconds: float = 0.0
+    details: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Every stage passed."""
+        return (self.loads, self.builds, self.oracle, self.noop) == ("ok", "ok", "ok", "ok")
+
+    def line(self) -> str:
+        """The report as one line of the table."""
+        status = "ok  " if self.ok else "FAIL"
+        stages = f"loads={self.loads} builds={self.builds} oracle={self.oracle} noop={self.noop}"
+        return f"{status} {self.task:40s} {stages} {self.seconds:6.1f}s{'  ' + self.reason if self.reason else ''}"
+
+
+def check_one(backend: Backend, spec: str) -> TaskReport:
+    """Every stage of one task; an error at any stage is the task's failure, never the run's."""
+    started = time.perf_counter()
+    name = Path(spec).name if "/" in spec else spec
+    try:
+        task = load_task(spec)
+    except SnapgymError as exc:
+        return TaskReport(name, loads="fail", reason=_one_line(exc), seconds=time.perf_counter() - started)
+    try:
+        backend.build(task.template)
+    except SnapgymError as exc:
+        return TaskReport(task.id, "ok", "fail", reason=_one_line(exc), seconds=time.perf_counter() - started)
+    try:
+        check = check_task(backend, task)
+    except SnapgymError as exc:
+        return TaskReport(task.id, "ok", "ok", "fail", reason=_one_line(exc), seconds=time.perf_counter() - started)
+    return _verdicts(check, time.perf_counter() - started)
+
+
+def _verdicts(check: TaskCheck, seconds: float) -> TaskReport:
+    oracle_ok, noop_ok = check.oracle.reward == 1.0, check.noop.reward == 0.0
+    reason = ""
+    if not oracle_ok:
+        reason = f"oracle scored {check.oracle.reward} ({check.oracle.error or 'see --verbose'})"
+    elif not noop_ok:
+        reason = f"doing nothing scored {check.noop.reward}: the tests do not check the task"
+    details = {name: verdict.output[-2000:] for name, verdict in (("oracle", check.oracle), ("noop", check.noop))}
+    return TaskReport(
+        check.task_id,
+        "ok",
+        "ok",
+        "ok" if oracle_ok else "fail",
+        "ok" if noop_ok else "fail",
+        reason=reason,
+        seconds=seconds,
+        details=details,
+    )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:_REASON_CHARS]}"
+
+
+def _specs(args: argparse.Namespace) -> Iterator[str]:
+    for folder in args.all or ():
+        yield from (str(path) for path in task_dirs(folder))
+    yield from args.tasks
+    if not args.tasks and not args.all:
+        yield from builtin_task_ids()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Check the tasks named on the command line."""
+    """Check the tasks named on the command line; 0 when every one passes."""
     parser = argparse.ArgumentParser(prog="python -m envs.check", description=__doc__)
     parser.add_argument("tasks", nargs="*", help="task ids or directories (default: every built-in task)")
+    parser.add_argument("--all", action="append", metavar="DIR", help="check every task directory in DIR")
+    parser.add_argument("--backend", default="local", help="the backend to check on (default: local)")
+    parser.add_argument("--json", metavar="FILE", help="also write the reports as JSON lines to FILE")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the verifier's output for every task")
     args = parser.parse_args(argv)
-    failed = 0
-    with LocalBackend() as backend:
-        for spec in args.tasks or builtin_task_ids():
-            check = check_task(backend, load_task(spec))
-            print(f"{'ok  ' if check.ok else 'FAIL'} {check.task_id:32s} oracle={check.oracle.reward} "
-                  f"noop={check.noop.reward} build={check.build_s:.2f}s")  # fmt: skip
-            if not check.ok or args.verbose:
-                _print_details(check)
-            failed += not check.ok
+    try:
+        specs = list(_specs(args))
+        backend = load_backend(args.backend)
+    except SnapgymError as exc:
+        print(f"snapgym: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    reports = []
+    try:
+        for spec in specs:
+            report = check_one(backend, spec)
+            reports.append(report)
+            print(report.line(), flush=True)
+            if args.verbose or (not report.ok and report.details):
+                for name, output in report.details.items():
+                    print(f"  {name}:\n    " + output.replace("\n", "\n    "))
+    finally:
+        backend.close()
+    if args.json:
+        Path(args.json).write_text("".join(json.dumps(asdict(r)) + "\n" for r in reports))
+    failed = sum(not r.ok for r in reports)
+    print(f"{len(reports) - failed} of {len(reports)} tasks pass")
     return 1 if failed else 0
-
-
-def _print_details(check: TaskCheck) -> None:
-    for name, verdict in (("oracle", check.oracle), ("noop", check.noop)):
-        print(f"  {name}: reward={verdict.reward} error={verdict.error} exit={verdict.exit_code}")
-        print("    " + verdict.output[-2000:].replace("\n", "\n    "))
 
 
 if __name__ == "__main__":

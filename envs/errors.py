@@ -6,7 +6,7 @@
     ├── ConfigError
     │   ├── TaskError                      a task directory or task.toml is invalid
     │   │   └── TaskNotFoundError          no task by that id or path (LookupError)
-    │   └── DockerfileError                a Dockerfile instruction cannot be translated
+    │   └── DockerfileError                a Dockerfile instruction cannot be realised (pool.errors)
     ├── InvalidActionError                 wrong type, too large, NUL byte (gymnasium InvalidAction, ValueError)
     └── ResetNeededError                   step before reset or after the episode ended (gymnasium ResetNeeded)
 """
@@ -15,7 +15,16 @@ from __future__ import annotations
 
 import gymnasium.error
 
-from pool.errors import ConfigError, SnapgymError
+from pool.errors import ConfigError, DockerfileError, HostPackagesMissingError, SnapgymError
+
+__all__ = [
+    "DockerfileError",
+    "HostPackagesMissingError",
+    "InvalidActionError",
+    "ResetNeededError",
+    "TaskError",
+    "TaskNotFoundError",
+]
 
 
 class TaskError(ConfigError):
@@ -24,19 +33,6 @@ class TaskError(ConfigError):
 
 class TaskNotFoundError(TaskError, LookupError):
     """No built-in task has that id and no task directory is at that path."""
-
-
-class DockerfileError(ConfigError):
-    """A Dockerfile instruction cannot be turned into a template step."""
-
-
-class HostPackagesMissingError(DockerfileError):
-    """A task on the host base needs apt packages this host does not have."""
-
-    def __init__(self, message: str, packages: list[str]) -> None:
-        super().__init__(message)
-        self.packages = packages
-        """The missing packages."""
 
 
 class InvalidActionError(SnapgymError, gymnasium.error.InvalidAction, ValueError):

@@ -1,9 +1,11 @@
 """``task.toml``: the Harbor / Terminal-Bench 2 task settings snapgym understands.
 
 Field names are Harbor's. Every field Harbor documents for single-step tasks
-is read; a field snapgym cannot honour (GPUs, MCP servers, multi-step tasks,
-host allowlists, a non-root user) is rejected with an error that names it,
-rather than silently ignored. ``[metadata]`` is free-form and kept as is.
+is read; a field snapgym cannot honour (MCP servers, multi-step tasks, host
+allowlists, a non-root user) is rejected with an error that names it, rather
+than silently ignored. Resources (``cpus``, ``memory``/``memory_mb``,
+``storage``/``storage_mb``, ``gpus``/``gpu_types``) go to the backend, which
+refuses what it cannot give (GPUs on a backend without them). ``[metadata]`` is free-form and kept as is.
 
 snapgym adds one optional table, ``[snapgym]``:
 
@@ -33,6 +35,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from envs.errors import TaskError
+from pool.errors import ConfigError
+from pool.resources import Resources, parse_size_mb
 
 _TOP_KEYS = {"version", "schema_version", "metadata", "task", "source", "verifier", "agent", "environment", "solution"}
 _NETWORK_MODES = {"public", "no-network"}
@@ -48,12 +52,25 @@ class EnvironmentSettings:
     cpus: float | None = None
     memory_mb: int | None = None
     storage_mb: int | None = None
+    gpus: int = 0
+    gpu_types: tuple[str, ...] = ()
     healthcheck: str | None = None
     workdir: str | None = None
     """Where the agent's commands run; overrides the Dockerfile's last WORKDIR."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Variables resolved from the host when the task loads (``${VAR}``,
     ``${VAR:-default}``); given to episode commands, never baked into a snapshot."""
+
+    @property
+    def resources(self) -> Resources:
+        """What each sandbox of the task gets (``cpus``, ``memory``, ``storage``, ``gpus``)."""
+        return Resources(
+            cpus=self.cpus,
+            memory_mb=self.memory_mb,
+            storage_mb=self.storage_mb,
+            gpus=self.gpus,
+            gpu_types=self.gpu_types,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +167,9 @@ class _Reader:
             "healthcheck", "workdir",
         }  # fmt: skip
         env = self.table("environment", known)
-        if self.number("environment.gpus", env.get("gpus", 0)) > 0:
-            self.fail("environment.gpus", "GPU tasks are not supported by snapgym's backends yet")
+        gpus = self.number("environment.gpus", env.get("gpus", 0))
+        if gpus != int(gpus):
+            self.fail("environment.gpus", f"must be a whole number, got {gpus!r}")
         if env.get("mcp_servers"):
             self.fail("environment.mcp_servers", "MCP servers are not supported")
         if env.get("skills_dir"):
@@ -166,12 +184,16 @@ class _Reader:
         if "storage" in env:
             storage_mb = self.size_mb("environment.storage", env["storage"])
         cpus = env.get("cpus")
+        if cpus is not None and self.number("environment.cpus", cpus) == 0:
+            self.fail("environment.cpus", "must be positive")
         return EnvironmentSettings(
             build_timeout_s=self.opt_seconds("environment.build_timeout_sec", env.get("build_timeout_sec")) or 600.0,
             docker_image=self.opt_str("environment.docker_image", env.get("docker_image")),
             cpus=None if cpus is None else self.number("environment.cpus", cpus),
-            memory_mb=None if memory_mb is None else int(self.number("environment.memory_mb", memory_mb)),
-            storage_mb=None if storage_mb is None else int(self.number("environment.storage_mb", storage_mb)),
+            memory_mb=self.opt_mb("environment.memory_mb", memory_mb),
+            storage_mb=self.opt_mb("environment.storage_mb", storage_mb),
+            gpus=int(gpus),
+            gpu_types=self.str_list("environment.gpu_types", env.get("gpu_types", [])),
             healthcheck=self.healthcheck(env.get("healthcheck")),
             workdir=self.workdir(env.get("workdir")),
             env=resolve_host_vars("environment.env", self.str_map("environment.env", env.get("env", {})), self.path),
@@ -218,6 +240,14 @@ class _Reader:
             self.fail(key, f"must be a non-negative number, got {value!r}")
         return float(value)
 
+    def opt_mb(self, key: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        mb = self.number(key, value)
+        if mb < 1:
+            self.fail(key, f"must be at least 1 (MiB), got {value!r}")
+        return int(mb)
+
     def opt_seconds(self, key: str, value: Any) -> float | None:
         if value is None:
             return None
@@ -242,11 +272,10 @@ class _Reader:
         return tuple(value)
 
     def size_mb(self, key: str, value: Any) -> int:
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG])B?\s*", str(value).upper())
-        if not match:
-            self.fail(key, f"must look like '512M' or '4G', got {value!r}")
-        number, unit = float(match.group(1)), match.group(2)
-        return int(number * {"K": 1 / 1024, "M": 1, "G": 1024}[unit])
+        try:
+            return parse_size_mb(value, what=key)
+        except ConfigError as exc:
+            self.fail(key, str(exc).removeprefix(f"{key} "))
 
     def fail(self, key: str, why: str) -> NoReturn:
         raise TaskError(f"{self.path}: {key}: {why}")

@@ -20,17 +20,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envs.dockerfile import DockerfilePlan, translate_dockerfile
 from envs.errors import TaskError, TaskNotFoundError
 from envs.taskconfig import TaskSettings, parse_task_toml
-from pool.backends.local import hostbase
-from pool.templates import Template
+from pool.dockerfile import DockerfilePlan, translate
+from pool.templates import HOST_IMAGE, DockerBuild, Template
 from pool.verification import VerifyMode
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 """Where the built-in suite lives."""
 SETUP_SCRIPT_WORKDIR = "/app"
 """Working directory of tasks whose environment is a setup.sh instead of a Dockerfile."""
+SETUP_SCRIPT_IMAGE = HOST_IMAGE
+"""What a task without a Dockerfile starts from when its task.toml names no ``docker_image``: the host userland."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +45,9 @@ class Task:
     template: Template
     notes: tuple[str, ...] = field(default_factory=tuple)
     """What the Dockerfile translation ignored, for the curious."""
-
-    @property
-    def workdir(self) -> str:
-        """Where the agent's commands run."""
-        return self.template.workdir
+    workdir: str = "/"
+    """Where the agent's commands run: ``[environment] workdir``, else the Dockerfile's last
+    ``WORKDIR``, else ``/``."""
 
     @property
     def tests_dir(self) -> Path:
@@ -82,7 +81,9 @@ def load_task(spec: str | Path | Task, *, bases: Mapping[str, str] | None = None
 
     Args:
         spec: a built-in id (``"csv-total"``), a task directory, or a Task (returned as is).
-        bases: image -> base spec for ``FROM`` lines the defaults do not cover.
+        bases: image -> where to get it instead, for ``FROM`` and ``COPY --from``: ``"host"``, a
+            root filesystem path, or an image source (``docker-archive:/img.tar``, ``oci:/layout:tag``,
+            another reference such as a mirror's).
 
     Raises:
         TaskNotFoundError: no built-in task has that id and no directory is at that path.
@@ -139,16 +140,17 @@ def _load_dir(path: Path, bases: dict[str, str]) -> Task:
     ).exists():
         raise TaskError(f"{path}/environment: docker-compose environments are not supported; use one Dockerfile")
     settings = parse_task_toml(path / "task.toml")
-    plan = _plan(path, settings, bases)
+    build = _docker_build(path, settings, bases)
+    plan = _validate(build, settings)
+    workdir = settings.environment.workdir
     template = Template(
         name=f"task:{settings.name or path.name}",
-        base=plan.base,
-        setup=plan.steps,
-        env=plan.env,
-        workdir=settings.environment.workdir or plan.workdir,
-        healthcheck=settings.environment.healthcheck or plan.healthcheck,
-        network=plan.runs_commands,
+        dockerfile=build,
+        setup=settings.verifier_setup,
+        workdir=workdir,
+        healthcheck=settings.environment.healthcheck,
         setup_timeout_s=settings.environment.build_timeout_s,
+        resources=settings.environment.resources,
     )
     return Task(
         id=path.resolve().name,
@@ -157,29 +159,39 @@ def _load_dir(path: Path, bases: dict[str, str]) -> Task:
         settings=settings,
         template=template,
         notes=plan.notes,
+        workdir=workdir or plan.workdir or "/",
     )
 
 
-def _plan(path: Path, settings: TaskSettings, bases: dict[str, str]) -> DockerfilePlan:
+def _docker_build(path: Path, settings: TaskSettings, bases: dict[str, str]) -> DockerBuild:
+    """The task's Dockerfile, or one written for an ``environment/`` of a setup.sh and files."""
     environment = path / "environment"
-    initial_env = {"PATH": hostbase.discover().path_env}
     dockerfile = environment / "Dockerfile"
+    prebuilt = settings.environment.docker_image
     if dockerfile.is_file():
-        return translate_dockerfile(
-            dockerfile, bases=bases, initial_env=initial_env, extra_runs=settings.verifier_setup
+        return DockerBuild(
+            dockerfile=dockerfile.read_text(),
+            context=str(environment.resolve()),
+            path=str(dockerfile),
+            image_sources=bases,
+            prebuilt=prebuilt,
         )
-    image = settings.environment.docker_image or "python:3.11-slim"
-    lines = [f"FROM {image}", f"WORKDIR {SETUP_SCRIPT_WORKDIR}"]
+    lines = [f"FROM {prebuilt or SETUP_SCRIPT_IMAGE}", f"WORKDIR {SETUP_SCRIPT_WORKDIR}"]
     if environment.is_dir():
         lines += [f"COPY {p.name} {SETUP_SCRIPT_WORKDIR}/{p.name}" for p in sorted(environment.iterdir())
                   if p.name != "setup.sh"]  # fmt: skip
         if (environment / "setup.sh").is_file():
             lines.append("COPY setup.sh /tmp/snapgym-setup.sh")
             lines.append("RUN bash /tmp/snapgym-setup.sh && rm -f /tmp/snapgym-setup.sh")
-    return translate_dockerfile(
-        environment / "Dockerfile",
-        bases=bases,
-        initial_env=initial_env,
-        text="\n".join(lines),
-        extra_runs=settings.verifier_setup,
+    context = environment if environment.is_dir() else path
+    return DockerBuild(
+        dockerfile="\n".join(lines) + "\n",
+        context=str(context.resolve()),
+        path=f"{environment} (no Dockerfile: written for its files and setup.sh)",
+        image_sources=bases,
     )
+
+
+def _validate(build: DockerBuild, settings: TaskSettings) -> DockerfilePlan:
+    """Translate the Dockerfile once now, so an instruction no backend can realise fails the load."""
+    return translate(build, extra_runs=settings.verifier_setup)

@@ -1,7 +1,7 @@
 """snapgym's sandbox layer: the contract, the values, the errors, the backends.
 
->>> from pool import LocalBackend, Template
->>> backend = LocalBackend()
+>>> from pool import Template, load_backend
+>>> backend = load_backend("local")            # or "docker", with its options as keywords
 >>> snap = backend.build(Template(name="demo", setup=["echo hi > a"], workdir="/workspace"))
 >>> with backend.create(snap) as sbx:
 ...     sbx.exec("cat a").stdout
@@ -10,8 +10,7 @@
 
 import typing as _typing
 
-from pool.backends import load_backend
-from pool.backends.local import LocalBackend, LocalSandbox
+from pool.backends import BACKENDS, available_backends, backend_options, load_backend
 from pool.capabilities import Capabilities, Enforcement
 from pool.contract import Backend, Sandbox
 from pool.errors import (
@@ -22,7 +21,9 @@ from pool.errors import (
     CompilerMissingError,
     ConfigError,
     CrashLoopError,
+    DockerfileError,
     FileOperationError,
+    ImageError,
     LeaseLostError,
     PoolClosedError,
     PoolError,
@@ -35,17 +36,23 @@ from pool.errors import (
     SnapshotNotFoundError,
     UnsupportedError,
 )
+from pool.resources import Resources
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
-from pool.templates import Template
+from pool.templates import DockerBuild, Template
 
 if _typing.TYPE_CHECKING:
+    from pool.backends.docker import DockerBackend
+    from pool.backends.local import LocalBackend, LocalSandbox
     from pool.lease import Lease
     from pool.pool_config import PoolConfig
     from pool.sandbox_pool import SandboxPool
     from pool.slots import SlotState
 
 _LAZY = {
+    "LocalBackend": "pool.backends.local",
+    "LocalSandbox": "pool.backends.local",
+    "DockerBackend": "pool.backends.docker",
     "SandboxPool": "pool.sandbox_pool",
     "PoolConfig": "pool.pool_config",
     "Lease": "pool.lease",
@@ -54,7 +61,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
-    """The Ray-backed pool classes, imported on first use (Ray is slow to import)."""
+    """Backends and the Ray-backed pool classes, imported on first use (Ray is slow to import;
+    a backend brings its provider's SDK)."""
     if name in _LAZY:
         import importlib
 
@@ -63,6 +71,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "BACKENDS",
     "AcquireTimeoutError",
     "Backend",
     "BackendError",
@@ -72,9 +81,13 @@ __all__ = [
     "CompilerMissingError",
     "ConfigError",
     "CrashLoopError",
+    "DockerBackend",
+    "DockerBuild",
+    "DockerfileError",
     "Enforcement",
     "ExecResult",
     "FileOperationError",
+    "ImageError",
     "LocalBackend",
     "Lease",
     "LeaseLostError",
@@ -82,6 +95,7 @@ __all__ = [
     "PoolClosedError",
     "PoolConfig",
     "PoolError",
+    "Resources",
     "Sandbox",
     "SandboxClosedError",
     "SandboxCrashedError",
@@ -95,5 +109,7 @@ __all__ = [
     "SnapshotNotFoundError",
     "Template",
     "UnsupportedError",
+    "available_backends",
+    "backend_options",
     "load_backend",
 ]

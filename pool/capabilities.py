@@ -49,3 +49,32 @@ class Capabilities:
     verifier_isolation: str = "none"
     """What keeps a shared verifier's processes from the agent's: "signals+ptrace" (neither works
     across), "ptrace" (tracing and memory access do not, signals do), or "none"."""
+    sandbox_location: str = "node"
+    """Where sandboxes live: "node" (on the machine of the process that made them, so a pool
+    keeps warm sandboxes per node) or "remote" (a service every node reaches, so one warm set
+    serves the whole cluster)."""
+    snapshot_location: str = "node"
+    """Where snapshots live: "node" (this machine's store or engine: every node builds its own,
+    and the pool checks that they agree) or "remote" (a registry or provider every node shares)."""
+    bases: tuple[str, ...] = ()
+    """What a template may start from: "host" (the host userland), "rootfs" (a root filesystem
+    folder or tarball), "image" (an OCI image: a registry reference or an archive), "dockerfile"
+    (a Dockerfile built by the backend)."""
+    gpu_types: tuple[str, ...] = ()
+    """GPU models sandboxes can get (empty with ``gpu``: any, unnamed)."""
+
+    def table_row(self) -> dict[str, str]:
+        """The capabilities as short strings, for the README's table and reports."""
+        limits = ", ".join(f"{name}: {how.value}" for name, how in sorted(self.limits.items()))
+        return {
+            "restore": "in place" if self.in_place_restore else "new sandbox",
+            "memory snapshot": "yes" if self.memory_snapshot else "files only",
+            "fork": "yes" if self.fork else "no",
+            "GPU": ", ".join(self.gpu_types) or "yes" if self.gpu else "no",
+            "egress": self.egress_control,
+            "limits": limits or "none",
+            "verification": ", ".join(self.verification) or "none",
+            "sandboxes": self.sandbox_location,
+            "snapshots": self.snapshot_location,
+            "bases": ", ".join(self.bases),
+        }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pool.capabilities import Capabilities
 from pool.results import ExecResult
@@ -15,6 +15,15 @@ from pool.verification import VerificationPlan, VerificationReport
 @runtime_checkable
 class Sandbox(Protocol):
     """One isolated machine state that runs commands and can go back in time."""
+
+    @property
+    def id(self) -> str:
+        """The backend's name for this sandbox (a container id, a provider's sandbox id, ...)."""
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """Who the sandbox belongs to (``run``, ``pool``, ``attempt``, ...), as given at creation
+        plus the backend's own (``snapgym.owner``, by which ``reap_orphans`` finds it)."""
 
     @property
     def start_snapshot(self) -> Snapshot:
@@ -75,18 +84,39 @@ class Backend(Protocol):
 
     name: str
 
+    @classmethod
+    def resolve_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The constructor's options completed in this process, before they travel to others.
+
+        A pool makes one backend per node from the driver's options; defaults that depend on
+        where the code runs (the store folder, an engine address from the environment) are
+        settled here, in the driver, so every node's backend is configured alike.
+        """
+
+    @classmethod
+    def unavailable_reason(cls, **options: Any) -> str | None:
+        """None when a backend with these options can run on this machine; otherwise why not
+        (no engine reachable, no credentials, an unsupported kernel). Cheap: no sandbox starts."""
+
     @property
     def capabilities(self) -> Capabilities:
         """What this backend truthfully does."""
 
+    @property
+    def health(self) -> str | None:
+        """None while the backend can serve; otherwise why not (its daemon died, its engine is gone)."""
+
     def build(self, template: Template) -> Snapshot:
         """The snapshot of a template, built or found in the cache."""
 
-    def create(self, snapshot: Snapshot) -> Sandbox:
-        """A sandbox starting at a snapshot."""
+    def create(self, snapshot: Snapshot, *, labels: Mapping[str, str] | None = None) -> Sandbox:
+        """A sandbox starting at a snapshot, carrying ``labels``."""
 
-    def fork(self, snapshot: Snapshot, n: int) -> Sequence[Sandbox]:
+    def fork(self, snapshot: Snapshot, n: int, *, labels: Mapping[str, str] | None = None) -> Sequence[Sandbox]:
         """n sandboxes each starting at a snapshot."""
+
+    def reap_orphans(self) -> int:
+        """Remove sandboxes and leftovers of runs whose process is gone; returns how many runs."""
 
     def close(self) -> None:
         """Close every sandbox and release resources. Idempotent."""

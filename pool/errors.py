@@ -7,6 +7,9 @@ are translated at the backend boundary and never escape it.
 
     SnapgymError
     ├── ConfigError                      bad options or template (ValueError)
+    │   ├── DockerfileError              a Dockerfile instruction cannot be realised
+    │   │   └── HostPackagesMissingError a host-base task needs apt packages the host lacks
+    │   └── ImageError                   an image cannot be had (not found, refused, unreachable, damaged)
     ├── UnsupportedError                 the kernel or machine lacks a feature
     │   └── CompilerMissingError         no C compiler for the sandbox daemon
     ├── BuildError                       a template's setup step or healthcheck failed
@@ -39,6 +42,24 @@ class SnapgymError(Exception):
 
 class ConfigError(SnapgymError, ValueError):
     """An option, template field or argument is invalid."""
+
+
+class DockerfileError(ConfigError):
+    """A Dockerfile instruction cannot be turned into a build step; the message names the line."""
+
+
+class HostPackagesMissingError(DockerfileError):
+    """A task on the host base needs apt packages this host does not have."""
+
+    def __init__(self, message: str, packages: list[str]) -> None:
+        super().__init__(message)
+        self.packages = packages
+        """The missing packages."""
+
+
+class ImageError(ConfigError):
+    """An image cannot be had: not found, credentials refused, registry unreachable, or a blob
+    that differs from its digest; the message names the image and how to provide it."""
 
 
 class UnsupportedError(SnapgymError):

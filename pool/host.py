@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pool.capabilities import Capabilities
 from pool.contract import Backend, Sandbox
 from pool.errors import HostBrokenError, LeaseLostError, SandboxError, SnapgymError
 from pool.fastpath import FastPathServer
@@ -61,8 +62,11 @@ class SandboxHost:
         capacity: the most sandboxes this host keeps at once.
     """
 
-    def __init__(self, backend_factory: BackendFactory, *, capacity: int) -> None:
+    def __init__(
+        self, backend_factory: BackendFactory, *, capacity: int, labels: Mapping[str, str] | None = None
+    ) -> None:
         self._factory = backend_factory
+        self._labels = dict(labels or {})
         self._backend: Backend | None = None
         self.capacity = capacity
         self._lock = threading.Lock()
@@ -100,6 +104,14 @@ class SandboxHost:
         self._snapshots[snapshot.id] = snapshot
         return snapshot
 
+    def adopt(self, snapshot: Snapshot) -> None:
+        """Serve a snapshot another host built, when snapshots live where every node reaches them."""
+        self._snapshots[snapshot.id] = snapshot
+
+    def capabilities(self) -> Capabilities:
+        """The capabilities of this host's backend."""
+        return self.backend.capabilities
+
     def open(self, snapshot_id: str, n: int) -> list[int]:
         """Start ``n`` sandboxes at a snapshot this host knows; returns their slots."""
         snapshot = self._snapshot(snapshot_id)
@@ -110,7 +122,7 @@ class SandboxHost:
             return []
         self._check_backend()
         try:
-            sandboxes = self.backend.fork(snapshot, n)
+            sandboxes = self.backend.fork(snapshot, n, labels=self._labels)
         except SnapgymError:
             self._check_backend()
             raise
@@ -217,7 +229,7 @@ class SandboxHost:
             sandbox.restore(self._snapshot(snapshot_id) if snapshot_id else None)
         except SnapgymError as exc:
             error = f"{type(exc).__name__}: {exc}"
-            return RestoreReport(slot, False, time.perf_counter() - started, error, host_broken=not self._daemon_ok())
+            return RestoreReport(slot, False, time.perf_counter() - started, error, host_broken=not self._backend_ok())
         return RestoreReport(slot, True, time.perf_counter() - started)
 
     def _sandbox(self, ticket: Ticket) -> Sandbox:
@@ -231,12 +243,13 @@ class SandboxHost:
             raise LeaseLostError("the pool reclaimed this lease (its renewals stopped arriving in time)")
         return sandbox
 
-    def _daemon_ok(self) -> bool:
-        return not bool(getattr(self._backend, "daemon_has_died", False))
+    def _backend_ok(self) -> bool:
+        return self._backend is None or self._backend.health is None
 
     def _check_backend(self) -> None:
-        if not self._daemon_ok():
-            raise HostBrokenError("this host's sandbox daemon died; the pool replaces the host")
+        reason = None if self._backend is None else self._backend.health
+        if reason is not None:
+            raise HostBrokenError(f"this host's backend cannot serve ({reason}); the pool replaces the host")
 
     def _snapshot(self, snapshot_id: str) -> Snapshot:
         snapshot = self._snapshots.get(snapshot_id)

@@ -33,6 +33,7 @@ from pool.errors import (
 )
 from pool.fastpath import FastPathServer
 from pool.host import BackendFactory, RestoreReport, host_actor_class
+from pool.labels import POOL
 from pool.orphans import exit_when_orphaned
 from pool.pool_config import HOST_RESOURCE, SLOTS_RESOURCE, PoolConfig
 from pool.pool_metrics import PoolMetrics, percentiles_ms
@@ -85,6 +86,10 @@ class PoolManager:
         # the callbacks only hand their results to this thread.
         self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapgym-pool-events")
         self._host_class = host_actor_class()
+        self.pool_id = f"pool-{uuid.uuid4().hex[:12]}"
+        """Every sandbox of the pool carries it as its ``snapgym.pool`` label."""
+        self._snapshots_shared: bool | None = None
+        """Whether the backend's snapshots live where every node reaches them (read from its capabilities)."""
         exit_when_orphaned()
         for node_id, capacity in _hosting_nodes(config):
             self._start_host(node_id, capacity)
@@ -101,6 +106,10 @@ class PoolManager:
         hosts = self._alive_hosts()
         import ray
 
+        if self._shared_snapshots(hosts[0]):  # built once, where every node reaches it
+            snapshot = ray.get(hosts[0].handle.build.remote(template))
+            ray.get([h.handle.adopt.remote(snapshot) for h in hosts[1:]])
+            return self._serve(snapshot, template)
         snapshots: list[Snapshot] = ray.get([h.handle.build.remote(template) for h in hosts])
         digests = {s.digest for s in snapshots}
         if len(digests) > 1:
@@ -108,12 +117,23 @@ class PoolManager:
                 f"template {template.name!r} built to {len(digests)} different digests on {len(hosts)} nodes: "
                 "their host userlands differ; give the template a root filesystem base"
             )
-        snapshot = snapshots[0]
+        return self._serve(snapshots[0], template)
+
+    def _serve(self, snapshot: Snapshot, template: Template) -> Snapshot:
         with self._cond:
             if snapshot.id not in self._served:
                 self._served[snapshot.id] = Served(snapshot, template, warm_target=self.config.min_warm)
             self._refill_locked(self._served[snapshot.id])
         return snapshot
+
+    def _shared_snapshots(self, host: HostRecord) -> bool:
+        """``Capabilities.snapshot_location == "remote"``, asked of a host once."""
+        import ray
+
+        if self._snapshots_shared is None:
+            capabilities = ray.get(host.handle.capabilities.remote(), timeout=120)
+            self._snapshots_shared = capabilities.snapshot_location == "remote"
+        return self._snapshots_shared
 
     def acquire(self, snapshot_id: str, timeout_s: float | None, holder: str) -> LeaseGrant:
         """A READY slot, leased to ``holder``; waits up to ``timeout_s`` for one."""
@@ -516,9 +536,13 @@ class PoolManager:
 
         handle = self._host_class.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
-        ).remote(self._factory, capacity=capacity)
+        ).remote(self._factory, capacity=capacity, labels={POOL: self.pool_id})
         info = ray.get(handle.ping.remote(), timeout=120)
-        if templates:
+        if templates and self._snapshots_shared:
+            with self._cond:
+                snapshots = [s.snapshot for s in self._served.values()]
+            ray.get([handle.adopt.remote(snapshot) for snapshot in snapshots], timeout=120)
+        elif templates:
             built: list[Snapshot] = ray.get([handle.build.remote(t) for t in templates], timeout=600)
             with self._cond:
                 expected = {s.snapshot.id: s.snapshot.digest for s in self._served.values()}

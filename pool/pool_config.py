@@ -39,8 +39,10 @@ class PoolConfig:
     failure_window_s: float = 60.0
     max_host_restarts: int = 3
     """Host actors replaced on one node before the node is given up."""
+    backend: str = "local"
+    """The backend each host runs, by name (see ``pool.backends.BACKENDS``)."""
     backend_options: Mapping[str, Any] = field(default_factory=dict)
-    """Keyword arguments of each host's LocalBackend (memory_limit_mb, prewarm, ...)."""
+    """Its options (its constructor's keyword arguments: memory_limit_mb, prewarm, ...)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_warm <= self.max_warm:

@@ -17,16 +17,18 @@ every sandbox and actor.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 from pool import raycalls
 from pool.errors import ConfigError, PoolClosedError
 from pool.fastpath import FastPathClient, reachable
+from pool.backends import backend_factory as make_backend_factory
 from pool.host import BackendFactory
 from pool.lease import Lease
 from pool.manager import PoolManager
@@ -35,29 +37,16 @@ from pool.snapshots import Snapshot
 from pool.templates import Template
 
 
-def local_backend_factory(**options: Any) -> BackendFactory:
-    """A picklable factory of LocalBackend(**options), run inside each host actor.
-
-    A ``store_dir`` left unset is resolved here, in the driver ($SNAPGYM_STORE,
-    else the user's cache folder), not in each host: a host's process has the
-    environment of the Ray node it runs on, so it could otherwise build into a
-    store the driver never configured.
-    """
-    from pool.backends.local import LocalBackend
-    from pool.backends.local.store import default_store_dir
-
-    if not options.get("store_dir"):
-        options["store_dir"] = str(default_store_dir())
-    return functools.partial(LocalBackend, **options)
-
-
 class SandboxPool:
     """A pool of pre-warmed sandboxes managed by Ray actors.
 
     Args:
-        config: sizes, timeouts and failure limits (see PoolConfig).
-        backend_factory: makes each host's backend (default: LocalBackend with
-            ``config.backend_options``).
+        config: sizes, timeouts and failure limits, and the backend (see PoolConfig).
+        backend: the backend by name; given, it replaces ``config.backend``.
+        backend_options: its options; given, they replace ``config.backend_options``. Options
+            that depend on the process (the local backend's store folder) are settled here, in
+            the driver, so every node's backend is configured alike.
+        backend_factory: makes each host's backend instead (for tests and custom backends).
         ray_address: the cluster to join when Ray is not initialised yet
             (default: ``RAY_ADDRESS``, a local cluster started with ``ray start``, or a new local one).
     """
@@ -66,6 +55,8 @@ class SandboxPool:
         self,
         config: PoolConfig | None = None,
         *,
+        backend: str | None = None,
+        backend_options: Mapping[str, Any] | None = None,
         backend_factory: BackendFactory | None = None,
         ray_address: str | None = None,
     ) -> None:
@@ -75,9 +66,15 @@ class SandboxPool:
         self.config = config or PoolConfig()
         if not isinstance(self.config, PoolConfig):
             raise ConfigError(f"config must be a PoolConfig, got {type(self.config).__name__}")
+        if backend is not None or backend_options is not None:
+            self.config = dataclasses.replace(
+                self.config,
+                backend=backend if backend is not None else self.config.backend,
+                backend_options=dict(backend_options if backend_options is not None else self.config.backend_options),
+            )
+        factory = backend_factory or make_backend_factory(self.config.backend, self.config.backend_options)
         if not ray.is_initialized():
             ray.init(address=ray_address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
-        factory = backend_factory or local_backend_factory(**dict(self.config.backend_options))
         manager_class = raycalls.actor_class(PoolManager, num_cpus=0, max_concurrency=1024, max_restarts=0)
         # On the driver's node, so the driver reaches the manager through the same-node fast path.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)

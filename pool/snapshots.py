@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pool.errors import SnapshotError
+from pool.errors import ConfigError, SnapshotError
+from pool.resources import Resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +42,15 @@ class Snapshot:
     """Id of the snapshot a mid-episode snapshot was taken over."""
     created_at: float = 0.0
     """Unix time of creation."""
+    resources: Resources = field(default_factory=Resources)
+    """What each sandbox started from it gets (the template's; checkpoints keep their parent's)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values."""
         data = asdict(self)
         data["layers"] = list(self.layers)
         data["env"] = dict(self.env)
+        data["resources"] = self.resources.fingerprint()
         return data
 
     def to_json(self) -> str:
@@ -59,8 +63,9 @@ class Snapshot:
         try:
             fields = dict(data)
             fields["layers"] = tuple(fields["layers"])
+            fields["resources"] = Resources.from_dict(fields.get("resources"))
             return cls(**fields)
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ConfigError) as exc:
             raise SnapshotError(f"snapshot record is corrupt ({exc}); delete it and build again") from exc
 
     @classmethod

@@ -1,8 +1,13 @@
 """The conformance suite every backend must pass, like Gymnasium's ``check_env``.
 
->>> from pool import LocalBackend
+>>> from pool import load_backend
 >>> from pool.testing import check_backend
->>> check_backend(LocalBackend())   # raises ConformanceError naming the failed check
+>>> check_backend(load_backend("local"))   # raises ConformanceError naming the failed check
+
+The checks follow the backend's :class:`~pool.capabilities.Capabilities`: each
+verification mode it declares is verified, fork is checked when it declares
+fork, every limit it says it enforces is pushed past, and a GPU request is
+refused by a backend without GPUs.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pool.capabilities import Capabilities
+from pool.capabilities import Capabilities, Enforcement
 from pool.contract import Backend, Sandbox
-from pool.errors import BuildError, FileOperationError, SandboxClosedError, SnapgymError
+from pool.errors import BuildError, ConfigError, FileOperationError, SandboxClosedError, SnapgymError
+from pool.labels import OWNER
+from pool.resources import Resources
 from pool.snapshots import Snapshot
 from pool.templates import Template
 from pool.verification import REWARD_DIR, TESTS_PATH, VerificationPlan, VerifyMode
@@ -44,18 +51,24 @@ def check_backend(backend: Backend, *, template: Template = CONFORMANCE_TEMPLATE
     The template must produce ``/workspace/a`` containing ``hi`` and a
     ``/workspace/stamp`` that differs between two real builds.
     """
-    _expect(isinstance(backend.capabilities, Capabilities), "capabilities", "must be a Capabilities")
+    capabilities = backend.capabilities
+    _expect(isinstance(capabilities, Capabilities), "capabilities", "must be a Capabilities")
+    _expect(backend.health is None, "health", f"a new backend must be healthy, got {backend.health!r}")
     snap = check_build_cache(backend, template)
     check_build_failure(backend)
+    check_labels(backend, snap)
     with backend.create(snap) as sandbox:
         for check in (check_exec, check_files, check_episode_isolation):
             check(sandbox)
         check_snapshot_restore(backend, sandbox, snap)
         sandbox.restore(snap)
-        for mode in backend.capabilities.verification:
+        for mode in capabilities.verification:
             check_verification(sandbox, snap, VerifyMode.parse(mode))
-    check_fork(backend, snap)
+    if capabilities.fork:
+        check_fork(backend, snap)
+    check_resources(backend, template)
     check_close(backend, snap)
+    _expect(isinstance(backend.reap_orphans(), int), "reap_orphans", "must return how many runs it reaped")
 
 
 def check_build_cache(backend: Backend, template: Template) -> Snapshot:
@@ -77,6 +90,40 @@ def check_build_failure(backend: Backend) -> None:
         _expect(marker in str(exc), "build failure", "the error must hold the failing step's output")
         return
     raise ConformanceError("build failure: a setup step exiting 7 did not fail the build")
+
+
+def check_labels(backend: Backend, snap: Snapshot) -> None:
+    """A sandbox has an id and carries the labels it was given plus its owner's."""
+    with backend.create(snap, labels={"snapgym.run": "conformance", "team": "a"}) as sandbox:
+        _expect(isinstance(sandbox.id, str) and bool(sandbox.id), "sandbox id", repr(sandbox.id))
+        found = dict(sandbox.labels)
+        _expect(found.get("snapgym.run") == "conformance" and found.get("team") == "a", "labels", repr(found))
+        _expect(bool(found.get(OWNER)), "labels", f"every sandbox carries {OWNER}")
+    _expect_raises(lambda: backend.create(snap, labels={"bad key!": "x"}), ConfigError, "invalid label key")
+
+
+def check_resources(backend: Backend, template: Template) -> None:
+    """Limits the backend says it enforces hold per snapshot; GPUs are refused without GPUs."""
+    capabilities = backend.capabilities
+    if not capabilities.gpu:
+        gpu = Template(name="snapgym-conformance-gpu", resources=Resources(gpus=1))
+        _expect_raises(lambda: backend.build(gpu), ConfigError, "a GPU asked of a backend without GPUs")
+    limited = Template(
+        name="snapgym-conformance-limits",
+        base=template.base,
+        workdir="/workspace",
+        resources=Resources(memory_mb=96, storage_mb=32),
+    )
+    snap = backend.build(limited)
+    _expect(snap.resources.memory_mb == 96, "resources", "the snapshot keeps the template's resources")
+    with backend.create(snap) as sandbox:
+        if capabilities.limits.get("memory", Enforcement.NONE).is_enforced:
+            r = sandbox.exec("python3 -c 'b = bytearray(400 << 20); print(len(b))'", timeout_s=60)
+            _expect(r.exit_code != 0 and "419430400" not in r.stdout, "memory limit", f"400 MiB fit in 96: {r!r}")
+            sandbox.restore()
+        if capabilities.limits.get("disk", Enforcement.NONE).is_enforced:
+            r = sandbox.exec("head -c 64000000 /dev/zero > /workspace/big", timeout_s=60)
+            _expect(r.exit_code != 0, "disk limit", "64 MB were written to a 32 MiB sandbox")
 
 
 def check_exec(sandbox: Sandbox) -> None:

@@ -10,7 +10,7 @@ ANSWER = "127"
 """log-error-count's right answer, to be written to /app/answer.txt."""
 SOLVE = f"echo {ANSWER} > /app/answer.txt"
 
-BASE_DOCKERFILE = "FROM python:3.11-slim\nWORKDIR /app\n"
+BASE_DOCKERFILE = "FROM snapgym/host\nWORKDIR /app\n"
 PASS_IF_DONE = """#!/bin/bash
 mkdir -p /logs/verifier
 if [ -f /app/done ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt

@@ -285,7 +285,7 @@ def test_a_task_whose_host_packages_are_missing_is_skipped_not_fatal(tmp_path: P
     shutil.copytree(REPO / "benchmarks" / "tasks" / "trivial", needy)
     (needy / "environment" / "setup.sh").unlink()
     (needy / "environment" / "Dockerfile").write_text(
-        "FROM ubuntu:24.04\nRUN apt-get update && apt-get install -y snapgym-no-such-package\nWORKDIR /app\n"
+        "FROM snapgym/host\nRUN apt-get update && apt-get install -y snapgym-no-such-package\nWORKDIR /app\n"
     )
     store, out = tmp_path / "store", tmp_path / "run"
     done = run_benchmark("suite=dir", f"suite.path={suite}", "progress=false", f"backend.store_dir={store}",

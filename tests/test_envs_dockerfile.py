@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import envs
-from envs.dockerfile import DockerfilePlan, translate_dockerfile
-from pool import LocalBackend
+from pool import DockerBuild, LocalBackend
+from pool.dockerfile import DockerfilePlan, ImageCopy
+from pool.dockerfile import translate as translate_build
 from tests.envs_fixtures import write_task
 
 HOST_PATH = "/usr/bin:/bin"
@@ -39,43 +40,39 @@ def translate(
     for name, content in (files or {}).items():
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         (context / name).write_text(content)
-    dockerfile = context / "Dockerfile"
-    dockerfile.write_text(text)
-    return translate_dockerfile(
-        dockerfile, bases=bases or {}, initial_env={"PATH": HOST_PATH}, host_has_packages=missing
-    )
+    path = str(context / "Dockerfile")
+    build = DockerBuild(dockerfile=text, context=str(context), path=path, image_sources=bases or {})
+    return translate_build(build, host_path=HOST_PATH, host_has_packages=missing)
 
 
 # -- FROM -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("image", ["snapgym/host", "snapgym/host:latest", "host"])
+def test_snapgym_host_is_the_host_base(tmp_path: Path, image: str) -> None:
+    """FROM snapgym/host runs on the host userland, with ~/.local/bin on PATH."""
+    plan = translate(tmp_path, f"FROM {image}\n")
+    assert plan.base == "host"
+    assert plan.env["PATH"] == f"/root/.local/bin:{HOST_PATH}"
+    assert plan.workdir is None
 
 
 @pytest.mark.parametrize(
     "image",
     [
         "python:3.11-slim",
-        "python",
         "debian:bookworm-slim",
-        "ubuntu:22.04",
         "docker.io/library/python:3.12",
         "python:3.11-slim@sha256:" + "a" * 64,
         "ghcr.io/laude-institute/t-bench/python-3-13:20250620",
     ],
 )
-def test_common_images_map_to_the_host_base(tmp_path: Path, image: str) -> None:
-    """Python, Debian, Ubuntu and Terminal-Bench images run on the host base, with ~/.local/bin on PATH."""
-    plan = translate(tmp_path, f"FROM {image}\n")
-    assert plan.base == "host"
-    assert plan.image == image
-    assert plan.env["PATH"] == f"/root/.local/bin:{HOST_PATH}"
-    assert plan.workdir == "/"
-
-
-def test_an_unknown_image_is_an_error_that_says_how_to_map_it(tmp_path: Path) -> None:
-    """FROM an image without a known base raises DockerfileError naming the line and the bases= mapping."""
-    with pytest.raises(envs.DockerfileError, match=r"Dockerfile:2: no base is known for image 'node:20'") as raised:
-        translate(tmp_path, "# syntax\nFROM node:20\n")
-    assert "bases=" in str(raised.value) and "rootfs" in str(raised.value)
-    assert isinstance(raised.value, envs.errors.ConfigError)
+def test_any_other_image_is_its_own_base(tmp_path: Path, image: str) -> None:
+    """An image is never silently replaced by the host: it is the base, fetched as it is named."""
+    plan = translate(tmp_path, f"FROM {image}\nRUN apt-get install -y nosuchpkg\n")
+    assert plan.base == image
+    assert plan.images == (image,)
+    assert not any("/.snapgym-build" in step for step in plan.steps)  # apt runs in the image, not on the host
 
 
 @pytest.mark.parametrize("image", ["myimg", "myimg:1.0", "myimg@sha256:" + "b" * 64])
@@ -95,11 +92,32 @@ def test_a_bases_mapping_gives_the_image_a_root_filesystem(tmp_path: Path, image
     assert not any("/.snapgym-build" in step for step in plan.steps)
 
 
-def test_a_bases_mapping_overrides_the_host_default(tmp_path: Path) -> None:
-    """A mapping for a tagged image wins over the host default for that image only."""
+def test_a_bases_mapping_of_a_tagged_image_covers_that_tag_only(tmp_path: Path) -> None:
+    """A mapping for a tagged image wins for that tag; another tag is fetched as itself."""
     plan = translate(tmp_path, "FROM python:3.11-slim\n", bases={"python:3.11-slim": "/rootfs/py.tar"})
     assert plan.base == "/rootfs/py.tar"
-    assert translate(tmp_path, "FROM python:3.12\n", bases={"python:3.11-slim": "/rootfs/py.tar"}).base == "host"
+    other = translate(tmp_path, "FROM python:3.12\n", bases={"python:3.11-slim": "/rootfs/py.tar"})
+    assert other.base == "python:3.12"
+
+
+def test_an_image_mapped_to_the_host_gets_the_host_base(tmp_path: Path) -> None:
+    """bases={"python": "host"} runs python images on the host userland, explicitly."""
+    plan = translate(tmp_path, "FROM python:3.11-slim\n", bases={"python": "host"})
+    assert plan.base == "host" and plan.env["PATH"] == f"/root/.local/bin:{HOST_PATH}"
+
+
+def test_copy_from_an_image_is_a_step_and_from_a_stage_is_refused(tmp_path: Path) -> None:
+    """COPY --from=<image> copies out of that image (mapped through bases); --from=<stage> is multi-stage."""
+    plan = translate(
+        tmp_path,
+        "FROM snapgym/host\nCOPY --from=ghcr.io/astral-sh/uv:0.8 /uv /uvx /opt/bin/\n",
+        bases={"ghcr.io/astral-sh/uv": "oci:/mirror/uv:0.8"},
+    )
+    copies = [step for step in plan.steps if isinstance(step, ImageCopy)]
+    assert copies == [ImageCopy("oci:/mirror/uv:0.8", ("/uv", "/uvx"), "/opt/bin", True)]
+    assert plan.images == ("oci:/mirror/uv:0.8",)
+    with pytest.raises(envs.DockerfileError, match="multi-stage"):
+        translate(tmp_path, "FROM debian AS build\nCOPY --from=build /x /y\n")
 
 
 # -- refused instructions ----------------------------------------------------------------
@@ -109,7 +127,8 @@ def test_a_bases_mapping_overrides_the_host_default(tmp_path: Path) -> None:
     ("body", "line", "why"),
     [
         ("FROM python:3.11-slim AS build\nRUN true\nFROM python:3.11-slim\n", 3, "multi-stage"),
-        ("FROM python:3.11-slim\nCOPY --from=build /out /app/\n", 2, "--from"),
+        ("FROM python:3.11-slim AS build\nCOPY --from=build /out /app/\n", 2, "multi-stage"),
+        ("FROM python:3.11-slim\nCOPY --from=0 /out /app/\n", 2, "multi-stage"),
         ("FROM python:3.11-slim\nADD https://example.com/x.tar.gz /opt/\n", 2, "URL"),
         ("FROM python:3.11-slim\nRUN <<EOF\necho hi\nEOF\n", 2, "heredoc"),
         ("FROM python:3.11-slim\nRUN --mount=type=cache,target=/root/.cache true\n", 2, "--mount"),
@@ -118,11 +137,11 @@ def test_a_bases_mapping_overrides_the_host_default(tmp_path: Path) -> None:
         ("FROM python:3.11-slim\nFROBNICATE now\n", 2, "FROBNICATE is not supported"),
         ("FROM python:3.11-slim\nCOPY missing.txt /app/\n", 2, "not in the build context"),
         ("FROM python:3.11-slim\nCOPY ../outside.txt /app/\n", 2, "outside the build context"),
-        ("FROM python:3.11-slim\nCOPY data.txt /usr/local/bin/\n", 2, "read-only"),
+        ("FROM snapgym/host\nCOPY data.txt /usr/local/bin/\n", 2, "read-only"),
         ("FROM python:3.11-slim\nCOPY data.txt\n", 2, "source and a destination"),
         ('FROM python:3.11-slim\nRUN ["echo", 1]\n', 2, "JSON list of strings"),
         ("FROM python:3.11-slim\n\nENV A=1 LONELY\n", 3, "no value"),
-        ("FROM python:3.11-slim\nHEALTHCHECK --interval=5s\n", 2, "HEALTHCHECK"),
+        ("FROM snapgym/host\nHEALTHCHECK --interval=5s\n", 2, "HEALTHCHECK"),
         ("WORKDIR /app\n", 1, "no FROM"),
     ],
     ids=lambda value: value if isinstance(value, str) and "\n" not in value else None,
@@ -140,7 +159,7 @@ def test_user_root_and_ignored_instructions_are_accepted(tmp_path: Path) -> None
     """USER root is fine; CMD, ENTRYPOINT, EXPOSE, LABEL, VOLUME are ignored and listed in notes."""
     plan = translate(
         tmp_path,
-        "FROM python:3.11-slim\nUSER root\nUSER 0:0\nEXPOSE 8080\nLABEL a=b\nVOLUME /data\n"
+        "FROM snapgym/host\nUSER root\nUSER 0:0\nEXPOSE 8080\nLABEL a=b\nVOLUME /data\n"
         'ENTRYPOINT ["python"]\nCMD ["-m", "http.server"]\n',
     )
     notes = "\n".join(plan.notes)
@@ -156,7 +175,7 @@ def test_env_in_both_forms_with_variable_expansion(tmp_path: Path) -> None:
     """ENV key=value (quoted, several per line, continued) and ENV key value; $VAR, ${VAR}, defaults, PATH."""
     plan = translate(
         tmp_path,
-        "FROM python:3.11-slim\n"
+        "FROM snapgym/host\n"
         'ENV A=1 B="two words" \\\n    C=${A}x\n'
         "ENV LEGACY legacy value with $A\n"
         "ENV D=$A-${B} E=${UNSET:-fallback} F=${A:+set} G=${UNSET:+never}\n"
@@ -175,13 +194,13 @@ def test_env_in_both_forms_with_variable_expansion(tmp_path: Path) -> None:
 
 def test_env_keeps_an_escaped_dollar_literal(tmp_path: Path) -> None:
     """ENV A=\\$HOME stores the text $HOME, as Docker does."""
-    plan = translate(tmp_path, "FROM python:3.11-slim\nENV HOME=/root\nENV A=\\$HOME\n")
+    plan = translate(tmp_path, "FROM snapgym/host\nENV HOME=/root\nENV A=\\$HOME\n")
     assert plan.env["A"] == "$HOME"
 
 
 def test_env_expands_variables_with_values_from_before_the_instruction(tmp_path: Path) -> None:
     """Docker's documented example: ENV abc=hello / ENV abc=bye def=$abc gives def=hello."""
-    plan = translate(tmp_path, "FROM python:3.11-slim\nENV abc=hello\nENV abc=bye def=$abc\nENV ghi=$abc\n")
+    plan = translate(tmp_path, "FROM snapgym/host\nENV abc=hello\nENV abc=bye def=$abc\nENV ghi=$abc\n")
     assert (plan.env["abc"], plan.env["def"], plan.env["ghi"]) == ("bye", "hello", "bye")
 
 
@@ -201,7 +220,7 @@ def test_arg_defaults_reach_from_env_and_run_but_not_the_runtime_env(tmp_path: P
 
 def test_workdir_relative_paths_resolve_against_the_previous_one(tmp_path: Path) -> None:
     """WORKDIR app after WORKDIR /srv is /srv/app; ../data then /srv/data; each one is created."""
-    plan = translate(tmp_path, "FROM python:3.11-slim\nENV BASE=/srv\nWORKDIR $BASE\nWORKDIR app\nWORKDIR ../data\n")
+    plan = translate(tmp_path, "FROM snapgym/host\nENV BASE=/srv\nWORKDIR $BASE\nWORKDIR app\nWORKDIR ../data\n")
     assert plan.workdir == "/srv/data"
     assert [s for s in plan.steps if s.startswith("mkdir -p /srv")] == [
         "mkdir -p /srv",
@@ -212,11 +231,11 @@ def test_workdir_relative_paths_resolve_against_the_previous_one(tmp_path: Path)
 
 def test_healthcheck_cmd_becomes_the_template_healthcheck(tmp_path: Path) -> None:
     """HEALTHCHECK CMD (shell or exec form) is kept; HEALTHCHECK NONE clears it."""
-    shell_form = translate(tmp_path, "FROM python:3.11-slim\nHEALTHCHECK --interval=5s CMD test -f /app/ok\n")
+    shell_form = translate(tmp_path, "FROM snapgym/host\nHEALTHCHECK --interval=5s CMD test -f /app/ok\n")
     assert shell_form.healthcheck == "test -f /app/ok"
-    exec_form = translate(tmp_path, 'FROM python:3.11-slim\nHEALTHCHECK CMD ["test", "-f", "/app/ok"]\n')
+    exec_form = translate(tmp_path, 'FROM snapgym/host\nHEALTHCHECK CMD ["test", "-f", "/app/ok"]\n')
     assert exec_form.healthcheck == "test -f /app/ok"
-    cleared = translate(tmp_path, "FROM python:3.11-slim\nHEALTHCHECK CMD true\nHEALTHCHECK NONE\n")
+    cleared = translate(tmp_path, "FROM snapgym/host\nHEALTHCHECK CMD true\nHEALTHCHECK NONE\n")
     assert cleared.healthcheck is None
 
 
@@ -232,7 +251,7 @@ def test_apt_packages_missing_on_the_host_are_listed(tmp_path: Path) -> None:
         return [p for p in packages if p in {"libfoo-dev", "zzz-tool"}]
 
     text = (
-        "FROM python:3.11-slim\n"
+        "FROM snapgym/host\n"
         "RUN apt-get update && \\\n"
         "    apt-get install -y --no-install-recommends -o Dpkg::Options::=--force-confold \\\n"
         "      curl libfoo-dev zzz-tool=1.0 && rm -rf /var/lib/apt/lists/*\n"
@@ -241,12 +260,12 @@ def test_apt_packages_missing_on_the_host_are_listed(tmp_path: Path) -> None:
         translate(tmp_path, text, missing=host_lacks)
     assert asked == [["curl", "libfoo-dev", "zzz-tool"]]
     assert "curl" not in str(raised.value).split("install them")[0]
-    assert "python:3.11-slim" in str(raised.value)
+    assert "snapgym/host" in str(raised.value)
 
 
 def test_apt_packages_present_on_the_host_translate(tmp_path: Path) -> None:
     """When the host has every package, apt-get install translates, with a build-time apt shim."""
-    plan = translate(tmp_path, "FROM debian:bookworm\nRUN apt install -y git\n")
+    plan = translate(tmp_path, "FROM snapgym/host\nRUN apt install -y git\n")
     assert plan.runs_commands
     assert any("/.snapgym-build/bin/apt-get" in step for step in plan.steps)
     assert plan.steps[-1] == "rm -rf /.snapgym-build"
@@ -268,7 +287,7 @@ def _tarball() -> bytes:
 
 RICH_DOCKERFILE = """\
 # A Dockerfile using most of what the translator supports.
-FROM python:3.11-slim
+FROM snapgym/host
 ARG GREETING_WORD=hi
 ENV APP_HOME=/srv \\
     MODE=test
@@ -374,7 +393,7 @@ def test_apt_get_install_of_host_packages_builds(backend: LocalBackend, tmp_path
     """apt-get install of a package the host has translates to a build where apt-get is a no-op."""
     task = write_task(
         tmp_path,
-        dockerfile="FROM python:3.11-slim\nWORKDIR /app\nRUN apt-get update && apt-get install -y coreutils "
+        dockerfile="FROM snapgym/host\nWORKDIR /app\nRUN apt-get update && apt-get install -y coreutils "
         "&& echo installed > /app/apt.txt\n",
     )
     env = envs.ShellEnv(task, backend=backend)
@@ -392,7 +411,7 @@ def test_copy_a_file_into_an_existing_directory_without_a_slash(
     """COPY data.txt . (or the WORKDIR path) puts data.txt inside the directory, as Docker does."""
     task = write_task(
         tmp_path,
-        dockerfile=f"FROM python:3.11-slim\nWORKDIR /app\nCOPY data.txt {dest}\n",
+        dockerfile=f"FROM snapgym/host\nWORKDIR /app\nCOPY data.txt {dest}\n",
         context={"data.txt": "hello\n"},
     )
     env = envs.ShellEnv(task, backend=backend)

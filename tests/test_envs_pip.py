@@ -38,7 +38,7 @@ def test_pip_install_in_a_dockerfile_lands_in_the_snapshot(tmp_path: Path, backe
     (task / "tests").mkdir()
     _write_wheel(task / "environment" / WHEEL)
     (task / "environment" / "Dockerfile").write_text(
-        f"FROM python:3.11-slim\nWORKDIR /app\nCOPY {WHEEL} /tmp/\nRUN pip install --no-index /tmp/{WHEEL}\n"
+        f"FROM snapgym/host\nWORKDIR /app\nCOPY {WHEEL} /tmp/\nRUN pip install --no-index /tmp/{WHEEL}\n"
     )
     (task / "instruction.md").write_text("Nothing to do.\n")
     (task / "task.toml").write_text('version = "1.0"\n')

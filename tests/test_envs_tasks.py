@@ -107,7 +107,7 @@ def test_a_task_spec_of_the_wrong_type_is_a_task_error() -> None:
         ('version = "1.0"\n[agent]\ntimeout_sec = "soon"\n', "agent.timeout_sec"),
         ('version = "1.0"\n[verifier]\ntimeout_sec = 0\n', "verifier.timeout_sec"),
         ('version = "1.0"\n[environment]\ncpus = true\n', "environment.cpus"),
-        ('version = "1.0"\n[environment]\ngpus = 1\n', "environment.gpus"),
+        ('version = "1.0"\n[environment]\ngpus = 1.5\n', "environment.gpus"),
         ('version = "1.0"\n[[steps]]\ninstruction = "first"\n', "steps"),
         ('version = "1.0"\n[agent]\nuser = "app"\n', "agent.user"),
         ('version = "1.0"\n[verifier]\nuser = "app"\n', "verifier.user"),

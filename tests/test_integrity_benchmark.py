@@ -83,7 +83,7 @@ def test_an_attack_that_beats_the_noop_agent_fails_the_run_loudly(tmp_path: Path
     (task / "task.toml").write_text('version = "1.0"\n')
     (task / "instruction.md").write_text("Keep /app/data.txt.\n")
     (task / "tests" / "test.sh").write_text(REWARDS_A_MISSING_WORKDIR)
-    (task / "environment" / "Dockerfile").write_text("FROM python:3.11-slim\nWORKDIR /app\nCOPY data.txt /app/\n")
+    (task / "environment" / "Dockerfile").write_text("FROM snapgym/host\nWORKDIR /app\nCOPY data.txt /app/\n")
     (task / "environment" / "data.txt").write_text("data\n")
     done, out = run_integrity(
         tmp_path, integrity_store, "suite=dir", f"suite.path={tmp_path / 'tasks'}",

@@ -38,7 +38,7 @@ ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=Fal
 os.environ["SNAPGYM_STORE"] = driver_default  # the driver's own default, from here on
 
 from pool import PoolConfig, SandboxPool, Template
-from pool.sandbox_pool import local_backend_factory
+from pool.backends import backend_factory
 
 LIMITS = {"memory_limit_mb": 256, "pids_limit": 128, "disk_limit_mb": 64}
 
@@ -86,7 +86,7 @@ pool.close()
 
 # Every host runs the pool's backend factory (above: on every node, and in later hosts too), so a store
 # the driver resolves into the factory is the store every host uses.
-report["default"] = local_backend_factory(**LIMITS).keywords["store_dir"]
+report["default"] = backend_factory("local", LIMITS).keywords["store_dir"]
 print("REPORT " + json.dumps(report), flush=True)
 ray.shutdown()
 cluster.shutdown()

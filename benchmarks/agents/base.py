@@ -56,6 +56,9 @@ class Agent(Protocol):
 
     name: str
     """Recorded in the ledger as the episode's ``agent``."""
+    whole_task_steps: bool
+    """True for an agent whose one action does the whole task (the oracle runs ``solve.sh``):
+    its steps get the task's agent timeout instead of the run's ``step_timeout_s``."""
 
     def start(self, episode: EpisodeContext) -> Policy:
         """A policy for one episode, called after ``env.reset``."""

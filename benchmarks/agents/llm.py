@@ -58,6 +58,7 @@ class LLMAgent:
         max_retries: int = 4,
     ) -> None:
         self.name = f"llm:{model}"
+        self.whole_task_steps = False
         key = os.environ.get(api_key_env) if api_key_env else None
         if api_key_env and not key:
             raise ConfigError(

@@ -13,6 +13,7 @@ class NoopAgent:
 
     def __init__(self, *, steps: int = 0) -> None:
         self.name = "noop"
+        self.whole_task_steps = False
         self.steps = steps
 
     def start(self, episode: EpisodeContext) -> _NoopPolicy:

@@ -1,8 +1,10 @@
 """The reference-solution agent: it runs the task's ``solution/solve.sh``, then submits.
 
 The solution enters the sandbox only now, through the sandbox's file API (as
-Harbor's oracle uploads it), and runs as one action, so its output is an
-ordinary observation and the step timeout applies to it.
+Harbor's oracle uploads it; the script is never an action, so its size does not
+count against ``max_action_bytes``), and runs as one action whose output is an
+ordinary observation. That step gets the task's whole agent timeout
+(``[agent] timeout_sec``), not the run's ``step_timeout_s``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class OracleAgent:
 
     def __init__(self) -> None:
         self.name = "oracle"
+        self.whole_task_steps = True
 
     def start(self, episode: EpisodeContext) -> _OraclePolicy:
         """A policy that copies the solution in, runs it, and submits."""

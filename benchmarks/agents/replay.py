@@ -34,6 +34,7 @@ class ReplayAgent:
 
     def __init__(self, *, path: str | Path | None = None, actions: Sequence[str] = ()) -> None:
         self.name = "replay"
+        self.whole_task_steps = False
         if (path is None) == (not actions):
             raise ConfigError("the replay agent needs agent.path (a JSONL file) or agent.actions (a list), not both")
         self.script = load_actions(Path(path)) if path is not None else {ANY_TASK: list(actions)}

@@ -168,6 +168,7 @@ def eval_settings(config: DictConfig) -> EvalSettings:
         concurrency=config.pool.size,
         max_steps=config.max_steps,
         step_timeout_s=config.step_timeout_s,
+        max_action_bytes=config.max_action_bytes,
         episode_timeout_s=config.episode_timeout_s,
         max_attempts=config.max_attempts,
         success_threshold=config.success_threshold,
@@ -186,7 +187,13 @@ def _verification(config: DictConfig) -> str | None:
 def open_supply(job: Job, config: DictConfig) -> SandboxSupply:
     """The run's sandboxes: a backend here, or a Ray pool."""
     kind = config.pool.kind if isinstance(config.pool.kind, PoolKind) else PoolKind[str(config.pool.kind)]
-    return SandboxSupply(kind, job.open_backend, backend_options=job.backend_options(), pool_settings=config.pool)
+    return SandboxSupply(
+        kind,
+        job.open_backend,
+        backend_options=job.backend_options(),
+        pool_settings=config.pool,
+        backend_name=str(config.backend.name),
+    )
 
 
 def _suite(config: DictConfig) -> Suite:

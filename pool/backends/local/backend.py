@@ -10,32 +10,44 @@ import contextlib
 import hashlib
 import itertools
 import os
+import posixpath
 import resource
 import secrets
 import shlex
+import stat
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from pool.backends.local import cgroups, hostbase, kernel, layers, native, seal
+from pool import hostview
+from pool.backends.local import cgroups, kernel, layers, native, seal
 from pool.backends.local.daemon import DaemonClient, Fields, Op, PendingReply
+from pool.backends.local.layerview import Entry, LayerView
 from pool.backends.local.sandbox import LocalSandbox
 from pool.backends.local.store import BaseRecord, SnapshotStore, default_runtime_dir, default_store_dir
 from pool.capabilities import Capabilities, Enforcement
+from pool.contract import Sandbox
 from pool.digest import combine, file_sha256
+from pool.dockerfile import ImageCopy
 from pool.errors import (
     BackendError,
     BuildError,
     ConfigError,
+    ImageError,
     SandboxClosedError,
     SandboxCrashedError,
     SandboxOutOfMemoryError,
+    SnapgymError,
     SnapshotCorruptError,
     SnapshotError,
     SnapshotTooLargeError,
 )
-from pool.results import ExecResult
+from pool.imagebuild import BaseConfig, Recipe, file_target, recipe_for, run_recipe
+from pool.labels import OWNER, check_labels, new_owner
+from pool.resources import Resources, require_supported
 from pool.snapshots import Snapshot
 from pool.templates import HOST_BASE, Template
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
@@ -48,6 +60,7 @@ _MIB = 1 << 20
 class _Base:
     layers: tuple[str, ...]
     digest: str
+    config: BaseConfig = field(default_factory=BaseConfig)
 
 
 class LocalBackend:
@@ -70,6 +83,8 @@ class LocalBackend:
         id_offset: host uid that sandbox root maps to in root mode.
         prewarm: keep the next episode's namespaces set up beside each sandbox,
             so restore is a hand-off (one idle init process per sandbox).
+        prefer_prebuilt: start a Dockerfile template from its prebuilt image
+            (task.toml ``docker_image``) when that image can be had.
     """
 
     name = "local"
@@ -89,6 +104,7 @@ class LocalBackend:
         rootless: bool | None = None,
         id_offset: int = 100000,
         prewarm: bool = True,
+        prefer_prebuilt: bool = True,
     ) -> None:
         kernel.require_linux()
         _check_positive(
@@ -112,13 +128,14 @@ class LocalBackend:
         self.max_output_bytes = max_output_bytes
         self.default_timeout_s = default_timeout_s
         self.prewarm = prewarm
+        self.prefer_prebuilt = prefer_prebuilt
         self.store = SnapshotStore(
             Path(store_dir) if store_dir else default_store_dir(), id_offset=self.id_offset, rootless=self.rootless
         )
         self.store.reap()  # staging folders of processes killed mid-snapshot
         self._runtime_root = Path(runtime_dir) if runtime_dir else default_runtime_dir()
         self._cgroup_controllers = cgroups.available() if not self.rootless else set()
-        self._host = hostbase.discover()
+        self._host = hostview.discover()
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._sandboxes: dict[int, LocalSandbox] = {}
@@ -126,11 +143,43 @@ class LocalBackend:
         self._run_dir: Path | None = None
         self._bases: dict[str, _Base] = {}
         self._closed = False
-        self._tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+        """This instance's name: its runtime folder and cgroups carry it, and reap_orphans reads its pid."""
+        self._owner = new_owner()
         self._tests = seal.TestsLayers(self.store, id_offset=self.id_offset)
         self.reap_orphans()
 
     # -- public API -----------------------------------------------------------
+
+    @classmethod
+    def resolve_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The options with ``store_dir`` settled in this process ($SNAPGYM_STORE, else the user's cache).
+
+        A pool's host actors run with the environment of their Ray node, so a default
+        resolved there could build into a store the driver never configured.
+        """
+        resolved = dict(options)
+        if not resolved.get("store_dir"):
+            resolved["store_dir"] = str(default_store_dir())
+        return resolved
+
+    @classmethod
+    def unavailable_reason(cls, **options: Any) -> str | None:
+        """None on Linux (whether namespaces work shows when the first sandbox starts, with the fix)."""
+        try:
+            kernel.require_linux()
+        except SnapgymError as exc:
+            return str(exc)
+        return None
+
+    @property
+    def health(self) -> str | None:
+        """None while the sandbox daemon runs (or has not started); otherwise why not."""
+        if self._closed:
+            return "the backend is closed"
+        if self._daemon is not None and not self._daemon.is_alive:
+            return f"the sandbox daemon died ({self._daemon.log_tail() or 'no message'})"
+        return None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -145,13 +194,16 @@ class LocalBackend:
             limits={
                 "memory": Enforcement.CGROUP if "memory" in cg else Enforcement.RLIMIT,
                 "pids": Enforcement.CGROUP if "pids" in cg else Enforcement.RLIMIT,
-                "cpu": Enforcement.CGROUP if "cpu" in cg and self.cpus else Enforcement.NONE,
+                "cpu": Enforcement.CGROUP if "cpu" in cg else Enforcement.NONE,
                 "disk": Enforcement.TMPFS,
             },
             isolation=("user", "mount", "pid", "network", "ipc", "uts"),
             rootless=self.rootless,
             verification=("strict", "shared"),
             verifier_isolation=_verifier_isolation(kernel.landlock_abi()),
+            sandbox_location="node",
+            snapshot_location="node",
+            bases=(HOST_BASE, "rootfs", "image", "dockerfile"),
         )
 
     def build(self, template: Template) -> Snapshot:
@@ -169,8 +221,11 @@ class LocalBackend:
             StoreFullError: the store's filesystem is full.
         """
         self._check_open()
-        base = self._base(template.base)
-        snap_id = template.content_hash(base.digest)[:32]
+        require_supported(template.resources, backend=self.name, gpu=False)
+        recipe = self._recipe(template)
+        base = self._base(recipe.base)
+        identity = combine(base.digest, *(self._base(image).digest for image in recipe.images))
+        snap_id = template.content_hash(identity)[:32]
         if cached := self.store.find_usable(snap_id):
             return cached
         with self.store.lock(snap_id):
@@ -181,31 +236,32 @@ class LocalBackend:
                 digest=base.digest,
                 backend=self.name,
                 layers=base.layers,
-                base=template.base,
-                env=dict(template.env),
+                base=recipe.base,
+                env=dict(recipe.env),
                 workdir="/",
+                resources=template.resources,
             )
-            sandbox = self._open(start, network=template.network)
+            sandbox = self._open(start, network=recipe.network)
             try:
-                _run_setup(sandbox, template)
-                snap = self.snapshot_sandbox(sandbox, snapshot_id=snap_id, template=template)
+                run_recipe(sandbox, recipe, template, copy_from_image=self._copy_from_image)
+                snap = self.snapshot_sandbox(sandbox, snapshot_id=snap_id, template=template, recipe=recipe)
             finally:
                 sandbox.close()
         return snap
 
-    def create(self, snapshot: Snapshot) -> LocalSandbox:
-        """Start a sandbox at ``snapshot``."""
+    def create(self, snapshot: Snapshot, *, labels: Mapping[str, str] | None = None) -> LocalSandbox:
+        """Start a sandbox at ``snapshot``, carrying ``labels``."""
         self._check_open()
         self._check_snapshot(snapshot)
-        return self._open(snapshot, network=False)
+        return self._open(snapshot, network=False, labels=labels)
 
-    def fork(self, snapshot: Snapshot, n: int) -> list[LocalSandbox]:
+    def fork(self, snapshot: Snapshot, n: int, *, labels: Mapping[str, str] | None = None) -> list[LocalSandbox]:
         """Start ``n`` sandboxes that each begin at ``snapshot`` (set up in parallel)."""
         if n < 1:
             raise ConfigError(f"fork needs n >= 1, got {n}")
         self._check_open()
         self._check_snapshot(snapshot)
-        return self._open_many(snapshot, n, network=False)
+        return self._open_many(snapshot, n, network=False, labels=labels)
 
     def get_snapshot(self, snapshot_id: str) -> Snapshot:
         """A stored snapshot by id."""
@@ -310,7 +366,7 @@ class LocalBackend:
 
     def base_env(self, snapshot: Snapshot) -> dict[str, str]:
         """The environment every exec starts from, before the snapshot's own."""
-        path = self._host.path_env if snapshot.base == HOST_BASE else hostbase.DEFAULT_PATH
+        path = self._host.path_env if snapshot.base == HOST_BASE else hostview.DEFAULT_PATH
         return {
             "PATH": path,
             "HOME": "/root",
@@ -324,7 +380,12 @@ class LocalBackend:
         }
 
     def snapshot_sandbox(
-        self, sandbox: LocalSandbox, *, snapshot_id: str | None = None, template: Template | None = None
+        self,
+        sandbox: LocalSandbox,
+        *,
+        snapshot_id: str | None = None,
+        template: Template | None = None,
+        recipe: Recipe | None = None,
     ) -> Snapshot:
         """Freeze a sandbox's writable layer into a new layer and record it.
 
@@ -363,11 +424,12 @@ class LocalBackend:
             backend=self.name,
             layers=new_layers,
             base=parent.base,
-            env=dict(template.env) if template else dict(parent.env),
-            workdir=template.workdir if template else parent.workdir,
+            env=dict(recipe.env) if recipe else dict(parent.env),
+            workdir=recipe.workdir if recipe else parent.workdir,
             template=template.name if template else parent.template,
             parent=None if template else parent.id,
             created_at=time.time(),
+            resources=template.resources if template else parent.resources,
         )
         self.store.save(snap)
         return snap
@@ -375,7 +437,8 @@ class LocalBackend:
     def restart_sandbox(self, sandbox: LocalSandbox, snapshot: Snapshot) -> None:
         """Kill a sandbox's processes and start fresh namespaces at ``snapshot``."""
         self._check_snapshot(snapshot)
-        reply = self.daemon_request(Op.RESTORE, sandbox.id, self._config(snapshot, network=False, sandbox=sandbox))
+        sandbox.use_limits(self._limits(snapshot.resources), self._limited_controllers(snapshot.resources))
+        reply = self.daemon_request(Op.RESTORE, sandbox.number, self._config(snapshot, network=False, sandbox=sandbox))
         sandbox.stage_path = reply["stage"]
 
     def seal_sandbox(self, sandbox: LocalSandbox, plan: VerificationPlan) -> VerificationReport:
@@ -392,9 +455,9 @@ class LocalBackend:
         if plan.mode is VerifyMode.STRICT:  # a new instance at the known-good state
             fields = [*self._config(known_good, network=False, sandbox=sandbox), *fields]
         else:
-            fields += [("tmpfs_bytes", str(self.disk_limit_mb * _MIB)), ("root_uid", self._sandbox_root_uid())]
+            fields += [("tmpfs_bytes", str(self._disk_bytes(known_good))), ("root_uid", self._sandbox_root_uid())]
         try:
-            reply = self.daemon_request(Op.SEAL, sandbox.id, fields)
+            reply = self.daemon_request(Op.SEAL, sandbox.number, fields)
         except BackendError as exc:  # about this sandbox: it is not running, or its verifier could not start
             if str(exc).startswith("out of memory:"):
                 raise SandboxOutOfMemoryError(f"no verifier beside the agent's processes: {exc}") from None
@@ -405,9 +468,9 @@ class LocalBackend:
     def release_sandbox(self, sandbox: LocalSandbox) -> None:
         """Forget a sandbox and have the daemon kill it."""
         with self._lock:
-            self._sandboxes.pop(sandbox.id, None)
+            self._sandboxes.pop(sandbox.number, None)
         if self.daemon_is_alive:
-            self.daemon_request(Op.CLOSE, sandbox.id, [])
+            self.daemon_request(Op.CLOSE, sandbox.number, [])
 
     # -- internals ------------------------------------------------------------
 
@@ -439,7 +502,7 @@ class LocalBackend:
             self._check_open()
             binary = native.daemon_binary(self.store.root)
             self._runtime_root.mkdir(parents=True, exist_ok=True, mode=0o755)
-            run_dir = self._runtime_root / self._tag
+            run_dir = self._runtime_root / self.tag
             (run_dir / "stage").mkdir(parents=True, exist_ok=True)
             self._run_dir = run_dir
             try:
@@ -455,20 +518,27 @@ class LocalBackend:
         assert self._daemon is not None
         return Path(f"/proc/{self._daemon.pid}/root") / sandbox.stage_path.lstrip("/")
 
-    def _open(self, snapshot: Snapshot, *, network: bool) -> LocalSandbox:
-        return self._open_many(snapshot, 1, network=network)[0]
+    def _open(
+        self, snapshot: Snapshot, *, network: bool, labels: Mapping[str, str] | None = None
+    ) -> LocalSandbox:
+        return self._open_many(snapshot, 1, network=network, labels=labels)[0]
 
-    def _open_many(self, snapshot: Snapshot, n: int, *, network: bool) -> list[LocalSandbox]:
+    def _open_many(
+        self, snapshot: Snapshot, n: int, *, network: bool, labels: Mapping[str, str] | None = None
+    ) -> list[LocalSandbox]:
+        given = {**check_labels(labels), OWNER: self._owner}
         daemon = self._ensure_daemon()
         started: list[tuple[LocalSandbox, PendingReply]] = []
         error: BaseException | None = None
+        limits = self._limits(snapshot.resources)
+        controllers = self._limited_controllers(snapshot.resources)
         for _ in range(n):
-            sandbox_id = next(self._ids)
-            group = cgroups.SandboxCgroup(f"{self._tag}-{sandbox_id}", self._limits(), self._limited_controllers())
-            sandbox = LocalSandbox(self, sandbox_id, snapshot, group)
+            number = next(self._ids)
+            group = cgroups.SandboxCgroup(f"{self.tag}-{number}", limits, controllers)
+            sandbox = LocalSandbox(self, number, snapshot, group, given)
             try:
                 fields = self._config(snapshot, network=network, sandbox=sandbox)
-                started.append((sandbox, daemon.submit(Op.CREATE, sandbox_id, fields)))
+                started.append((sandbox, daemon.submit(Op.CREATE, number, fields)))
             except BaseException as exc:
                 group.remove()
                 error = exc
@@ -482,7 +552,7 @@ class LocalBackend:
                 error = error or exc
                 continue
             with self._lock:
-                self._sandboxes[sandbox.id] = sandbox
+                self._sandboxes[sandbox.number] = sandbox
             made.append(sandbox)
         if error is not None:
             for sandbox in made:
@@ -490,17 +560,23 @@ class LocalBackend:
             raise error
         return made
 
-    def _limited_controllers(self) -> set[str]:
+    def _limited_controllers(self, resources: Resources) -> set[str]:
         """The hierarchies a sandbox's instances get a cgroup in: only those with a limit to enforce."""
-        wanted = {"memory": self.memory_limit_mb, "pids": self.pids_limit, "cpu": self.cpus}
+        limits = self._limits(resources)
+        wanted = {"memory": limits.memory_bytes, "pids": limits.pids, "cpu": limits.cpus}
         return {name for name in self._cgroup_controllers if wanted.get(name)}
 
-    def _limits(self) -> cgroups.Limits:
+    def _limits(self, resources: Resources) -> cgroups.Limits:
+        """A snapshot's resources, the backend's options where it sets none."""
+        memory_mb = resources.memory_mb or self.memory_limit_mb
         return cgroups.Limits(
-            memory_bytes=self.memory_limit_mb * _MIB if self.memory_limit_mb else None,
-            cpus=self.cpus,
+            memory_bytes=memory_mb * _MIB if memory_mb else None,
+            cpus=resources.cpus or self.cpus,
             pids=self.pids_limit,
         )
+
+    def _disk_bytes(self, snapshot: Snapshot) -> int:
+        return (snapshot.resources.storage_mb or self.disk_limit_mb) * _MIB
 
     def _config(self, snapshot: Snapshot, *, network: bool, sandbox: LocalSandbox) -> Fields:
         fields: list[tuple[str, str]] = []
@@ -510,7 +586,7 @@ class LocalBackend:
             for host_path, inside in self._host.binds:
                 fields.append(("bind", f"{host_path}\t{inside}\tro"))
         fields += [
-            ("tmpfs_bytes", str(self.disk_limit_mb * _MIB)),
+            ("tmpfs_bytes", str(self._disk_bytes(snapshot))),
             ("hostname", "sandbox"),
             ("spare", "1" if self.prewarm and not network else "0"),
             ("net", "host" if network else "none"),
@@ -522,40 +598,74 @@ class LocalBackend:
             fields += [("uid_map", f"0 {self.id_offset} {_ID_RANGE}"), ("gid_map", f"0 {self.id_offset} {_ID_RANGE}")]
         fields += [("cgroup", str(path)) for path in sandbox._cgroup.dirs]
         fields += [("cgset", f"{name}\t{value}") for name, value in sandbox._cgroup.limit_settings()]
-        fields += [("rlimit", spec) for spec in self._rlimits()]
+        fields += [("rlimit", spec) for spec in self._rlimits(snapshot.resources)]
         return fields
 
     def _sandbox_root_uid(self) -> str:
         return str(self.id_offset) if not self.rootless else "0"
 
-    def _rlimits(self) -> list[str]:
+    def _rlimits(self, resources: Resources) -> list[str]:
         specs = [f"{resource.RLIMIT_CORE}:0:0"]
-        if "pids" not in self._cgroup_controllers and self.pids_limit:
-            specs.append(f"{resource.RLIMIT_NPROC}:{self.pids_limit}:{self.pids_limit}")
-        if "memory" not in self._cgroup_controllers and self.memory_limit_mb:
-            limit = self.memory_limit_mb * _MIB
-            specs.append(f"{resource.RLIMIT_DATA}:{limit}:{limit}")
+        limits = self._limits(resources)
+        if "pids" not in self._cgroup_controllers and limits.pids:
+            specs.append(f"{resource.RLIMIT_NPROC}:{limits.pids}:{limits.pids}")
+        if "memory" not in self._cgroup_controllers and limits.memory_bytes:
+            specs.append(f"{resource.RLIMIT_DATA}:{limits.memory_bytes}:{limits.memory_bytes}")
         return specs
 
     # -- bases ----------------------------------------------------------------
 
+    def _recipe(self, template: Template) -> Recipe:
+        return recipe_for(
+            template,
+            base_config=lambda spec: self._base(spec).config,
+            host_path=self._host.path_env,
+            prefer_prebuilt=self.prefer_prebuilt,
+            can_get=self._can_get,
+        )
+
     def _base(self, spec: str) -> _Base:
         with self._lock:
             if spec not in self._bases:
-                self._bases[spec] = self._host_base() if spec == HOST_BASE else self._rootfs_base(spec)
+                if spec == HOST_BASE:
+                    self._bases[spec] = self._host_base()
+                elif spec.startswith(("/", "./", "../", "~")):
+                    self._bases[spec] = self._rootfs_base(spec)
+                else:
+                    self._bases[spec] = self._image_base(spec)
             return self._bases[spec]
 
+    def _can_get(self, image: str) -> bool:
+        """Whether an image is in the store or can be fetched now (a prebuilt task image)."""
+        try:
+            self._base(image)
+        except (ImageError, ConfigError):
+            return False
+        return True
+
+    def _copy_from_image(self, sandbox: Sandbox, step: ImageCopy) -> None:
+        """``COPY --from=<image>``: read the files out of the image's layers and write them in."""
+        layer_dirs = [self.store.layers.path(layer) for layer in self._base(step.image).layers]
+        view = LayerView(layer_dirs, rootless=self.rootless)
+        for source in step.sources:
+            entries = list(view.walk(source))
+            is_dir = stat.S_ISDIR(entries[0].mode)
+            target = step.dest if is_dir else file_target(sandbox, step, source)
+            for entry in entries:
+                _place_entry(sandbox, entry, posixpath.join(target, entry.path) if entry.path else target, step.mode)
+
     def _host_base(self) -> _Base:
-        fingerprint = hostbase.fingerprint(self._host)
+        fingerprint = hostview.fingerprint(self._host)
         name = f"host-{fingerprint[:32]}"
+        config = BaseConfig(env={"PATH": self._host.path_env})
         if cached := self._cached_base(name):
-            return cached
+            return _Base(cached.layers, cached.digest, config)
         with self.store.layers.staging("writing the host base layer") as staged:
-            hostbase.write_skeleton(self._host, staged)
+            hostview.write_skeleton(self._host, staged)
             layers.shift_owners(staged, self.id_offset)
             layer_id, layer_digest = self.store.layers.commit(staged)
         seed = f"host:{fingerprint}"
-        base = _Base((layer_id,), combine(seed, layer_digest))
+        base = _Base((layer_id,), combine(seed, layer_digest), config)
         self.store.save_base(name, BaseRecord(seed, base.layers, base.digest))
         return base
 
@@ -585,34 +695,30 @@ class LocalBackend:
         self.store.save_base(name, BaseRecord(seed, base.layers, base.digest))
         return base
 
+    def _image_base(self, source: str) -> _Base:
+        raise ImageError(f"image {source!r}: fetching images is not wired yet")
+
     def _cached_base(self, name: str) -> _Base | None:
         """The recorded base, checked against its layers; None when it must be made."""
         record = self.store.find_base(name)
         return None if record is None else _Base(record.layers, record.digest)
 
 
-def _run_setup(sandbox: LocalSandbox, template: Template) -> None:
-    timeout = template.setup_timeout_s
-    workdir = shlex.quote(template.workdir)
-    _require_ok(sandbox.exec(f"mkdir -p {workdir}", timeout_s=timeout, cwd="/"), template, "create workdir", "")
-    for index, step in enumerate(template.setup, 1):
-        result = sandbox.exec(step, timeout_s=timeout, cwd=template.workdir)
-        _require_ok(result, template, f"setup step {index}", step)
-    for path, content in template.files.items():
-        sandbox.write_file(path, content)
-    if template.healthcheck:
-        result = sandbox.exec(template.healthcheck, timeout_s=timeout, cwd=template.workdir)
-        _require_ok(result, template, "healthcheck", template.healthcheck)
-
-
-def _require_ok(result: ExecResult, template: Template, what: str, command: str) -> None:
-    if result.ok:
+def _place_entry(sandbox: Sandbox, entry: Entry, target: str, mode: int | None) -> None:
+    quoted = shlex.quote(target)
+    if stat.S_ISDIR(entry.mode):
+        result = sandbox.exec(f"mkdir -p {quoted}", timeout_s=60)
+    elif stat.S_ISLNK(entry.mode):
+        link = shlex.quote(os.readlink(entry.host_path))
+        result = sandbox.exec(f"mkdir -p \"$(dirname {quoted})\" && ln -sfn {link} {quoted}", timeout_s=60)
+    elif stat.S_ISREG(entry.mode):
+        file_mode = mode if mode is not None else stat.S_IMODE(entry.mode)
+        sandbox.write_file(target, entry.host_path.read_bytes(), mode=file_mode)
         return
-    why = f"timed out after {template.setup_timeout_s:g}s" if result.timed_out else f"exited {result.exit_code}"
-    raise BuildError(
-        f"building template {template.name!r}: {what} {why}: {command}\n"
-        f"--- stdout (end) ---\n{result.stdout[-2000:]}\n--- stderr (end) ---\n{result.stderr[-2000:]}"
-    )
+    else:
+        return  # sockets, FIFOs and devices are not copied, as in an image build
+    if not result.ok:
+        raise BuildError(f"COPY --from: cannot create {target}: {result.stderr.strip()[-500:]}")
 
 
 def _verifier_isolation(landlock_abi: int) -> str:

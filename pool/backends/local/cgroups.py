@@ -56,25 +56,36 @@ class SandboxCgroup:
     """The cgroup directories of one sandbox (one per hierarchy); instances live below them."""
 
     def __init__(self, name: str, limits: Limits, enabled: set[str]) -> None:
+        self.name = name
         self.dirs: list[Path] = []
         self.limits = limits
-        self.enabled = set(enabled)
-        if not enabled:
+        self.enabled: set[str] = set()
+        self._add(enabled)
+
+    def set_limits(self, limits: Limits, enabled: set[str]) -> None:
+        """The limits of the next instances (a restore to a snapshot that asks for other resources)."""
+        self._add(enabled - self.enabled)
+        self.limits = limits
+
+    def _add(self, controllers: set[str]) -> None:
+        if not controllers:
             return
+        self.enabled |= controllers
         if _v2():
             parent = CGROUP_ROOT / _PARENT
             parent.mkdir(exist_ok=True)
-            _enable_v2_controllers(parent, enabled)
-            path = parent / name
+            _enable_v2_controllers(parent, self.enabled)
+            path = parent / self.name
             path.mkdir(exist_ok=True)
-            _enable_v2_controllers(path, enabled, include_root=False)
-            self.dirs.append(path)
+            _enable_v2_controllers(path, self.enabled, include_root=False)
+            if path not in self.dirs:
+                self.dirs.append(path)
             return
-        for controller in sorted(enabled):
+        for controller in sorted(controllers):
             base = _v1_controller(controller)
             if base is None:
                 continue
-            path = base / _PARENT / name
+            path = base / _PARENT / self.name
             path.mkdir(parents=True, exist_ok=True)
             self.dirs.append(path)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pool.backends.local import capture, upperread
-from pool.backends.local.cgroups import SandboxCgroup
+from pool.backends.local.cgroups import Limits, SandboxCgroup
 from pool.backends.local.daemon import Op, StatusTimeoutError, read_status
 from pool.errors import (
     CommandRejectedError,
@@ -52,9 +52,19 @@ def _is_exiting(pid: int) -> bool:
 class LocalSandbox:
     """A sandbox in its own namespaces over a snapshot's read-only layers."""
 
-    def __init__(self, backend: LocalBackend, sandbox_id: int, snapshot: Snapshot, cgroup: SandboxCgroup) -> None:
+    def __init__(
+        self,
+        backend: LocalBackend,
+        number: int,
+        snapshot: Snapshot,
+        cgroup: SandboxCgroup,
+        labels: Mapping[str, str],
+    ) -> None:
         self._backend = backend
-        self.id = sandbox_id
+        self.number = number
+        """The daemon's number for this sandbox."""
+        self._id = f"{backend.tag}-{number}"
+        self._labels = dict(labels)
         self._snapshot = snapshot
         self._cgroup = cgroup
         self._closed = False
@@ -65,6 +75,16 @@ class LocalSandbox:
         """Where the sandbox's writable tmpfs is mounted (in the daemon's mount namespace)."""
 
     # -- identity ---------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """``<backend tag>-<number>``: unique on this machine while the backend runs."""
+        return self._id
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """The labels given at creation plus ``snapgym.owner``."""
+        return dict(self._labels)
 
     @property
     def start_snapshot(self) -> Snapshot:
@@ -86,7 +106,7 @@ class LocalSandbox:
         """True while the sandbox's init runs and can take commands."""
         if self._closed or not self._backend.daemon_is_alive:
             return False
-        reply = self._backend.daemon_request(Op.PING, self.id, [])
+        reply = self._backend.daemon_request(Op.PING, self.number, [])
         return reply.get("pid", "0") != "0"
 
     @property
@@ -94,7 +114,11 @@ class LocalSandbox:
         """True when the sandbox's init died while the OOM killer was at work in its cgroup."""
         if self._closed or not self._backend.daemon_is_alive:
             return False
-        return self._backend.daemon_request(Op.PING, self.id, []).get("died") == "oom"
+        return self._backend.daemon_request(Op.PING, self.number, []).get("died") == "oom"
+
+    def use_limits(self, limits: Limits, controllers: set[str]) -> None:
+        """Limits for the next instance (set before a restore)."""
+        self._cgroup.set_limits(limits, controllers)
 
     def memory_bytes(self) -> int | None:
         """Memory charged to the sandbox right now, where a memory cgroup exists."""
@@ -141,7 +165,7 @@ class LocalSandbox:
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         st_r, st_w = os.pipe2(os.O_CLOEXEC)
         try:
-            self._backend.daemon_send(Op.EXEC, self.id, fields, [stdin_fd, out_w, err_w, st_w])
+            self._backend.daemon_send(Op.EXEC, self.number, fields, [stdin_fd, out_w, err_w, st_w])
         except BaseException:
             for fd in (out_r, err_r, st_r):
                 os.close(fd)
@@ -240,7 +264,7 @@ class LocalSandbox:
         """The keeper's word on the init, once a dying init (whose pipes close first) has been reaped."""
         deadline = time.monotonic() + _DEATH_NOTICE_S
         while True:
-            reply = self._backend.daemon_request(Op.PING, self.id, [])
+            reply = self._backend.daemon_request(Op.PING, self.number, [])
             if reply.get("pid", "0") == "0" or time.monotonic() > deadline:
                 return reply
             if not _is_exiting(int(reply["pid"])):
@@ -303,7 +327,7 @@ class LocalSandbox:
         st_r, st_w = os.pipe2(os.O_CLOEXEC)
         try:
             try:
-                self._backend.daemon_send(op, self.id, fields, [data_fd, st_w])
+                self._backend.daemon_send(op, self.number, fields, [data_fd, st_w])
             finally:
                 os.close(st_w)
             try:
@@ -393,7 +417,7 @@ class LocalSandbox:
         st_r, st_w = os.pipe2(os.O_CLOEXEC)
         try:
             try:
-                self._backend.daemon_send(op, self.id, [], [st_w])
+                self._backend.daemon_send(op, self.number, [], [st_w])
             finally:
                 os.close(st_w)
             if read_status(st_r) is None:

@@ -1,5 +1,8 @@
 """The ``host`` base: a read-only view of the host userland, and nothing more.
 
+Backend-neutral: the local backend binds these paths into its namespaces, the
+Docker backend into its containers.
+
 The sandbox sees the host's /usr (and /bin, /lib*, /sbin where they are real
 directories), the running Python interpreter's prefix, and a minimal /etc
 written here. It never sees /root, /home, the host's /proc, /tmp, /run (Docker

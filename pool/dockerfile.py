@@ -1,27 +1,35 @@
-"""Turn a task's Dockerfile into template pieces for a snapgym backend.
+"""Turn a Dockerfile into build steps a backend runs in a sandbox over the ``FROM`` image.
 
-Supported: one ``FROM`` (mapped to a base, below), ``RUN`` (shell and exec
-form), ``COPY``/``ADD`` of build-context files (``--chmod``; ``ADD`` of a
-local tar archive extracts it), ``WORKDIR``, ``ENV``, ``ARG``, ``SHELL``,
-``HEALTHCHECK CMD`` and ``USER root``. ``CMD``, ``ENTRYPOINT``, ``EXPOSE``,
-``LABEL``, ``MAINTAINER``, ``STOPSIGNAL`` and ``VOLUME`` are ignored (an
-episode starts no service by itself) and listed in ``notes``.
+A backend with its own image builder (Docker) builds a Dockerfile as it is; a
+backend without one (the local backend) realises it with :func:`translate`
+and :mod:`pool.imagebuild`: the ``FROM`` image's layers are the base, ``RUN``
+steps run in a sandbox over them (with the build's network), ``COPY``/``ADD``
+place build-context files, ``COPY --from=<image>`` copies out of another image.
 
-Rejected with a :class:`DockerfileError` naming the line: multi-stage builds,
-``COPY --from``, ``ADD`` from a URL, ``RUN`` heredocs and ``--mount``, a
-non-root ``USER``, ``ONBUILD``, and a ``FROM`` image no base is known for.
+Supported: one ``FROM`` (an image reference, mapped through the build's
+``image_sources``; ``snapgym/host`` is the host userland), ``RUN`` (shell and
+exec form), ``COPY``/``ADD`` of build-context files (``--chmod``, ``--chown``;
+``ADD`` of a local tar archive extracts it), ``COPY --from=<image>``,
+``WORKDIR``, ``ENV``, ``ARG``, ``SHELL``, ``HEALTHCHECK CMD`` and ``USER
+root``. ``CMD``, ``ENTRYPOINT``, ``EXPOSE``, ``LABEL``, ``MAINTAINER``,
+``STOPSIGNAL`` and ``VOLUME`` are ignored (an episode starts no service by
+itself) and listed in ``notes``.
+
+Rejected with a :class:`DockerfileError` naming the line: multi-stage builds
+(a second ``FROM``, ``COPY --from=<stage>``), ``ADD`` from a URL, ``RUN``
+heredocs and ``--mount``, a non-root ``USER``, ``ONBUILD``.
 
 On the ``host`` base the sandbox sees the host's userland read-only, so:
 
 - ``apt-get install`` is checked on the host when the task loads: every
-  package must already be installed there (install it on the host, or give
-  the task a root filesystem base); in the sandbox ``apt-get`` is then a no-op.
+  package must already be installed there (install it on the host, or build
+  the task from its image); in the sandbox ``apt-get`` is then a no-op.
 - ``pip install`` installs for the sandbox's root (``~/.local``, on PATH);
   a virtualenv works as usual. ``python -m pip install`` into the host
   interpreter and ``uv pip install --system`` fail: the interpreter is read-only.
 - ``/usr`` (``/usr/local`` included) is the host's, read-only: a ``COPY`` there
   is rejected when the task loads, and a ``RUN`` that writes there fails the
-  build. Use ``/opt``, or a root filesystem base.
+  build. Use ``/opt``, or the task's own image.
 """
 
 from __future__ import annotations
@@ -34,14 +42,13 @@ import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
-from envs.errors import DockerfileError, HostPackagesMissingError
-from envs.filesteps import mkdir_step, write_file_steps
-from envs.hostpackages import missing_host_packages
-from pool.backends.local.hostbase import DEFAULT_PATH
-
-HOST_IMAGES = ("python", "debian", "ubuntu", "buildpack-deps", "ghcr.io/laude-institute/t-bench/")
-"""Images whose userland the ``host`` base stands in for (a name, or a prefix ending in /)."""
+from pool.errors import DockerfileError, HostPackagesMissingError
+from pool.filesteps import mkdir_step, write_file_steps
+from pool.hostpackages import missing_host_packages
+from pool.hostview import DEFAULT_PATH
+from pool.templates import HOST_BASE, HOST_IMAGE, DockerBuild
 
 BUILD_BIN = "/.snapgym-build/bin"
 _LITERAL_DOLLAR = "\x00snapgym-dollar\x00"
@@ -64,97 +71,116 @@ exec python3 -m pip "$@"
 
 
 @dataclass(frozen=True, slots=True)
-class DockerfilePlan:
-    """What a Dockerfile amounts to for a template."""
+class ImageCopy:
+    """``COPY --from=<image> SOURCE... DEST``: files out of another image, placed by the backend."""
 
     image: str
+    """The image (after ``image_sources``), as a base spec the backend can fetch."""
+    sources: tuple[str, ...]
+    """Absolute paths in that image."""
+    dest: str
+    """Absolute destination in the sandbox."""
+    into_dir: bool
+    """Docker's rule: the destination is a folder (it ends in / or there are several sources)."""
+    mode: int | None = None
+
+
+Step = str | ImageCopy
+"""A shell command run as root in the build sandbox, or a copy out of another image."""
+
+
+@dataclass(frozen=True, slots=True)
+class DockerfilePlan:
+    """What a Dockerfile amounts to over its base."""
+
+    image: str
+    """The ``FROM`` image as written."""
     base: str
-    steps: tuple[str, ...]
+    """Where the start state begins: ``"host"``, a root filesystem path, or an image source."""
+    steps: tuple[Step, ...]
     env: Mapping[str, str]
-    workdir: str
+    """The environment of every exec: the base image's, then ``ENV``."""
+    workdir: str | None
+    """The last ``WORKDIR``; None when the Dockerfile sets none (the image's applies)."""
     healthcheck: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     runs_commands: bool = False
     """Whether any ``RUN`` step exists (only those may use the network, at build time)."""
 
+    @property
+    def images(self) -> tuple[str, ...]:
+        """Every image the build needs: the base (unless it is the host) and the ``COPY --from`` ones."""
+        found = [] if self.base == HOST_BASE else [self.base]
+        found += [step.image for step in self.steps if isinstance(step, ImageCopy)]
+        return tuple(dict.fromkeys(found))
 
-def resolve_base(image: str, bases: Mapping[str, str]) -> str | None:
-    """The base for an image: a user mapping first, then the host for common images."""
+
+def resolve_image(image: str, image_sources: Mapping[str, str]) -> str:
+    """Where to get ``image``: its entry in ``image_sources`` (tagged, then untagged), the host
+    for ``snapgym/host``, else the reference itself (fetched from its registry)."""
     untagged = re.sub(r":[^/:@]+$", "", image.split("@", 1)[0])
     for key in (image, untagged):
-        if key in bases:
-            return bases[key]
-    if any(untagged.startswith(h) for h in HOST_IMAGES if h.endswith("/")):
-        return "host"
-    if _docker_hub_name(untagged) in HOST_IMAGES:
-        return "host"
-    return None
+        if key in image_sources:
+            return image_sources[key]
+    return HOST_BASE if untagged in (HOST_IMAGE, HOST_BASE) else image
 
 
-_HUB_MIRRORS = ("docker.io/", "index.docker.io/", "public.ecr.aws/docker/", "mirror.gcr.io/")
-
-
-def _docker_hub_name(image: str) -> str:
-    """``python`` for ``python``, ``library/python``, ``docker.io/library/python`` and mirrors of it."""
-    for mirror in _HUB_MIRRORS:
-        image = image.removeprefix(mirror)
-    return image.removeprefix("library/")
-
-
-def translate_dockerfile(
-    path: Path,
+def translate(
+    build: DockerBuild,
     *,
-    bases: Mapping[str, str],
-    initial_env: Mapping[str, str],
-    text: str | None = None,
+    base_env: Callable[[str], Mapping[str, str]] = lambda base: {},
+    host_path: str = DEFAULT_PATH,
     extra_runs: Sequence[str] = (),
     host_has_packages: Callable[[list[str]], list[str]] = missing_host_packages,
 ) -> DockerfilePlan:
-    """Translate ``path`` (its folder is the build context) into a plan.
+    """Translate a Dockerfile into a plan.
 
     Args:
-        path: the Dockerfile; its folder is the build context.
-        bases: image name (with or without tag) -> base spec, checked before the defaults.
-        initial_env: the base's environment (PATH), so ``ENV PATH=...:$PATH`` expands right.
-        text: the Dockerfile's text when it is not read from ``path``.
+        build: the Dockerfile and its build context.
+        base_env: the environment a base starts with (an image's ``Env``), so that
+            ``ENV PATH=/x:$PATH`` expands right; called once, at ``FROM``.
+        host_path: PATH of the host base (the host interpreter's folder first).
         extra_runs: commands appended as ``RUN`` steps (a task's verifier setup).
         host_has_packages: returns the apt packages missing on the host.
 
     Raises:
-        DockerfileError: an instruction is not supported; the message names it.
+        DockerfileError: an instruction is not supported; the message names the line.
+        HostPackagesMissingError: a host-base ``apt-get install`` names packages the host lacks.
     """
-    if text is None:
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise DockerfileError(f"cannot read {path}: {exc.strerror}") from None
-    translator = _Translator(path, bases, dict(initial_env), host_has_packages)
-    return translator.run(text, extra_runs)
+    translator = _Translator(build, base_env, host_path, host_has_packages)
+    return translator.run(build.dockerfile, extra_runs)
 
 
 class _Translator:
     def __init__(
         self,
-        path: Path,
-        bases: Mapping[str, str],
-        env: dict[str, str],
+        build: DockerBuild,
+        base_env: Callable[[str], Mapping[str, str]],
+        host_path: str,
         missing: Callable[[list[str]], list[str]],
     ) -> None:
-        self.path = path
-        self.context = path.parent
-        self.bases = bases
-        self.env = env
+        self.path = build.path
+        self.context = Path(build.context)
+        self.sources = build.image_sources
+        self.base_env = base_env
+        self.host_path = host_path
+        self.env: dict[str, str] = {}
         self.missing = missing
         self.args: dict[str, str] = {}
-        self.workdir = "/"
+        self.workdir: str | None = None
         self.shell: list[str] | None = None
-        self.steps: list[str] = []
+        self.steps: list[Step] = []
         self.notes: list[str] = []
         self.image: str | None = None
-        self.base = "host"
+        self.stage: str | None = None
+        self.base = HOST_BASE
         self.healthcheck: str | None = None
         self.runs_commands = False
         self.line = 0
+
+    @property
+    def cwd(self) -> str:
+        return self.workdir or "/"
 
     def run(self, text: str, extra_runs: Sequence[str]) -> DockerfilePlan:
         instructions = _instructions(text) + [(0, "RUN", command) for command in extra_runs]
@@ -164,11 +190,13 @@ class _Translator:
                 self.notes.append(f"line {self.line}: {keyword} ignored (episodes start no service by themselves)")
             elif handler is None:
                 self.fail(f"{keyword} is not supported")
+            elif keyword != "FROM" and keyword != "ARG" and self.image is None:
+                self.fail(f"{keyword} before FROM: a Dockerfile starts with FROM (no FROM instruction yet)")
             else:
                 handler(rest)
         if self.image is None:
             self.fail("no FROM instruction")
-        if self.base == "host" and any(f"export PATH={BUILD_BIN}:" in s for s in self.steps):
+        if self.base == HOST_BASE and any(isinstance(s, str) and f"export PATH={BUILD_BIN}:" in s for s in self.steps):
             self.steps.insert(0, self._shims())
             self.steps.append(f"rm -rf {posixpath.dirname(BUILD_BIN)}")
         return DockerfilePlan(
@@ -185,21 +213,17 @@ class _Translator:
     def do_from(self, rest: str) -> None:
         words = [w for w in self.expand(rest).split() if not w.startswith("--platform")]
         if self.image is not None:
-            self.fail("multi-stage builds (a second FROM) are not supported")
+            self.fail("multi-stage builds (a second FROM) are not supported; COPY --from=<image> is")
         if not words:
             self.fail("FROM needs an image")
         self.image = words[0]
-        base = resolve_base(self.image, self.bases)
-        if base is None:
-            self.fail(
-                f"no base is known for image {self.image!r}: map it to a root filesystem "
-                f"(bases={{{self.image!r}: '/path/to/rootfs.tar'}}, e.g. from `docker export`) or to 'host'"
-            )
-        self.base = base or "host"
-        if self.base == "host":
-            self.env["PATH"] = f"/root/.local/bin:{self.env.get('PATH', DEFAULT_PATH)}"
+        if len(words) >= 3 and words[1].upper() == "AS":
+            self.stage = words[2]
+        self.base = resolve_image(self.image, self.sources)
+        if self.base == HOST_BASE:
+            self.env = {"PATH": f"/root/.local/bin:{self.host_path}"}
         else:
-            self.env["PATH"] = DEFAULT_PATH
+            self.env = {"PATH": DEFAULT_PATH, **self.base_env(self.base)}
 
     def do_arg(self, rest: str) -> None:
         for word in shlex.split(rest):
@@ -228,7 +252,7 @@ class _Translator:
 
     def do_workdir(self, rest: str) -> None:
         target = self.expand(rest.strip())
-        self.workdir = posixpath.normpath(posixpath.join(self.workdir, target))
+        self.workdir = posixpath.normpath(posixpath.join(self.cwd, target))
         self.steps.append(mkdir_step(self.workdir))
 
     def do_user(self, rest: str) -> None:
@@ -268,11 +292,11 @@ class _Translator:
         if self.shell:
             command = shlex.join([*self.shell, command])
         self.runs_commands = True
-        if self.base == "host":
+        if self.base == HOST_BASE:
             self.check_apt(command)
-        lines = [f"cd {shlex.quote(self.workdir)} || exit 1"]
+        lines = [f"cd {shlex.quote(self.cwd)} || exit 1"]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in {**self.args, **self.env}.items()]
-        if self.base == "host":
+        if self.base == HOST_BASE:
             lines.append(f"export PATH={BUILD_BIN}:$PATH")
         self.steps.append("\n".join([*lines, command]))
 
@@ -285,22 +309,47 @@ class _Translator:
     def copy(self, rest: str, *, keyword: str) -> None:
         words = self.json_words(rest, keyword) if rest.strip().startswith("[") else shlex.split(self.expand(rest))
         mode: int | None = None
+        owner: str | None = None
+        image: str | None = None
         while words and words[0].startswith("--"):
-            flag = words.pop(0)
-            if flag.startswith("--from"):
-                self.fail(f"{keyword} --from (multi-stage) is not supported")
-            if flag.startswith("--chmod="):
-                mode = int(flag.split("=", 1)[1], 8)
+            flag, _, value = words.pop(0).partition("=")
+            if flag == "--from" and keyword == "COPY":
+                image = self.copy_from_image(value)
+            elif flag == "--chmod":
+                mode = self.octal(value)
+            elif flag == "--chown":
+                owner = value
+            elif flag != "--link":
+                self.fail(f"{keyword} {flag} is not supported")
         if len(words) < 2:
             self.fail(f"{keyword} needs a source and a destination")
         *sources, dest = words
-        dest_abs = posixpath.normpath(posixpath.join(self.workdir, dest))
-        if self.base == "host" and any(dest_abs == d or dest_abs.startswith(d + "/") for d in _HOST_READ_ONLY):
+        dest_abs = posixpath.normpath(posixpath.join(self.cwd, dest))
+        if self.base == HOST_BASE and any(dest_abs == d or dest_abs.startswith(d + "/") for d in _HOST_READ_ONLY):
             self.fail(
                 f"{keyword} into {dest_abs}: the host base shows the host's /usr read-only; "
-                "copy to /opt or /app instead, or map the image to a root filesystem"
+                "copy to /opt or /app instead, or build the task from its own image"
             )
         into_dir = dest.endswith("/") or len(sources) > 1
+        if image is not None:
+            paths = tuple(posixpath.normpath(posixpath.join("/", source)) for source in sources)
+            self.steps.append(ImageCopy(image, paths, dest_abs, into_dir, mode))
+        else:
+            self.copy_context(keyword, sources, dest_abs, into_dir, mode)
+        if owner:
+            self.steps.append(f"chown -R {shlex.quote(owner)} {shlex.quote(dest_abs)}")
+
+    def copy_from_image(self, value: str) -> str:
+        if not value:
+            self.fail("COPY --from needs an image")
+        if value == self.stage or value.isdigit():
+            self.fail(f"COPY --from={value}: multi-stage builds are not supported; copy from an image instead")
+        source = resolve_image(value, self.sources)
+        if source == HOST_BASE:
+            self.fail(f"COPY --from={value}: the host userland is not an image to copy from")
+        return source
+
+    def copy_context(self, keyword: str, sources: list[str], dest_abs: str, into_dir: bool, mode: int | None) -> None:
         for source in sources:
             if re.match(r"^[a-z]+://", source):
                 self.fail(f"{keyword} from a URL is not supported; download it in a RUN step")
@@ -309,11 +358,16 @@ class _Translator:
                     self.extract(host_path, dest_abs)
                 elif host_path.is_dir():
                     self.copy_tree(host_path, dest_abs, mode)
+                elif into_dir:
+                    self.copy_file(host_path, posixpath.join(dest_abs, host_path.name), mode)
                 else:
-                    if into_dir:
-                        self.copy_file(host_path, posixpath.join(dest_abs, host_path.name), mode)
-                    else:
-                        self.copy_file_or_into_dir(host_path, dest_abs, mode)
+                    self.copy_file_or_into_dir(host_path, dest_abs, mode)
+
+    def octal(self, value: str) -> int:
+        try:
+            return int(value, 8)
+        except ValueError:
+            self.fail(f"--chmod={value} is not an octal mode")
 
     def context_paths(self, pattern: str) -> list[Path]:
         root = self.context.resolve()
@@ -363,7 +417,8 @@ class _Translator:
                 raise HostPackagesMissingError(
                     f"{self.path}:{self.line}: apt packages {', '.join(missing)} are not installed on this host, "
                     f"whose userland the 'host' base uses: install them on the host "
-                    f"(apt-get install {' '.join(missing)}) or map {self.image!r} to a root filesystem",
+                    f"(apt-get install {' '.join(missing)}), or build the task from its own image "
+                    f"instead of mapping {self.image!r} to the host",
                     missing,
                 )
 
@@ -386,8 +441,9 @@ class _Translator:
             steps.extend(write_file_steps(f"{BUILD_BIN}/{name}", _PIP_SHIM.encode(), mode=0o755))
         return " && ".join(steps)
 
-    def fail(self, why: str) -> None:
-        raise DockerfileError(f"{self.path}:{self.line}: {why}")
+    def fail(self, why: str) -> NoReturn:
+        where = f"{self.path}:{self.line}" if self.line else f"{self.path} (verifier setup)"
+        raise DockerfileError(f"{where}: {why}")
 
 
 _VARIABLE = re.compile(r"\\\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-+])(.*?))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
