@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import hashlib
+import lzma
 import os
 import shutil
 import stat
@@ -171,6 +173,15 @@ def test_hard_link_to_a_symlink_links_the_symlink_not_its_target(tmp_path: Path)
     assert os.lstat(tree / "h").st_ino != os.stat("/etc/passwd").st_ino
 
 
+def test_a_hard_link_to_a_host_file_is_refused(tmp_path: Path) -> None:
+    """What layers.extract_rootfs (tarfile's "tar" filter on Python 3.11.7) lets through: a host file linked in."""
+    climbing = "../" * 12 + "etc/hostname"
+    with pytest.raises(ImageError, match="climbs out"):
+        unpack(tmp_path, [Entry("stolen", kind=L, link=climbing)])
+    with pytest.raises(ImageError, match="climbs out"):
+        unpack(tmp_path, [Entry("stolen", kind=L, link="/" + climbing)], name="absolute")
+
+
 def test_absolute_names_land_inside(tmp_path: Path) -> None:
     tree = unpack(tmp_path, [Entry("/etc/inside", b"x"), Entry("./etc/./also", b"y")])
     assert sorted(os.listdir(tree / "etc")) == ["also", "inside"]
@@ -200,6 +211,9 @@ def test_compressions_and_the_diff_id(tmp_path: Path) -> None:
     gz = tmp_path / "layer.tar.gz"
     gz.write_bytes(gzip.compress(tar.read_bytes()))
     blobs = [tar, gz]
+    for suffix, compress in (("bz2", bz2.compress), ("xz", lzma.compress)):  # root filesystem tarballs use these
+        blobs.append(tmp_path / f"layer.tar.{suffix}")
+        blobs[-1].write_bytes(compress(tar.read_bytes()))
     if shutil.which("zstd"):
         subprocess.run(["zstd", "-q", str(tar), "-o", str(tmp_path / "layer.tar.zst")], check=True)
         blobs.append(tmp_path / "layer.tar.zst")

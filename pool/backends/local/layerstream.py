@@ -2,16 +2,19 @@
 
 The compression is told by the blob's first bytes, not by its media type
 (``docker save`` archives and some registries label layers loosely): gzip is
-read in-process, zstd through the ``zstd`` CLI, anything else as a plain tar.
+read in-process, zstd through the ``zstd`` CLI, anything else as a plain tar
+(bzip2 and xz too, for root filesystem tarballs; OCI layers do not use them).
 :class:`Hashing` hashes the uncompressed bytes on the way, for the diff_id check.
 """
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import gzip
 import hashlib
 import io
+import lzma
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +25,8 @@ from pool.errors import ImageError, UnsupportedError
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_BZIP2_MAGIC = b"BZh"
+_XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
 class Readable(Protocol):
@@ -53,16 +58,22 @@ class Hashing(io.RawIOBase):
 
 @contextlib.contextmanager
 def uncompressed(blob: Path, what: str) -> Iterator[Readable]:
-    """The blob's tar, decompressed as its first bytes say (gzip, zstd, or none); ``what`` names it in errors."""
+    """The blob's tar, decompressed as its first bytes say; ``what`` names the blob in errors."""
     with open(blob, "rb") as raw:
-        magic = raw.read(4)
+        magic = raw.read(6)
         raw.seek(0)
         if magic.startswith(_GZIP_MAGIC):
             with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
                 yield unzipped
-        elif magic == _ZSTD_MAGIC:
+        elif magic.startswith(_ZSTD_MAGIC):
             with _zstd(blob, what) as unzstd:
                 yield unzstd
+        elif magic.startswith(_BZIP2_MAGIC):
+            with bz2.BZ2File(raw, mode="rb") as unbzipped:
+                yield unbzipped
+        elif magic.startswith(_XZ_MAGIC):
+            with lzma.LZMAFile(raw, mode="rb") as unxzed:
+                yield unxzed
         else:
             yield raw
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 import gzip
 import io
+import lzma
 import os
 import stat
 import tarfile
@@ -78,7 +79,7 @@ def unpack_layer(blob: Path, dest: Path, *, rootless: bool, diff_id: str | None 
                 pass
     except ImageError:
         raise  # (a ValueError too, like the one below)
-    except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as exc:
+    except (tarfile.TarError, gzip.BadGzipFile, lzma.LZMAError, EOFError, zlib.error) as exc:
         raise ImageError(
             f"{what} is not a valid tar or compressed tar ({exc}): the blob is damaged; fetch the image again"
         ) from None
