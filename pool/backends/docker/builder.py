@@ -1,0 +1,213 @@
+"""Templates into snapshot images: find the base, run the steps in a container, commit.
+
+Three ways in, one way out:
+
+- a plain template, or a Dockerfile ``FROM snapgym/host``, or a prebuilt image
+  (``prefer_prebuilt``, when the engine has or can pull it): the shared recipe
+  (:func:`pool.imagebuild.recipe_for`: the base, the translated Dockerfile
+  steps, the template's setup, files, healthcheck) runs in a build container
+  over the base image, the local backend's way;
+- a Dockerfile on any other image: the engine's builder builds it
+  (:mod:`pool.backends.docker.dockerbuild`), then the template's own setup,
+  files and healthcheck run in a build container over the result.
+
+Either way the build container is committed (paused) into
+``<prefix>/snapshot:<id>`` with the snapshot's record in a label; the id is
+the template's content hash over the base's identity, so the next build of
+the same template finds the image and runs nothing. A build container gets
+the engine's default bridge only when the recipe asks for network.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from pool.backends.docker import catalog, dockerbuild, files
+from pool.backends.docker.bases import BaseImage
+from pool.backends.docker.catalog import RECORD, ROLE, SANDBOX, SNAPSHOT
+from pool.backends.docker.engine import engine_errors
+from pool.backends.docker.execution import run_helper
+from pool.backends.docker.sandbox import DockerSandbox
+from pool.dockerfile import ImageCopy
+from pool.errors import ConfigError
+from pool.hostview import DEFAULT_PATH
+from pool.imagebuild import BaseConfig, Recipe, file_target, recipe_for, run_recipe
+from pool.labels import OWNER
+from pool.resources import require_supported
+from pool.snapshots import Snapshot
+from pool.templates import Template
+
+if TYPE_CHECKING:
+    from pool.backends.docker.backend import DockerBackend
+
+BASE_ENV = {
+    "HOME": "/root",
+    "USER": "root",
+    "LOGNAME": "root",
+    "SHELL": "/bin/sh",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+    "HOSTNAME": "sandbox",
+    "TZ": "UTC",
+}
+"""The environment every exec starts from, under the base image's and the template's (as on the local backend)."""
+_MODE_DIR = 1 << 31
+
+Start = Callable[[], tuple[BaseImage, Recipe]]
+
+
+class Builder:
+    """Builds the templates of one backend (one build of a snapshot id at a time in this process)."""
+
+    def __init__(self, backend: DockerBackend) -> None:
+        self._backend = backend
+        self._lock = threading.Lock()
+        self._building: dict[str, threading.Lock] = {}
+
+    def build(self, template: Template) -> Snapshot:
+        """The snapshot of ``template``: found by its tag, or built.
+
+        Raises:
+            BuildError: a step, the Dockerfile or the healthcheck failed (with its output).
+            ConfigError: a base or image the engine cannot get, resources it cannot give.
+        """
+        require_supported(template.resources, backend="docker", gpu=False)
+        identity, start = self._plan(template)
+        snapshot_id = template.content_hash(identity)[:32]
+        if cached := self._backend.find_snapshot(snapshot_id):
+            return cached
+        with self._lock:
+            lock = self._building.setdefault(snapshot_id, threading.Lock())
+        with lock:
+            if cached := self._backend.find_snapshot(snapshot_id):
+                return cached
+            base, recipe = start()
+            return self._run(template, snapshot_id, base, recipe)
+
+    # -- planning -------------------------------------------------------------
+
+    def _plan(self, template: Template) -> tuple[str, Start]:
+        """The identity the snapshot id is taken over, and how to get the base and the recipe."""
+        backend = self._backend
+        build = template.dockerfile
+        bases = backend.bases
+        prebuilt = build is not None and build.prebuilt and backend.prefer_prebuilt and self._can_get(build.prebuilt)
+        if build is not None and not prebuilt and not dockerbuild.builds_on_host(build):
+            engine_plan = dockerbuild.plan(build, bases)
+
+            def built() -> tuple[BaseImage, Recipe]:
+                assert build is not None
+                image = dockerbuild.build_image(
+                    backend.client, build, engine_plan, network=template.network, name=template.name
+                )
+                env = {"PATH": DEFAULT_PATH, **image.env, **template.env}
+                recipe = Recipe(
+                    base=engine_plan.first_image,
+                    steps=tuple(template.setup),
+                    env=env,
+                    workdir=template.workdir or image.workdir or "/",
+                    healthcheck=template.healthcheck,
+                    network=template.network,
+                )
+                return image, recipe
+
+            return engine_plan.identity, built
+        recipe = recipe_for(
+            template,
+            base_config=self._base_config,
+            host_path=bases.host_view.path_env,
+            prefer_prebuilt=backend.prefer_prebuilt,
+            can_get=self._can_get,
+        )
+        identity = "+".join(bases.get(spec).identity for spec in (recipe.base, *recipe.images))
+        return identity, lambda: (bases.get(recipe.base), recipe)
+
+    def _base_config(self, spec: str) -> BaseConfig:
+        image = self._backend.bases.get(spec)
+        return BaseConfig(env={"PATH": DEFAULT_PATH, **image.env}, workdir=image.workdir)
+
+    def _can_get(self, image: str) -> bool:
+        try:
+            self._backend.bases.get(image)
+        except ConfigError:
+            return False
+        return True
+
+    # -- running ---------------------------------------------------------------
+
+    def _run(self, template: Template, snapshot_id: str, base: BaseImage, recipe: Recipe) -> Snapshot:
+        backend = self._backend
+        draft = Snapshot(
+            id=snapshot_id,
+            digest=base.image_id,
+            backend=catalog.BACKEND,
+            base=recipe.base,
+            env={**BASE_ENV, **recipe.env},
+            workdir=recipe.workdir,
+            template=template.name,
+            created_at=time.time(),
+            resources=template.resources,
+        )
+        labels = {OWNER: backend.owner, ROLE: "build", SNAPSHOT: snapshot_id}
+        container = backend.start_container(
+            draft, labels, network=recipe.network, what=f"the build container of template {template.name!r}"
+        )
+        sandbox = DockerSandbox(backend, f"build-{snapshot_id[:12]}", container, draft, labels)
+        try:
+            run_recipe(sandbox, recipe, template, copy_from_image=self._copy_from_image)
+            return self._commit(container, draft, base)
+        finally:
+            sandbox.close()
+
+    def _commit(self, container: str, draft: Snapshot, base: BaseImage) -> Snapshot:
+        backend = self._backend
+        conf = {
+            "Labels": {
+                OWNER: "",  # a template's image belongs to no run (labels of the container would carry over)
+                SANDBOX: "",
+                ROLE: "snapshot",
+                SNAPSHOT: draft.id,
+                RECORD: catalog.record_label(draft),
+            },
+            "Env": catalog.env_list(draft.env),
+            "WorkingDir": draft.workdir,
+            "Entrypoint": base.entrypoint or [],
+            "Cmd": base.cmd or ["/bin/sh"],
+        }
+        repository = catalog.snapshot_tag(backend.image_prefix, draft.id).rsplit(":", 1)[0]
+        with engine_errors(f"saving the snapshot of template {draft.template!r}"):
+            image_id = backend.api.commit(container, repository=repository, tag=draft.id, conf=conf, pause=True)["Id"]
+            attrs = backend.api.inspect_image(image_id)
+        return replace(draft, **catalog.image_fields(attrs), created_at=time.time())
+
+    def _copy_from_image(self, sandbox: Any, step: ImageCopy) -> None:
+        """``COPY --from=<image>``: the sources out of a container of the image that never starts."""
+        backend = self._backend
+        api = backend.api
+        image = backend.bases.get(step.image)
+        with engine_errors(f"reading {step.image} for COPY --from"):
+            source_container = api.create_container(
+                image.image_id, command=["true"], host_config=api.create_host_config(network_mode="none")
+            )["Id"]
+        try:
+            for source in step.sources:
+                response, stat = files.get_archive(api, source_container, source)
+                with response:
+                    is_dir = bool(int(stat.get("mode", 0)) & _MODE_DIR)
+                    target = step.dest if is_dir else file_target(sandbox, step, source)
+                    top = target.rstrip("/").rsplit("/", 1)[-1]
+                    archive = files.retar(
+                        response,
+                        lambda name, top=top: top + name[name.find("/") :] if "/" in name else top,
+                        mode=step.mode,
+                    )
+                parent = target.rstrip("/").rsplit("/", 1)[0] or "/"
+                run_helper(api, sandbox.container_id, ["mkdirs", parent])
+                with archive:
+                    files.put_archive(api, sandbox.container_id, parent, archive)
+        finally:
+            backend.containers.remove_now(source_container)

@@ -1,0 +1,96 @@
+"""Snapshots as engine images: their tags, labels and records.
+
+A template's snapshot is the image ``<prefix>/snapshot:<id>``, where the id is
+the template's content hash; the image carries its :class:`~pool.snapshots.Snapshot`
+record (minus the digest) in a label, so a second build finds it by tag and
+rebuilds nothing. A checkpoint (``sandbox.snapshot()``) is the image
+``<prefix>/checkpoint:<id>``, labelled with the backend instance that made it
+(:data:`pool.labels.OWNER`): it lives as long as that process, and
+``reap_orphans`` removes it after.
+
+The digest is the image ID: the sha256 of the image's configuration, which
+names every layer by the sha256 of its uncompressed content (``diff_ids``).
+Containers are created by that ID, so a sandbox can only start from exactly
+the image the snapshot names; a removed image is a
+:class:`~pool.errors.SnapshotNotFoundError`. What the ID does not cover: the
+engine does not rehash the layers on disk after it stored them (anyone with
+root on the engine's machine can change them), and the host base's read-only
+view of /usr comes from the host, not from the image (its identity is the
+host's package fingerprint, as on the local backend).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pool.errors import SnapshotError
+from pool.snapshots import Snapshot
+
+BACKEND = "docker"
+ROLE = "snapgym.role"
+"""What a container is for: "sandbox", "spare", "build", "verifier"; on images: "snapshot", "checkpoint"."""
+SNAPSHOT = "snapgym.snapshot"
+"""The snapshot a container started from, or an image holds."""
+SANDBOX = "snapgym.sandbox"
+"""The sandbox a container serves (a sandbox keeps its id across the containers restore hands it)."""
+RECORD = "snapgym.record"
+"""A template snapshot's record (JSON), on its image."""
+
+
+def snapshot_tag(prefix: str, snapshot_id: str) -> str:
+    """The tag of a template's snapshot image."""
+    return f"{prefix}/snapshot:{snapshot_id}"
+
+
+def checkpoint_tag(prefix: str, snapshot_id: str) -> str:
+    """The tag of a checkpoint image."""
+    return f"{prefix}/checkpoint:{snapshot_id}"
+
+
+def env_dict(entries: list[str] | None) -> dict[str, str]:
+    """An image configuration's ``Env`` (``["K=V", ...]``) as a dict."""
+    found: dict[str, str] = {}
+    for entry in entries or ():
+        key, _, value = entry.partition("=")
+        found[key] = value
+    return found
+
+
+def env_list(env: Mapping[str, str]) -> list[str]:
+    """A dict of variables as ``["K=V", ...]``."""
+    return [f"{k}={v}" for k, v in env.items()]
+
+
+def record_label(snapshot: Snapshot) -> str:
+    """A snapshot's record for its image's label: all but the id, digest and layers, which are the image's."""
+    data = snapshot.to_dict()
+    for key in ("digest", "layers", "id", "backend"):
+        data.pop(key)
+    return json.dumps(data, sort_keys=True)
+
+
+def from_image(attrs: Mapping[str, Any], snapshot_id: str) -> Snapshot:
+    """The snapshot a tagged image holds, from its record label.
+
+    Raises:
+        SnapshotError: the image has no record, another id, or a corrupt one.
+    """
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    if labels.get(SNAPSHOT) != snapshot_id or RECORD not in labels:
+        raise SnapshotError(f"the image tagged for snapshot {snapshot_id} is not snapgym's; remove the tag")
+    try:
+        record = json.loads(labels[RECORD])
+    except ValueError as exc:
+        raise SnapshotError(f"snapshot {snapshot_id}'s image record is corrupt ({exc}); remove the image") from None
+    return Snapshot.from_dict({**record, **image_fields(attrs), "id": snapshot_id})
+
+
+def image_fields(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The digest, layers and backend of a snapshot, from its image."""
+    return {
+        "digest": str(attrs["Id"]),
+        "layers": tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
+        "backend": BACKEND,
+    }

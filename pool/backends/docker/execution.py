@@ -1,0 +1,267 @@
+"""One command in a container, through the helper: the exec protocol on the host side.
+
+``docker exec`` runs ``helper run MS CAP ALL CWD CMD``; the helper's stdout
+carries frames (see ``helper.c``) inside Docker's own stream multiplexing:
+the command's stdout and stderr (capped by the helper, so a flood costs the
+host nothing), the helper's pid, and a last status record (exit code, timed
+out, truncation). The sandbox enforces the timeout itself; the host keeps a
+backstop some seconds later for a helper the sandbox's own processes stopped,
+and then kills the command's tree with ``helper kill``. Stdin, when given, is
+written on the exec's attached socket by a thread and half-closed (EOF).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pool.backends.docker import helper
+from pool.backends.docker.catalog import env_list
+from pool.backends.docker.engine import engine_errors
+from pool.errors import CommandRejectedError, SandboxCrashedError
+
+MAX_COMMAND_BYTES = 128 * 1024 - 1
+"""execve() refuses a single argument or variable longer than this (MAX_ARG_STRLEN)."""
+MAX_EXEC_BYTES = 960 * 1024
+"""The command and its environment together, under the kernel's limit for execve()."""
+HOST_GRACE_S = 10.0
+_READ_SIZE = 1 << 16
+
+
+@dataclass(slots=True)
+class Capped:
+    """Bytes up to a cap, and whether anything past it was dropped."""
+
+    cap: int
+    chunks: list[bytes] = field(default_factory=list)
+    size: int = 0
+    truncated: bool = False
+
+    def add(self, data: bytes) -> None:
+        """Keep what fits under the cap, drop the rest."""
+        room = self.cap - self.size
+        if len(data) > room:
+            data, self.truncated = data[: max(room, 0)], True
+        if data:
+            self.chunks.append(data)
+            self.size += len(data)
+
+    def value(self) -> bytes:
+        """The kept bytes."""
+        return b"".join(self.chunks)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What came back from one exec through the helper."""
+
+    stdout: Capped
+    stderr: Capped
+    status: tuple[int, bool, bool, bool] | None = None
+    """(exit code, timed out, stdout truncated, stderr truncated), or None when the helper died."""
+    helper_pid: str | None = None
+    host_deadline_hit: bool = False
+
+
+def check_command(command: str, env: Mapping[str, str], timeout_s: float | None) -> None:
+    """Refuse what cannot be passed to a process (the same limits as on the local backend).
+
+    Raises:
+        CommandRejectedError: naming the problem and what to do instead.
+    """
+    if not isinstance(command, str):
+        raise CommandRejectedError(f"a command must be a str, got {type(command).__name__}")
+    if "\0" in command:
+        raise CommandRejectedError("the command contains a NUL byte, which no shell can receive")
+    size = len(command.encode("utf-8", "surrogateescape"))
+    if size > MAX_COMMAND_BYTES:
+        raise CommandRejectedError(
+            f"the command is {size} bytes; the limit is {MAX_COMMAND_BYTES}: write large scripts with "
+            "write_file() or pass data on stdin"
+        )
+    if timeout_s is not None and not timeout_s > 0:
+        raise CommandRejectedError(f"timeout_s must be positive, got {timeout_s}")
+    total = size
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key or "\0" in str(value):
+            raise CommandRejectedError(f"environment variable {key!r} has an invalid name or value")
+        entry = len(f"{key}={value}".encode("utf-8", "surrogateescape"))
+        if entry > MAX_COMMAND_BYTES:
+            raise CommandRejectedError(
+                f"environment variable {key} is {entry} bytes; the kernel takes at most {MAX_COMMAND_BYTES} "
+                "per variable: pass large values in a file (write_file) or on stdin"
+            )
+        total += entry + 1
+    if total > MAX_EXEC_BYTES:
+        raise CommandRejectedError(
+            f"the command and its environment are {total} bytes together; the limit is {MAX_EXEC_BYTES}: "
+            "pass large values in files (write_file) or on stdin"
+        )
+
+
+def run(
+    api: Any,
+    container: str,
+    command: str,
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    timeout_s: float | None,
+    stdin: bytes | None,
+    cap: int,
+    reap_all: bool,
+) -> Outcome:
+    """Run ``command`` with ``sh -c`` in the container through the helper.
+
+    Raises:
+        SandboxCrashedError: the container is not running (409 from the engine).
+        HostBrokenError: the engine stopped answering.
+    """
+    timeout_ms = int(timeout_s * 1000) if timeout_s else 0
+    argv = [helper.PATH, "run", str(timeout_ms), str(cap), "1" if reap_all else "0", cwd, command]
+    started = time.monotonic()
+    with engine_errors("starting a command in the sandbox", missing=_gone):
+        try:
+            exec_id = api.exec_create(
+                container, argv, stdin=stdin is not None, stdout=True, stderr=True, environment=env_list(env)
+            )["Id"]
+            attached = api.exec_start(exec_id, socket=True)
+        except Exception as exc:
+            if getattr(exc, "status_code", None) == 409:
+                raise SandboxCrashedError(
+                    f"the sandbox's container is not running ({exc}); restore() starts it again"
+                ) from None
+            raise
+    sock: socket.socket = getattr(attached, "_sock", attached)
+    outcome = Outcome(Capped(cap), Capped(cap))
+    writer = _feed_stdin(sock, stdin) if stdin is not None else None
+    deadline = started + timeout_s + HOST_GRACE_S if timeout_s else None
+    try:
+        with engine_errors("reading a command's output"):
+            _collect(sock, outcome, deadline)
+    finally:
+        if writer is not None:
+            writer.join(timeout=1.0)
+        with contextlib.suppress(OSError):
+            attached.close()
+            sock.close()
+    if outcome.host_deadline_hit and outcome.helper_pid:
+        kill_helper(api, container, outcome.helper_pid)
+    return outcome
+
+
+def kill_helper(api: Any, container: str, pid: str) -> None:
+    """Kill a command's helper and everything it started (it was stopped from inside the sandbox)."""
+    with contextlib.suppress(Exception):
+        exec_id = api.exec_create(container, [helper.PATH, "kill", pid])["Id"]
+        api.exec_start(exec_id)
+
+
+def run_helper(api: Any, container: str, args: list[str], *, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+    """Run one helper operation (not a user command) and wait for it: (exit code, stdout, stderr).
+
+    Raises:
+        SandboxCrashedError: the container is not running.
+    """
+    with engine_errors(f"running snapgym's helper ({args[0]}) in the sandbox", missing=_gone):
+        try:
+            exec_id = api.exec_create(container, [helper.PATH, *args], stdin=stdin is not None)["Id"]
+            attached = api.exec_start(exec_id, socket=True)
+        except Exception as exc:
+            if getattr(exc, "status_code", None) == 409:
+                raise SandboxCrashedError(f"the sandbox's container is not running ({exc})") from None
+            raise
+        sock: socket.socket = getattr(attached, "_sock", attached)
+        writer = _feed_stdin(sock, stdin) if stdin is not None else None
+        streams: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+        try:
+            for kind, payload in _docker_frames(sock, None, Outcome(Capped(0), Capped(0))):
+                streams.get(kind, streams[2]).extend(payload)
+        finally:
+            if writer is not None:
+                writer.join(timeout=1.0)
+            attached.close()
+            sock.close()
+        code = api.exec_inspect(exec_id).get("ExitCode")
+    return (code if isinstance(code, int) else -1), bytes(streams[1]), bytes(streams[2])
+
+
+def _gone(why: str) -> SandboxCrashedError:
+    return SandboxCrashedError(f"the sandbox's container is gone ({why}); create a new sandbox")
+
+
+def _feed_stdin(sock: socket.socket, data: bytes) -> threading.Thread:
+    def feed() -> None:
+        with contextlib.suppress(OSError):
+            sock.sendall(data)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+
+    thread = threading.Thread(target=feed, name="snapgym-docker-stdin", daemon=True)
+    thread.start()
+    return thread
+
+
+def _collect(sock: socket.socket, outcome: Outcome, deadline: float | None) -> None:
+    """Read the helper's frames until its status record (or the end of the stream, or the backstop)."""
+    pending = b""
+    helper_err = bytearray()
+    for kind, payload in _docker_frames(sock, deadline, outcome):
+        if kind != 1:  # the helper's own messages (it could not start the command, ...)
+            helper_err.extend(payload[: max(0, 4096 - len(helper_err))])
+            continue
+        pending += payload
+        while len(pending) >= 5:
+            (length,) = struct.unpack(">I", pending[1:5])
+            if len(pending) < 5 + length:
+                break
+            tag, body, pending = pending[:1], pending[5 : 5 + length], pending[5 + length :]
+            _frame(outcome, tag, body)
+            if outcome.status is not None:
+                return
+    if helper_err:
+        outcome.stderr.add(bytes(helper_err))
+
+
+def _frame(outcome: Outcome, tag: bytes, body: bytes) -> None:
+    if tag == b"o":
+        outcome.stdout.add(body)
+    elif tag == b"e":
+        outcome.stderr.add(body)
+    elif tag == b"p":
+        outcome.helper_pid = body.decode()
+    elif tag == b"s":
+        code, timed_out, out_cut, err_cut = (int(x) for x in body.split())
+        outcome.status = (code, bool(timed_out), bool(out_cut), bool(err_cut))
+
+
+def _docker_frames(sock: socket.socket, deadline: float | None, outcome: Outcome) -> Any:
+    """Docker's multiplexed stream: (stream number, payload) until EOF or the deadline."""
+    buffer = b""
+    while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                outcome.host_deadline_hit = True
+                return
+            ready, _, _ = select.select([sock], [], [], left)
+            if not ready:
+                continue
+        chunk = sock.recv(_READ_SIZE)
+        if not chunk:
+            return
+        buffer += chunk
+        while len(buffer) >= 8:
+            kind = buffer[0]
+            (size,) = struct.unpack(">I", buffer[4:8])
+            if len(buffer) < 8 + size:
+                break
+            yield kind, buffer[8 : 8 + size]
+            buffer = buffer[8 + size :]

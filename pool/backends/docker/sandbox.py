@@ -1,0 +1,336 @@
+"""One sandbox of the Docker backend: a container at a time, handed over at each restore.
+
+Why restore is a hand-off: a container cannot go back in time in place (a
+commit freezes files, not the container's writable layer, and stopping and
+cleaning a container costs as much as making one). So ``restore()`` kills
+the episode's container (its init, and with it every process of its PID
+namespace), hands the sandbox a spare container already started from the
+target snapshot's image (``prewarm``), removes the old one on a background
+thread, and starts the next spare there. The caller waits for a kill and a
+swap; without a spare (the first restore to a new snapshot, or
+``prewarm=False``) it waits for a container to be created and started.
+
+The sandbox's :attr:`id` stays the same across those containers (each
+carries it as the ``snapgym.sandbox`` label); :attr:`container_id` is the
+current one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import posixpath
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from pool.backends.docker import execution, files, verify
+from pool.backends.docker.catalog import SNAPSHOT
+from pool.errors import (
+    CommandRejectedError,
+    SandboxClosedError,
+    SandboxCrashedError,
+    SandboxError,
+    SandboxOutOfMemoryError,
+    SnapgymError,
+)
+from pool.results import ExecResult, decode_output
+from pool.snapshots import Snapshot
+from pool.verification import VerificationPlan, VerificationReport, VerifyMode
+
+if TYPE_CHECKING:
+    from pool.backends.docker.backend import DockerBackend
+
+
+class DockerSandbox:
+    """A sandbox whose current state is one container of the engine."""
+
+    def __init__(
+        self, backend: DockerBackend, sandbox_id: str, container: str, snapshot: Snapshot, labels: Mapping[str, str]
+    ) -> None:
+        self._backend = backend
+        self._id = sandbox_id
+        self._container: str | None = container
+        self._snapshot = snapshot
+        self._labels = dict(labels)
+        self._closed = False
+        self._sealed: VerifyMode | None = None
+        self._spare: tuple[str, concurrent.futures.Future[str]] | None = None
+
+    # -- identity -------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The sandbox's name; every container it runs in carries it as the ``snapgym.sandbox`` label."""
+        return self._id
+
+    @property
+    def container_id(self) -> str | None:
+        """The container the sandbox runs in now (restore hands it another)."""
+        return self._container
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The caller's labels and the backend's (owner, sandbox, the snapshot of the current start)."""
+        return {**self._labels, SNAPSHOT: self._snapshot.id}
+
+    @property
+    def start_snapshot(self) -> Snapshot:
+        """The snapshot this sandbox last started from."""
+        return self._snapshot
+
+    @property
+    def start_digest(self) -> str:
+        """The image ID the sandbox last started from (equal digests: identical images)."""
+        return self._snapshot.digest
+
+    @property
+    def is_closed(self) -> bool:
+        """True after close()."""
+        return self._closed
+
+    @property
+    def is_alive(self) -> bool:
+        """True while the sandbox's container runs."""
+        if self._closed or self._container is None:
+            return False
+        return self._backend.container_state(self._container).get("Running") is True
+
+    @property
+    def sealed(self) -> VerifyMode | None:
+        """The verification mode in force since begin_verification(), or None."""
+        return self._sealed
+
+    # -- commands -----------------------------------------------------------------
+
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run ``command`` with ``/bin/sh -c`` as the container's root.
+
+        Args:
+            command: shell source; at most 128 KiB (pass data with ``stdin``).
+            timeout_s: kill the command and everything it started after this long
+                (default: the backend's ``default_timeout_s``).
+            cwd: working directory (default: the snapshot's workdir).
+            env: variables added to the snapshot's environment.
+            stdin: data on standard input (default: empty).
+            max_output_bytes: cap per stream (default: the backend's).
+
+        Returns:
+            The ExecResult; a non-zero exit or a timeout is data (timeout: exit 137, ``timed_out``).
+
+        Raises:
+            CommandRejectedError: the command, env or cwd cannot be passed on.
+            SandboxClosedError: the sandbox was closed.
+            SandboxCrashedError: the container died; restore() brings a new one.
+            SandboxOutOfMemoryError: it died because its processes used up its memory.
+        """
+        container = self._running()
+        extra = dict(env or {})
+        merged = {**self._snapshot.env, **extra}
+        timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
+        execution.check_command(command, merged, timeout_s)
+        cap = max_output_bytes if max_output_bytes is not None else self._backend.max_output_bytes
+        data = stdin.encode() if isinstance(stdin, str) else None if stdin is None else bytes(stdin)
+        started = time.monotonic()
+        outcome = execution.run(
+            self._backend.api,
+            container,
+            command,
+            cwd=self._resolve(cwd or self._snapshot.workdir),
+            env=extra,
+            timeout_s=timeout,
+            stdin=data,
+            cap=cap,
+            reap_all=self._sealed is not None,
+        )
+        duration = time.monotonic() - started
+        if outcome.status is None:
+            self._explain_missing_status(container)
+            # the container lives: the command killed its helper (kill -9 -1), or stopped it past the backstop
+            code, timed_out, out_cut, err_cut = 137, outcome.host_deadline_hit, False, False
+        else:
+            code, timed_out, out_cut, err_cut = outcome.status
+        return ExecResult(
+            exit_code=code,
+            stdout=decode_output(outcome.stdout.value()),
+            stderr=decode_output(outcome.stderr.value()),
+            duration_s=duration,
+            timed_out=timed_out,
+            stdout_truncated=out_cut or outcome.stdout.truncated,
+            stderr_truncated=err_cut or outcome.stderr.truncated,
+        )
+
+    def _explain_missing_status(self, container: str) -> None:
+        state = self._backend.container_state(container)
+        if state.get("Running") is True:
+            return
+        if state.get("OOMKilled"):
+            raise SandboxOutOfMemoryError(
+                "the sandbox's processes used up its memory and its container died; restore() starts a new one"
+            )
+        raise SandboxCrashedError(
+            f"the sandbox's container stopped ({state.get('Status', 'gone')}, exit {state.get('ExitCode')}); "
+            "restore() starts a new one from its snapshot"
+        )
+
+    # -- files ----------------------------------------------------------------------
+
+    def read_file(self, path: str, *, max_bytes: int | None = None, follow_symlinks: bool = True) -> bytes:
+        """The bytes of a regular file in the sandbox.
+
+        Args:
+            path: absolute, or relative to the snapshot's workdir.
+            max_bytes: refuse a larger file (EFBIG).
+            follow_symlinks: False refuses a link as the last component (ELOOP).
+
+        Raises:
+            FileOperationError: missing, a folder, not a regular file, or too large; ``.errno`` says which.
+        """
+        container = self._running()
+        return files.read(
+            self._backend.api, container, self._resolve(path), max_bytes=max_bytes, follow_symlinks=follow_symlinks
+        )
+
+    def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
+        """Write a file in the sandbox (mode 0644 unless given), creating parent folders.
+
+        Raises:
+            FileOperationError: the path cannot be written; ``.errno`` says why.
+        """
+        container = self._running()
+        content = data.encode() if isinstance(data, str) else bytes(data)
+        files.write(self._backend.api, container, self._resolve(path), content, mode=mode)
+
+    def _resolve(self, path: str) -> str:
+        if not isinstance(path, str) or "\0" in path or not path:
+            raise CommandRejectedError(f"invalid sandbox path {path!r}")
+        return posixpath.normpath(posixpath.join(self._snapshot.workdir, path))
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """Freeze the current files into a new image (the container is paused meanwhile; processes are not kept)."""
+        container = self._running()
+        if self._sealed is not None:
+            raise SandboxError("the sandbox is sealed for its verifier; restore() it before taking a snapshot")
+        return self._backend.checkpoint(self, container)
+
+    def restore(self, snapshot: Snapshot | None = None) -> None:
+        """Kill every process of the episode and continue in a fresh container at ``snapshot``.
+
+        Default: the last start. A prewarmed spare of that snapshot is handed over when
+        there is one. Ends a verification.
+
+        Raises:
+            SnapshotNotFoundError: the snapshot's image is gone from the engine.
+        """
+        self._check_open()
+        target = snapshot or self._snapshot
+        self._backend.check_snapshot(target)
+        if self._container is not None:
+            self._backend.containers.remove_later(self._container)  # killed now: every process is gone
+            self._container = None
+        self._sealed = None
+        self._container = self.take_spare(target) or self._backend.start_container(target, self._labels)
+        self._snapshot = target
+        self.prewarm()
+
+    def begin_verification(self, plan: VerificationPlan) -> VerificationReport:
+        """End the agent's turn: until restore(), commands and files are the verifier's.
+
+        strict: a fresh container at ``plan.known_good`` with only the agent's outputs;
+        shared: the agent's container, with /tests and a fresh reward folder (see
+        :mod:`pool.backends.docker.verify` for what holds).
+
+        Raises:
+            ConfigError: the sandbox did not start from ``plan.known_good`` or a checkpoint of it.
+            SandboxError: the sandbox is sealed already, or the verifier could not start.
+        """
+        container = self._running()
+        if self._sealed is not None:
+            raise SandboxError("the sandbox is sealed for its verifier already; restore() it first")
+        if plan.mode is VerifyMode.STRICT:
+            self._container, report = verify.strict(self._backend, self, container, plan)
+        else:
+            report = verify.shared(self._backend, self, container, plan)
+        self._sealed = plan.mode
+        return report
+
+    def close(self) -> None:
+        """Remove the sandbox's containers (its spare too). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._container is not None:
+            self._backend.containers.remove_later(self._container)
+            self._container = None
+        self._drop_spare()
+        self._backend.forget(self)
+
+    # -- spares -----------------------------------------------------------------------
+
+    def prewarm(self) -> None:
+        """Start a spare container of the current start snapshot in the background (if the backend prewarms)."""
+        if self._closed or not self._backend.prewarm or self._spare is not None:
+            return
+        snapshot = self._snapshot
+        future = self._backend.containers.later(self._backend.start_container, snapshot, self._labels)
+        self._spare = (snapshot.digest, future)
+
+    def take_spare(self, snapshot: Snapshot) -> str | None:
+        """The spare container if it is of ``snapshot`` and started; else None (and a spare of another is dropped)."""
+        if self._spare is None:
+            return None
+        digest, future = self._spare
+        if digest != snapshot.digest:
+            self._drop_spare()
+            return None
+        self._spare = None
+        try:
+            return future.result()
+        except SnapgymError:
+            return None
+
+    def _drop_spare(self) -> None:
+        if self._spare is None:
+            return
+        _, future = self._spare
+        self._spare = None
+        containers = self._backend.containers
+
+        def remove(done: concurrent.futures.Future[str]) -> None:
+            with contextlib.suppress(Exception):
+                containers.remove_now(done.result())
+
+        future.add_done_callback(remove)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosedError(f"sandbox {self._id} is closed; create a new one from the backend")
+
+    def _running(self) -> str:
+        self._check_open()
+        if self._container is None:
+            raise SandboxCrashedError(f"sandbox {self._id} has no container (a restore failed); restore() it again")
+        return self._container
+
+    def __enter__(self) -> DockerSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<DockerSandbox {self._id} {state} container={(self._container or '-')[:12]} snapshot={self._snapshot.id[:12]}>"

@@ -1,0 +1,276 @@
+"""The Docker backend's side of ``sandbox.begin_verification`` (see :mod:`pool.verification`).
+
+``strict``: the agent's container is killed first (its init dies, and with it
+every process of its PID namespace), then the verifier gets a fresh container
+at the known-good snapshot (the sandbox's prewarmed spare when that is the
+one) with its own namespaces and resource budget. Into it go only the
+``outputs``, copied from the dead container through the engine's archive API
+(an output that is not a folder there is shown empty and reported), the
+task's tests at ``/tests``, and empty private folders. The helper then
+removes every link in the outputs that would lead into ``/tests``, a private
+folder's top-level folder, ``/proc`` or ``/sys`` (following links as the
+kernel would), and reports it.
+
+``shared`` (Harbor's way: the verifier runs in the agent's container, beside
+its live processes and its files): ``/tests`` and the private folders are
+emptied and refilled, so nothing the agent wrote there before is left; the
+loader, shell and Python hooks (:data:`pool.verification.SHARED_HOOKS`) and
+the top-level links (``/bin``...) are put back as the known-good snapshot has
+them; links the agent left (anywhere in its writable layer, per ``docker
+diff``) into the private paths are removed. What does not hold, and is said
+in the report's notes and ``Capabilities.verifier_isolation == "none"``: the
+agent's processes share the verifier's PID namespace, mounts and user, so
+while the tests run they can still write any file (the reward included),
+signal or trace the verifier's processes, and change the outputs (they are
+not frozen). Use strict verification for agents that are not trusted.
+"""
+
+from __future__ import annotations
+
+import errno
+import posixpath
+import tarfile
+import tempfile
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pool.backends.docker import files
+from pool.backends.docker.engine import engine_errors
+from pool.backends.docker.execution import run_helper
+from pool.errors import ConfigError, FileOperationError, SandboxCrashedError
+from pool.snapshots import Snapshot
+from pool.verification import SHARED_HOOKS, VerificationPlan, VerificationReport, VerifyMode
+
+if TYPE_CHECKING:
+    from pool.backends.docker.backend import DockerBackend
+    from pool.backends.docker.sandbox import DockerSandbox
+
+TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""Top-level paths put back as the known-good snapshot's links in shared mode (when they are links there)."""
+SHARED_NOTE = (
+    "docker shared verification runs in the agent's container: the agent's live processes can still write any "
+    "file while the tests run (/tests and the reward folder included), change the outputs (not frozen) and "
+    "signal or trace the verifier's processes; use strict verification for untrusted agents"
+)
+_MODE_SYMLINK = 1 << 27
+_MODE_DIR = 1 << 31
+
+
+def strict(
+    backend: DockerBackend, sandbox: DockerSandbox, agent: str, plan: VerificationPlan
+) -> tuple[str, VerificationReport]:
+    """Kill the agent's container and start the verifier's; (the verifier's container, the report)."""
+    known_good = _known_good(backend, sandbox, plan)
+    api = backend.api
+    backend.containers.kill(agent)  # every process of the agent is gone before anything else
+    verifier = sandbox.take_spare(known_good) or backend.start_container(
+        known_good, sandbox.container_labels, what="a verifier"
+    )
+    try:
+        outputs = _outermost(plan.outputs)
+        _helper(api, verifier, ["fresh", *outputs, plan.tests_path, *plan.private_dirs])
+        missing = tuple(out for out in outputs if not _copy_folder(api, agent, verifier, out))
+        _put_tests(api, verifier, plan)
+        removed = audit(api, verifier, plan, walk=outputs)
+    except BaseException:
+        backend.containers.remove_later(verifier)
+        raise
+    backend.containers.remove_later(agent)
+    return verifier, VerificationReport(VerifyMode.STRICT, removed_links=removed, missing_outputs=missing)
+
+
+def shared(
+    backend: DockerBackend, sandbox: DockerSandbox, container: str, plan: VerificationPlan
+) -> VerificationReport:
+    """Prepare the agent's own container for its verifier; the report."""
+    known_good = _known_good(backend, sandbox, plan)
+    api = backend.api
+    hooks = backend.hooks.archive(known_good)
+    with engine_errors("listing the agent's changes", missing=_gone):
+        changed = [str(c["Path"]) for c in api.diff(container) or () if c.get("Kind") in (0, 1)]
+    missing = tuple(out for out in _outermost(plan.outputs) if not _is_folder(api, container, out))
+    _helper(api, container, ["remove", *SHARED_HOOKS, *hooks.top_links])
+    _helper(api, container, ["fresh", plan.tests_path, *plan.private_dirs, *missing])
+    if hooks.path is not None:
+        with hooks.path.open("rb") as f:
+            files.put_archive(api, container, "/", f)
+    _put_tests(api, container, plan)
+    private = (plan.tests_path, *plan.private_dirs)
+    check = [p for p in changed if not any(p == q or p.startswith(q + "/") for q in private)]
+    removed = audit(api, container, plan, walk=[o for o in plan.outputs if o not in missing], check=check)
+    return VerificationReport(VerifyMode.SHARED, removed_links=removed, missing_outputs=missing, notes=(SHARED_NOTE,))
+
+
+def audit(
+    api: Any, container: str, plan: VerificationPlan, *, walk: Iterable[str], check: Iterable[str] = ()
+) -> tuple[str, ...]:
+    """Remove the links under ``walk`` (and among ``check``) that lead into the verifier's private paths.
+
+    Returns:
+        "path -> target" for each link removed.
+    """
+    records = [f"T{plan.tests_path}", *(f"P{p}" for p in plan.private_dirs)]
+    records += [f"W{p}" for p in walk] + [f"C{p}" for p in check]
+    out = _helper(api, container, ["audit"], stdin=b"".join(r.encode() + b"\0" for r in records))
+    return tuple(" -> ".join(entry.decode(errors="replace").split("\x1f", 1)) for entry in out.split(b"\0") if entry)
+
+
+class KnownGoodHooks:
+    """Per known-good snapshot, an archive of its hooks (what shared mode puts back), made once."""
+
+    def __init__(self, api: Any, folder: Path) -> None:
+        self._api = api
+        self.folder = folder
+        """Where the archives are kept (removed when the backend closes)."""
+        self._lock = threading.Lock()
+        self._made: dict[str, HooksArchive] = {}
+
+    def archive(self, snapshot: Snapshot) -> HooksArchive:
+        """The hooks of ``snapshot``'s image (read from a container that never starts)."""
+        with self._lock:
+            if snapshot.digest not in self._made:
+                self._made[snapshot.digest] = self._make(snapshot)
+            return self._made[snapshot.digest]
+
+    def _make(self, snapshot: Snapshot) -> HooksArchive:
+        api = self._api
+        with engine_errors("reading the known-good snapshot's hooks"):
+            container = api.create_container(
+                snapshot.digest, command=["true"], host_config=api.create_host_config(network_mode="none")
+            )["Id"]
+        top_links: list[str] = []
+        dest = self.folder / f"hooks-{snapshot.digest.removeprefix('sha256:')[:32]}.tar"
+        found = 0
+        try:
+            with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as out:
+                for path in (*SHARED_HOOKS, *TOP_LINKS):
+                    response, stat = _maybe_archive(api, container, path)
+                    if response is None:
+                        continue
+                    with response:
+                        is_link = bool(int(stat.get("mode", 0)) & _MODE_SYMLINK)
+                        if path in TOP_LINKS:
+                            if not is_link:
+                                continue
+                            top_links.append(path)
+                        parent = posixpath.dirname(path).lstrip("/")
+                        with files.retar(
+                            response, lambda name, parent=parent: f"{parent}/{name}" if parent else name
+                        ) as part:
+                            _append(out, part)
+                        found += 1
+        finally:
+            with engine_errors("removing a container"):
+                api.remove_container(container, force=True)
+        return HooksArchive(dest if found else None, tuple(top_links))
+
+
+class HooksArchive:
+    """A known-good snapshot's hooks as one archive to unpack at ``/`` (None: it has none)."""
+
+    def __init__(self, path: Path | None, top_links: tuple[str, ...]) -> None:
+        self.path = path
+        self.top_links = top_links
+
+
+def new_hooks(api: Any) -> KnownGoodHooks:
+    """A hooks cache in a fresh temporary folder (removed with the process's temp files)."""
+    return KnownGoodHooks(api, Path(tempfile.mkdtemp(prefix="snapgym-docker-hooks-")))
+
+
+# -- internals -------------------------------------------------------------------------
+
+
+def _known_good(backend: DockerBackend, sandbox: DockerSandbox, plan: VerificationPlan) -> Snapshot:
+    known_good = plan.known_good or sandbox.start_snapshot
+    backend.check_snapshot(known_good)
+    start = sandbox.start_snapshot
+    base = tuple(known_good.layers)
+    if start.digest != known_good.digest and (
+        start.base != known_good.base or tuple(start.layers[: len(base)]) != base
+    ):
+        raise ConfigError(
+            f"the sandbox started from snapshot {start.id}, which is not {known_good.id} or a checkpoint of it; "
+            "verify against the snapshot the episode started from"
+        )
+    return known_good
+
+
+def _outermost(paths: Sequence[str]) -> tuple[str, ...]:
+    """The paths not inside another of them, in order."""
+    kept: list[str] = []
+    for path in sorted(set(paths)):
+        if not any(path.startswith(k + "/") for k in kept):
+            kept.append(path)
+    return tuple(kept)
+
+
+def _copy_folder(api: Any, source: str, dest: str, path: str) -> bool:
+    """Copy the folder at ``path`` from one container into the other's (emptied) one; False when not a folder."""
+    response, stat = _maybe_archive(api, source, path)
+    if response is None:
+        return False
+    with response:
+        if not int(stat.get("mode", 0)) & _MODE_DIR:
+            return False
+        files.put_archive(api, dest, posixpath.dirname(path), response.iter_content(1 << 16))
+    return True
+
+
+def _is_folder(api: Any, container: str, path: str) -> bool:
+    response, stat = _maybe_archive(api, container, path)
+    if response is None:
+        return False
+    response.close()
+    return bool(int(stat.get("mode", 0)) & _MODE_DIR)
+
+
+def _put_tests(api: Any, container: str, plan: VerificationPlan) -> None:
+    if not plan.tests_dir.is_dir():
+        raise ConfigError(f"the tests folder {plan.tests_dir} does not exist")
+    name = posixpath.basename(plan.tests_path)
+
+    def owned_by_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        return info
+
+    with tempfile.SpooledTemporaryFile(max_size=16 << 20) as archive:
+        with tarfile.open(fileobj=archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            top = tar.gettarinfo(str(plan.tests_dir), arcname=name)
+            top.mode = 0o755
+            tar.addfile(owned_by_root(top))
+            for entry in sorted(plan.tests_dir.iterdir()):
+                tar.add(entry, arcname=f"{name}/{entry.name}", filter=owned_by_root)
+        archive.seek(0)
+        files.put_archive(api, container, posixpath.dirname(plan.tests_path), archive)
+
+
+def _maybe_archive(api: Any, container: str, path: str) -> tuple[Any, dict[str, Any]]:
+    try:
+        return files.get_archive(api, container, path)
+    except FileOperationError as exc:
+        if exc.errno == errno.ENOENT:
+            return None, {}
+        raise
+
+
+def _append(out: tarfile.TarFile, archive: Any) -> None:
+    with tarfile.open(fileobj=archive, mode="r|") as tar:
+        for member in tar:
+            out.addfile(member, tar.extractfile(member) if member.isfile() else None)
+
+
+def _helper(api: Any, container: str, args: list[str], *, stdin: bytes | None = None) -> bytes:
+    code, out, err = run_helper(api, container, args, stdin=stdin)
+    if code != 0:
+        raise SandboxCrashedError(
+            f"preparing the verifier failed ({args[0]}, exit {code}): {err.decode(errors='replace').strip()[-500:]}"
+        )
+    return out
+
+
+def _gone(why: str) -> SandboxCrashedError:
+    return SandboxCrashedError(f"the sandbox's container is gone ({why})")
