@@ -79,6 +79,9 @@ class SuiteConfig:
     """Task ids or glob patterns to drop."""
     limit: int | None = None
     """Keep only the first N tasks (sorted by id) after filtering."""
+    images: list[str] = field(default_factory=list)
+    """``IMAGE=SOURCE`` entries: get IMAGE (with or without tag) from SOURCE instead: ``host``, a root
+    filesystem path, ``docker-archive:/saved.tar``, ``oci:/layout:tag``, or a mirror's reference."""
 
 
 @dataclass
@@ -95,6 +98,9 @@ class DirSuiteConfig:
     """Task ids or glob patterns to drop."""
     limit: int | None = None
     """Keep only the first N tasks (sorted by id) after filtering."""
+    images: list[str] = field(default_factory=list)
+    """``IMAGE=SOURCE`` entries: get IMAGE (with or without tag) from SOURCE instead: ``host``, a root
+    filesystem path, ``docker-archive:/saved.tar``, ``oci:/layout:tag``, or a mirror's reference."""
 
 
 @dataclass

@@ -5,12 +5,13 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from envs.errors import HostPackagesMissingError, TaskNotFoundError
 from envs.tasks import Task, builtin_task_ids, load_task, task_dirs
+from pool.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -25,13 +26,19 @@ class Suite:
 
 
 def select_tasks(
-    path: str | None, *, include: Sequence[str] = (), exclude: Sequence[str] = (), limit: int | None = None
+    path: str | None,
+    *,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    limit: int | None = None,
+    images: Mapping[str, str] | None = None,
 ) -> Suite:
     """Load the suite and keep the tasks whose ids match ``include`` and not ``exclude``.
 
     When the whole suite is asked for (no ``include``), a task whose apt packages this host
     lacks is skipped with the reason instead of stopping the run (a fresh machine still runs
-    the rest); a task named in ``include`` must load.
+    the rest); a task named in ``include`` must load. ``images`` maps an image to where to get
+    it instead (see ``envs.load_task``'s ``bases``).
 
     Raises:
         TaskNotFoundError: the folder is missing, or an ``include`` entry matches no task
@@ -57,7 +64,7 @@ def select_tasks(
     tasks, skipped = [], {}
     for task_id in chosen:
         try:
-            tasks.append(load_task(available[task_id]))
+            tasks.append(load_task(available[task_id], bases=images))
         except HostPackagesMissingError as exc:
             if include:
                 raise
@@ -73,3 +80,20 @@ def _task_specs(path: str | None) -> dict[str, str | Path]:
     if path is None:
         return {task_id: task_id for task_id in builtin_task_ids()}
     return {directory.resolve().name: directory for directory in task_dirs(path)}
+
+
+def image_sources(entries: Sequence[str]) -> dict[str, str]:
+    """``["IMAGE=SOURCE", ...]`` (``suite.images``) as a mapping.
+
+    Raises:
+        ConfigError: an entry without ``=``, or with an empty side.
+    """
+    found: dict[str, str] = {}
+    for entry in entries:
+        image, sep, source = str(entry).partition("=")
+        if not sep or not image.strip() or not source.strip():
+            raise ConfigError(
+                f"suite.images entry {entry!r} must be IMAGE=SOURCE, e.g. python:3.13=docker-archive:/py.tar"
+            )
+        found[image.strip()] = source.strip()
+    return found

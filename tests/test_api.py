@@ -57,8 +57,14 @@ def test_bad_templates_are_rejected(kwargs: dict[str, object], match: str) -> No
 def test_bad_backend_options_and_names(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="memory_limit_mb"):
         LocalBackend(store_dir=tmp_path, memory_limit_mb=-1)
-    with pytest.raises(ConfigError, match="choose one of: local"):
+    with pytest.raises(ConfigError, match=r"choose one of: docker, local; did you mean 'local'\?"):
         load_backend("lcoal")
+    with pytest.raises(ConfigError, match=r"no option 'memory_limt_mb' \(did you mean 'memory_limit_mb'\?\)"):
+        load_backend("local", memory_limt_mb=512)
+    with pytest.raises(ConfigError, match="its options are: .*prefer_prebuilt"):
+        load_backend("local", bogus=1)
+    with pytest.raises(ConfigError, match="not with a backend instance"):
+        load_backend(LocalBackend(store_dir=tmp_path), memory_limit_mb=1)
 
 
 def test_missing_and_foreign_snapshots(backend: LocalBackend, snap: Snapshot) -> None:

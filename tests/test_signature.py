@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pool import LocalBackend, Snapshot
+from pool import Backend, LocalBackend, Snapshot
 
 DIRTY_EPISODE = """
 echo leak > /tmp/leak
@@ -26,8 +26,8 @@ ps -eo pid,args | awk 'NR>1 && $1 != 1' \\
 """
 
 
-def test_files_processes_and_shell_state_are_gone_after_restore(backend: LocalBackend, snap: Snapshot) -> None:
-    with backend.create(snap) as sandbox:
+def test_files_processes_and_shell_state_are_gone_after_restore(any_backend: Backend, any_snap: Snapshot) -> None:
+    with any_backend.create(any_snap) as sandbox:
         sandbox.exec(DIRTY_EPISODE)
         before = sandbox.exec(PROBE).stdout
         assert "file /tmp/leak" in before and "sleep 1000" in before  # the probe sees the dirt
@@ -37,13 +37,13 @@ def test_files_processes_and_shell_state_are_gone_after_restore(backend: LocalBa
         assert sandbox.exec("cat /workspace/a").stdout == "hi\n"
 
 
-def test_two_episodes_start_from_the_same_digest(backend: LocalBackend, snap: Snapshot) -> None:
-    first = backend.create(snap)
-    second = backend.create(snap)
+def test_two_episodes_start_from_the_same_digest(any_backend: Backend, any_snap: Snapshot) -> None:
+    first = any_backend.create(any_snap)
+    second = any_backend.create(any_snap)
     try:
         first.exec("echo changed > /workspace/a")
         first.restore()
-        assert first.start_digest == second.start_digest == snap.digest
+        assert first.start_digest == second.start_digest == any_snap.digest
         listing = "find / -xdev -path /proc -prune -o -print | sort | md5sum"
         assert first.exec(listing).stdout == second.exec(listing).stdout
     finally:

@@ -38,7 +38,7 @@ from benchmarks.outage import HealthProbe, OutageError
 from benchmarks.plots import write_plots
 from benchmarks.progress import Progress
 from benchmarks.schemas import PoolKind
-from benchmarks.suites import Suite, select_tasks
+from benchmarks.suites import Suite, image_sources, select_tasks
 from benchmarks.supply import SandboxSupply
 from envs.tasks import Task
 from pool.errors import SnapgymError
@@ -198,7 +198,13 @@ def open_supply(job: Job, config: DictConfig) -> SandboxSupply:
 
 def _suite(config: DictConfig) -> Suite:
     suite = config.suite
-    return select_tasks(suite.path, include=list(suite.include), exclude=list(suite.exclude), limit=suite.limit)
+    return select_tasks(
+        suite.path,
+        include=list(suite.include),
+        exclude=list(suite.exclude),
+        limit=suite.limit,
+        images=image_sources(list(suite.images)),
+    )
 
 
 def _plain(node: Any) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from benchmarks.episodes import INFRA_ERROR
 from benchmarks.job import Job
 from benchmarks.ledger import LEDGER_FILE
 from benchmarks.scenarios.eval import evaluate
-from benchmarks.suites import select_tasks
+from benchmarks.suites import image_sources, select_tasks
 from envs.tasks import Task
 from pool.errors import ConfigError
 
@@ -265,7 +265,13 @@ def _settings(node: DictConfig) -> IntegrityBenchConfig:
 
 def _tasks(config: DictConfig, settings: IntegrityBenchConfig) -> list[Task]:
     suite = config.suite
-    chosen = select_tasks(suite.path, include=list(suite.include), exclude=list(suite.exclude), limit=suite.limit)
+    chosen = select_tasks(
+        suite.path,
+        include=list(suite.include),
+        exclude=list(suite.exclude),
+        limit=suite.limit,
+        images=image_sources(list(suite.images)),
+    )
     extra = [task for task in target_tasks() if settings.targets and task.id not in {t.id for t in chosen.tasks}]
     return [*chosen.tasks, *extra]
 

@@ -7,6 +7,7 @@ the snapshot store, the daemon, per-sandbox cgroups, builds and snapshots.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -25,7 +26,12 @@ from typing import Any
 from pool import hostview
 from pool.backends.local import cgroups, kernel, layers, native, seal
 from pool.backends.local.daemon import DaemonClient, Fields, Op, PendingReply
+from pool.backends.local.imagebase import image_base
 from pool.backends.local.layerview import Entry, LayerView
+from pool.backends.local.mountpoints import mount_point_layer
+from pool.backends.local.oci import ImageFetcher
+from pool.backends.local.ocilayer import unpack_layer
+from pool.backends.local.ocisettings import Credentials, RegistrySettings
 from pool.backends.local.sandbox import LocalSandbox
 from pool.backends.local.store import BaseRecord, SnapshotStore, default_runtime_dir, default_store_dir
 from pool.capabilities import Capabilities, Enforcement
@@ -85,6 +91,9 @@ class LocalBackend:
             so restore is a hand-off (one idle init process per sandbox).
         prefer_prebuilt: start a Dockerfile template from its prebuilt image
             (task.toml ``docker_image``) when that image can be had.
+        registry: how images are fetched (a RegistrySettings, or its fields as a
+            mapping): credentials (``auth_file``, ``credentials``), ``mirrors``,
+            ``insecure_registries``, ``ca_dirs``, ``platform``.
     """
 
     name = "local"
@@ -105,6 +114,7 @@ class LocalBackend:
         id_offset: int = 100000,
         prewarm: bool = True,
         prefer_prebuilt: bool = True,
+        registry: RegistrySettings | Mapping[str, Any] | None = None,
     ) -> None:
         kernel.require_linux()
         _check_positive(
@@ -129,6 +139,8 @@ class LocalBackend:
         self.default_timeout_s = default_timeout_s
         self.prewarm = prewarm
         self.prefer_prebuilt = prefer_prebuilt
+        self.registry = registry_settings(registry)
+        self._fetcher: ImageFetcher | None = None
         self.store = SnapshotStore(
             Path(store_dir) if store_dir else default_store_dir(), id_offset=self.id_offset, rootless=self.rootless
         )
@@ -681,22 +693,31 @@ class LocalBackend:
         if cached := self._cached_base(name):
             return cached
         with self.store.layers.staging(f"unpacking the root filesystem {source}") as staged:
-            layers.extract_rootfs(source, staged)
+            if source.is_dir():
+                layers.extract_rootfs(source, staged)
+            else:  # confined like an image layer: no host file linked in, set-id bits kept
+                try:
+                    unpack_layer(source, staged, rootless=self.rootless, image=spec)
+                except ImageError as exc:
+                    raise SnapshotError(f"cannot unpack root filesystem {source}: {exc}") from None
             layers.shift_owners(staged, self.id_offset)
             rootfs_id, rootfs_digest = self.store.layers.commit(staged)
-        with self.store.layers.staging("writing the mount-point layer") as mounts:
-            for d in ("proc", "dev", "tmp", "root", "etc"):
-                (mounts / d).mkdir()
-            os.chmod(mounts / "tmp", 0o1777)
-            layers.shift_owners(mounts, self.id_offset)
-            mounts_id, mounts_digest = self.store.layers.commit(mounts)
+        mounts_id, mounts_digest = mount_point_layer(self.store.layers)
         seed = "rootfs"  # the content is all in the layers; where it came from is not state
         base = _Base((rootfs_id, mounts_id), combine(seed, rootfs_digest, mounts_digest))
         self.store.save_base(name, BaseRecord(seed, base.layers, base.digest))
         return base
 
     def _image_base(self, source: str) -> _Base:
-        raise ImageError(f"image {source!r}: fetching images is not wired yet")
+        record, config = image_base(self.store, source, fetcher=self._image_fetcher())
+        env = {"PATH": hostview.DEFAULT_PATH, **config.env}
+        return _Base(record.layers, record.digest, BaseConfig(env=env, workdir=config.workdir))
+
+    def _image_fetcher(self) -> ImageFetcher:
+        with self._lock:
+            if self._fetcher is None:
+                self._fetcher = ImageFetcher(self.store.root / "oci" / "fetch", settings=self.registry)
+            return self._fetcher
 
     def _cached_base(self, name: str) -> _Base | None:
         """The recorded base, checked against its layers; None when it must be made."""
@@ -753,3 +774,27 @@ def _source_key(source: Path) -> str:
             st = os.lstat(os.path.join(dirpath, name))
             h.update(f"{dirpath}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
     return h.hexdigest()
+
+
+def registry_settings(value: RegistrySettings | Mapping[str, Any] | None) -> RegistrySettings:
+    """RegistrySettings from themselves, a mapping of their fields (a YAML backend option), or None.
+
+    Raises:
+        ConfigError: a field RegistrySettings does not have (naming the valid ones).
+    """
+    if value is None:
+        return RegistrySettings()
+    if isinstance(value, RegistrySettings):
+        return value
+    known = {f.name for f in dataclasses.fields(RegistrySettings)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ConfigError(
+            f"LocalBackend(registry=...) has no field {', '.join(unknown)}; its fields: {', '.join(sorted(known))}"
+        )
+    fields = dict(value)
+    credentials = fields.get("credentials") or {}
+    fields["credentials"] = {
+        host: Credentials(**cred) if isinstance(cred, Mapping) else cred for host, cred in dict(credentials).items()
+    }
+    return RegistrySettings(**fields)
