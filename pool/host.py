@@ -31,7 +31,7 @@ from pool.verification import VerificationPlan, VerificationReport
 
 BackendFactory = Callable[[], Backend]
 LEASE_METHODS = frozenset(
-    {"exec", "read_file", "write_file", "snapshot", "restore", "start_digest", "begin_verification"}
+    {"exec", "read_file", "write_file", "snapshot", "restore", "start_digest", "begin_verification", "identity"}
 )
 """What a lease may call on its host (through Ray, or the same-node fast path).
 
@@ -198,6 +198,11 @@ class SandboxHost:
     def start_digest(self, ticket: Ticket) -> str:
         """The digest the sandbox last started from."""
         return self._sandbox(ticket).start_digest
+
+    def identity(self, ticket: Ticket) -> tuple[str, dict[str, str]]:
+        """The sandbox's id and labels."""
+        sandbox = self._sandbox(ticket)
+        return sandbox.id, dict(sandbox.labels)
 
     def stats(self) -> dict[str, Any]:
         """Slot count and this process's memory (resident set), for the pool's statistics."""

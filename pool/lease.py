@@ -50,6 +50,7 @@ class Lease:
         self._lost: str | None = None
         self._failed: str | None = None
         self._host_gone = False
+        self._identity_cache: tuple[str, dict[str, str]] | None = None
         _renewer.register(self)
 
     # -- identity -------------------------------------------------------------
@@ -63,6 +64,21 @@ class Lease:
     def node_id(self) -> str:
         """The Ray node whose host holds the sandbox."""
         return self._grant.node_id
+
+    @property
+    def id(self) -> str:
+        """The leased sandbox's id (its backend's name for it)."""
+        return self._identity()[0]
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """The leased sandbox's labels (``snapgym.pool`` among them)."""
+        return dict(self._identity()[1])
+
+    def _identity(self) -> tuple[str, dict[str, str]]:
+        if self._identity_cache is None:
+            self._identity_cache = self._call("identity")
+        return self._identity_cache
 
     @property
     def start_snapshot(self) -> Snapshot:

@@ -77,10 +77,10 @@ def test_an_init_the_agents_memory_use_killed_ends_the_episode_scored(backend: L
         shell.step(SOLVE)
         sandbox = shell.sandbox
         assert sandbox is not None
-        init = int(backend.daemon_request(Op.PING, sandbox.id, [])["pid"])  # type: ignore[attr-defined]
+        init = int(backend.daemon_request(Op.PING, sandbox.number, [])["pid"])  # type: ignore[attr-defined]
         with open(f"/proc/{init}/oom_score_adj", "w") as score:
             score.write("1000")
-        hogs = "for i in 1 2 3 4 5 6; do python3 -c 'x = b\"x\" * (60 << 20); import time; time.sleep(3)' & done; wait"
+        hogs = "for i in 1 2 3 4 5 6; do python3 -c 'x = b\"x\" * (100 << 20); import time; time.sleep(3)' & done; wait"
         obs, reward, _, truncated, info = shell.step(hogs)  # none of them is as big as init's score
         assert info["end_reason"] == "out_of_memory" and "ran out of memory" in obs["output"]
         assert (reward, info["scored"], truncated) == (1.0, True, True), info

@@ -34,7 +34,7 @@ def kill_init_from_the_host(env: envs.SandboxEnv) -> None:
     assert sandbox is not None
     backend = env.backend
     assert isinstance(backend, LocalBackend)
-    pid = int(backend.daemon_request(Op.PING, sandbox.id, [])["pid"])  # type: ignore[attr-defined]
+    pid = int(backend.daemon_request(Op.PING, sandbox.number, [])["pid"])  # type: ignore[attr-defined]
     assert pid > 0
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10  # wait for the daemon to see the death; not a timing assertion

@@ -39,6 +39,7 @@ def test_add_returns_a_snapshot_and_a_lease_is_a_sandbox(shared_pool: SandboxPoo
         assert lease.start_digest == base_snapshot.digest
         assert lease.start_snapshot == base_snapshot
         assert lease.is_alive and not lease.is_closed
+        assert lease.id and lease.labels["snapgym.pool"].startswith("pool-") and lease.labels["snapgym.owner"]
         result = lease.exec("cat a; pwd")
         assert isinstance(result, ExecResult)
         assert result.ok and result.stdout == "hi\n/workspace\n"

@@ -82,6 +82,7 @@ class ScriptedAgent:
     """
 
     name = "scripted"
+    whole_task_steps = False
 
     def __init__(self, scripts: Mapping[str, Sequence[Sequence[Step]]]) -> None:
         self.scripts = scripts

@@ -257,7 +257,7 @@ def test_a_dead_daemon_that_cannot_be_replaced_is_an_outage_until_a_backend_open
         ("attempt", 1), ("attempt_failed", 1), ("attempt", 2), ("result", 2)
     ]  # fmt: skip
     assert records[1]["outage"] is True
-    assert "no new backend could be opened" in records[1]["outage_reason"]
+    assert "no new one could be opened" in records[1]["outage_reason"]
     result = records[-1]
     assert (result["outcome"], result["reward"], result["infra_failures"]) == ("scored", 1.0, 0)
     assert evaluation.outages[0].resolved and evaluation.outages[0].probes >= 2

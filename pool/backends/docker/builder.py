@@ -200,11 +200,7 @@ class Builder:
                     is_dir = bool(int(stat.get("mode", 0)) & _MODE_DIR)
                     target = step.dest if is_dir else file_target(sandbox, step, source)
                     top = target.rstrip("/").rsplit("/", 1)[-1]
-                    archive = files.retar(
-                        response,
-                        lambda name, top=top: top + name[name.find("/") :] if "/" in name else top,
-                        mode=step.mode,
-                    )
+                    archive = files.retar(response, files.top_renamed(top), mode=step.mode)
                 parent = target.rstrip("/").rsplit("/", 1)[0] or "/"
                 run_helper(api, sandbox.container_id, ["mkdirs", parent])
                 with archive:

@@ -199,7 +199,7 @@ class RawStream(io.RawIOBase):
 def retar(response: Any, rename: Callable[[str], str], *, mode: int | None = None) -> Any:
     """The archive in an engine response, its member names passed through ``rename`` (and modes set to
     ``mode`` when given), as a file positioned at its start (spooled to disk when large)."""
-    out_file = tempfile.SpooledTemporaryFile(max_size=16 << 20)
+    out_file = tempfile.SpooledTemporaryFile(max_size=16 << 20)  # noqa: SIM115 (returned open, the caller closes it)
     raw = io.BufferedReader(RawStream(response.iter_content(1 << 16)))
     with (
         tarfile.open(fileobj=raw, mode="r|") as tar,
@@ -212,3 +212,22 @@ def retar(response: Any, rename: Callable[[str], str], *, mode: int | None = Non
             out.addfile(member, tar.extractfile(member) if member.isfile() else None)
     out_file.seek(0)
     return out_file
+
+
+def prefixed(parent: str) -> Callable[[str], str]:
+    """A renamer for :func:`retar`: every member moves under ``parent`` (relative; "" keeps it)."""
+
+    def rename(name: str) -> str:
+        return f"{parent}/{name}" if parent else name
+
+    return rename
+
+
+def top_renamed(top: str) -> Callable[[str], str]:
+    """A renamer for :func:`retar`: the archive's top entry is called ``top``, the rest follows it."""
+
+    def rename(name: str) -> str:
+        _, sep, rest = name.partition("/")
+        return f"{top}{sep}{rest}"
+
+    return rename

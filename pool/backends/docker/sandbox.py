@@ -75,6 +75,11 @@ class DockerSandbox:
         return {**self._labels, SNAPSHOT: self._snapshot.id}
 
     @property
+    def container_labels(self) -> dict[str, str]:
+        """The labels every container of this sandbox is made with."""
+        return dict(self._labels)
+
+    @property
     def start_snapshot(self) -> Snapshot:
         """The snapshot this sandbox last started from."""
         return self._snapshot
@@ -333,4 +338,5 @@ class DockerSandbox:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<DockerSandbox {self._id} {state} container={(self._container or '-')[:12]} snapshot={self._snapshot.id[:12]}>"
+        container = (self._container or "-")[:12]
+        return f"<DockerSandbox {self._id} {state} container={container} snapshot={self._snapshot.id[:12]}>"

@@ -156,9 +156,7 @@ class KnownGoodHooks:
                                 continue
                             top_links.append(path)
                         parent = posixpath.dirname(path).lstrip("/")
-                        with files.retar(
-                            response, lambda name, parent=parent: f"{parent}/{name}" if parent else name
-                        ) as part:
+                        with files.retar(response, files.prefixed(parent)) as part:
                             _append(out, part)
                         found += 1
         finally:
