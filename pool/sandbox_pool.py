@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pool import raycalls
+from pool.backends import backend_factory as make_backend_factory
 from pool.errors import ConfigError, PoolClosedError
 from pool.fastpath import FastPathClient, reachable
-from pool.backends import backend_factory as make_backend_factory
 from pool.host import BackendFactory
 from pool.lease import Lease
 from pool.manager import PoolManager

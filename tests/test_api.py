@@ -61,7 +61,7 @@ def test_bad_backend_options_and_names(tmp_path: Path) -> None:
         load_backend("lcoal")
     with pytest.raises(ConfigError, match=r"no option 'memory_limt_mb' \(did you mean 'memory_limit_mb'\?\)"):
         load_backend("local", memory_limt_mb=512)
-    with pytest.raises(ConfigError, match="its options are: .*prefer_prebuilt"):
+    with pytest.raises(ConfigError, match=r"its options are: .*prefer_prebuilt"):
         load_backend("local", bogus=1)
     with pytest.raises(ConfigError, match="not with a backend instance"):
         load_backend(LocalBackend(store_dir=tmp_path), memory_limit_mb=1)

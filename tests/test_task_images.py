@@ -104,7 +104,8 @@ def write_tb2_task(root: Path, images: TaskImages) -> Path:
     for folder in ("environment", "tests", "solution"):
         (task / folder).mkdir(parents=True)
     (task / "instruction.md").write_text("Write the answer to /app/answer.txt.\n")
-    (task / "task.toml").write_text(textwrap.dedent("""\
+    (task / "task.toml").write_text(
+        textwrap.dedent("""\
         version = "1.0"
         [agent]
         timeout_sec = 600
@@ -114,8 +115,10 @@ def write_tb2_task(root: Path, images: TaskImages) -> Path:
         build_timeout_sec = 600
         memory = "4G"
         cpus = 1
-        """))
-    (task / "environment" / "Dockerfile").write_text(textwrap.dedent(f"""\
+        """)
+    )
+    (task / "environment" / "Dockerfile").write_text(
+        textwrap.dedent(f"""\
         FROM {images.base}
         COPY --from={images.tool} /uv /bin/
         RUN rm -f /etc/apt/sources.list.d/* \\
@@ -124,15 +127,18 @@ def write_tb2_task(root: Path, images: TaskImages) -> Path:
             && rm -rf /var/lib/apt/lists/*
         WORKDIR /app
         COPY notes.txt /app/notes.txt
-        """))
+        """)
+    )
     (task / "environment" / "notes.txt").write_text("the answer goes to /app/answer.txt\n")
     expected = hashlib.sha256((_answer() + "hello from a Debian package\nuv 0.0-test\n").encode()).hexdigest()
-    (task / "tests" / "test.sh").write_text(textwrap.dedent(f"""\
+    (task / "tests" / "test.sh").write_text(
+        textwrap.dedent(f"""\
         #!/bin/bash
         mkdir -p /logs/verifier
         got=$(sha256sum /app/answer.txt 2>/dev/null | cut -d' ' -f1)
         if [ "$got" = "{expected}" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
-        """))
+        """)
+    )
     solve = f"#!/bin/bash\nset -e\ncat > /app/answer.txt <<'EOF'\n{_answer()}EOF\n{PACKAGE} >> /app/answer.txt\n"
     solve += "uv >> /app/answer.txt\n"
     (task / "solution" / "solve.sh").write_text(solve)
@@ -201,18 +207,18 @@ def test_the_same_image_gives_the_same_files_on_every_backend(task_images: TaskI
     assert digests["local"] == digests["docker"]
 
 
-def test_a_missing_image_fails_the_build_and_says_how_to_provide_it(
-    task_images: TaskImages, tmp_path: Path
-) -> None:
+def test_a_missing_image_fails_the_build_and_says_how_to_provide_it(task_images: TaskImages, tmp_path: Path) -> None:
     """An image the registry does not have is an ImageError naming it and the ways to provide it."""
     task_dir = write_tb2_task(tmp_path, task_images)
     dockerfile = task_dir / "environment" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace(task_images.base, f"{task_images.registry}/test/nope:1"))
     task = envs.load_task(task_dir)
     settings = RegistrySettings(insecure_registries=[task_images.registry])
-    with LocalBackend(store_dir=tmp_path / "store", registry=settings) as backend:
-        with pytest.raises(envs.errors.ConfigError) as raised:
-            backend.build(task.template)
+    with (
+        LocalBackend(store_dir=tmp_path / "store", registry=settings) as backend,
+        pytest.raises(envs.errors.ConfigError) as raised,
+    ):
+        backend.build(task.template)
     message = str(raised.value)
     assert "test/nope:1" in message and ("docker-archive" in message or "credentials" in message), message
 

@@ -15,7 +15,7 @@ import envs
 from pool import ConfigError, LocalBackend, Resources
 from tests.envs_fixtures import write_task
 
-ALLOCATE = "python3 -c 'b = bytearray({mb} << 20); b[::4096] = b\"x\" * len(b[::4096]); print(\"held\")'"
+ALLOCATE = 'python3 -c \'b = bytearray({mb} << 20); b[::4096] = b"x" * len(b[::4096]); print("held")\''
 
 
 def _shell(task: Path, backend: LocalBackend) -> envs.ShellEnv:

@@ -76,9 +76,7 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
     for key in unknown:
         close = difflib.get_close_matches(key, valid, n=1)
         hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
-    raise ConfigError(
-        f"backend {name!r} has no option {', '.join(hints)}; its options are: {', '.join(sorted(valid))}"
-    )
+    raise ConfigError(f"backend {name!r} has no option {', '.join(hints)}; its options are: {', '.join(sorted(valid))}")
 
 
 def load_backend(name: str | Backend, **options: Any) -> Backend:

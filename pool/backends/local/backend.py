@@ -530,9 +530,7 @@ class LocalBackend:
         assert self._daemon is not None
         return Path(f"/proc/{self._daemon.pid}/root") / sandbox.stage_path.lstrip("/")
 
-    def _open(
-        self, snapshot: Snapshot, *, network: bool, labels: Mapping[str, str] | None = None
-    ) -> LocalSandbox:
+    def _open(self, snapshot: Snapshot, *, network: bool, labels: Mapping[str, str] | None = None) -> LocalSandbox:
         return self._open_many(snapshot, 1, network=network, labels=labels)[0]
 
     def _open_many(
@@ -731,7 +729,7 @@ def _place_entry(sandbox: Sandbox, entry: Entry, target: str, mode: int | None) 
         result = sandbox.exec(f"mkdir -p {quoted}", timeout_s=60)
     elif stat.S_ISLNK(entry.mode):
         link = shlex.quote(os.readlink(entry.host_path))
-        result = sandbox.exec(f"mkdir -p \"$(dirname {quoted})\" && ln -sfn {link} {quoted}", timeout_s=60)
+        result = sandbox.exec(f'mkdir -p "$(dirname {quoted})" && ln -sfn {link} {quoted}', timeout_s=60)
     elif stat.S_ISREG(entry.mode):
         file_mode = mode if mode is not None else stat.S_IMODE(entry.mode)
         sandbox.write_file(target, entry.host_path.read_bytes(), mode=file_mode)
