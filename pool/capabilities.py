@@ -74,6 +74,8 @@ class Capabilities:
             "egress": self.egress_control,
             "limits": limits or "none",
             "verification": ", ".join(self.verification) or "none",
+            "shared verifier kept from the agent's processes by": self.verifier_isolation,
+            "isolation": ", ".join(self.isolation) or "none",
             "sandboxes": self.sandbox_location,
             "snapshots": self.snapshot_location,
             "bases": ", ".join(self.bases),
