@@ -59,6 +59,10 @@ class ResetLatencyRepetitions:
     """Time ``shutil.copytree`` of the workspace plus one fresh process."""
     docker_recreate: int = 10
     """Time removing a container and creating and starting a new one."""
+    other_restore: int = 30
+    """Time ``sandbox.restore()`` of a dirtied sandbox on each backend of ``other_backends``."""
+    other_create: int = 10
+    """Time ``backend.create(snapshot)`` on each backend of ``other_backends``."""
 
 
 @dataclass
@@ -105,6 +109,9 @@ class ResetLatencyConfig:
     """Where the naive baseline copies to; None: the system temp dir."""
     docker: DockerConfig = field(default_factory=DockerConfig)
     """The Docker baseline."""
+    other_backends: list[str] = field(default_factory=lambda: ["docker"])
+    """Backends measured side by side with the configured one (restore and create of the same
+    workspace, default options), each skipped with the reason when it cannot run here."""
     targets: ResetLatencyTargets = field(default_factory=ResetLatencyTargets)
     """Thresholds checked in the summary."""
 

@@ -23,6 +23,8 @@ METHODS = {
     "verify_shared",
     "naive_copy",
     "docker_recreate",
+    "restore@docker",
+    "create@docker",
 }
 TINY_BUDGET = [
     "benchmark.warmup=1",
@@ -35,6 +37,8 @@ TINY_BUDGET = [
     "benchmark.repetitions.verify_shared=2",
     "benchmark.repetitions.naive_copy=2",
     "benchmark.repetitions.docker_recreate=1",
+    "benchmark.repetitions.other_restore=2",
+    "benchmark.repetitions.other_create=1",
     "benchmark.workspace.n_files=20",
     "benchmark.workspace.mean_file_bytes=2000",
 ]
@@ -82,12 +86,14 @@ def test_reset_latency_reports_every_method(tmp_path: Path) -> None:
     assert set(summary["methods"]) == METHODS
     for name, entry in summary["methods"].items():
         if entry["skipped"]:
-            assert name == "docker_recreate", f"{name} skipped: {entry['reason']}"
+            assert name in ("docker_recreate", "restore@docker", "create@docker"), f"{name} skipped: {entry['reason']}"
             assert entry["reason"]
         else:
             assert entry["n"] >= 1
             assert 0 < entry["p50_ms"] <= entry["p90_ms"] <= entry["p99_ms"]
-    assert set(summary["ratios"]) == {"restore_vs_docker", "restore_vs_naive"}
+    assert set(summary["ratios"]) == {
+        "restore_vs_docker", "restore_vs_naive", "docker_backend_restore_vs_recreate", "restore_vs_docker_backend"
+    }  # fmt: skip
     assert summary["ratios"]["restore_vs_naive"] > 0
     assert {"restore_p50_ms", "restore_p99_ms", "exec_true_p50_ms", "fork16_p50_ms"} <= set(summary["targets"])
     assert (out / "samples.csv").read_text().startswith("method,iteration,latency_ms")

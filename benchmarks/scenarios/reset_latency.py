@@ -33,6 +33,14 @@ Method:
     - ``docker_recreate``: force-remove the (dirtied) container, create and
       start a new one from the image (see ``benchmarks.docker_baseline``);
       skipped, with the reason, when no engine is reachable.
+    - ``restore@NAME``, ``create@NAME`` for each backend NAME of
+      ``other_backends`` other than the configured one (default: docker): the
+      same workspace built on that backend (default options), then
+      ``restore`` and ``create`` timed as above. On the Docker backend a
+      restore hands over a pre-started spare container, so
+      ``docker_recreate / restore@docker`` is what that hand-off saves over
+      naive re-creation, and ``restore@docker / restore`` what the local
+      backend saves over the Docker one.
 
     Each method first runs ``warmup`` iterations that are discarded, then its
     configured repetitions (0 skips it). The clock is ``time.perf_counter_ns``
@@ -59,7 +67,8 @@ from benchmarks.job import Job
 from benchmarks.report import Report, Skipped, Target
 from benchmarks.stats import percentile
 from benchmarks.timing import measure
-from pool import Backend, Sandbox, Snapshot
+from pool import Backend, Sandbox, Snapshot, load_backend
+from pool.backends import unavailable_reason
 from pool.verification import VerificationPlan, VerifyMode
 
 METHODS = (
@@ -105,8 +114,12 @@ def run(job: Job) -> Report:
         measured["fork16"] = _fork(cfg, backend, snapshot)
         measured["naive_copy"] = _naive(cfg, host_workspace, scratch)
         measured["docker_recreate"], meta["docker"] = _docker(cfg, host_workspace, scratch)
+        others = [name for name in cfg.other_backends if name != backend.name]
+        for name in others:
+            measured.update(_other_backend(cfg, name, digest))
     meta.update(_environment(cfg, backend))
     methods = {name: measured[name] for name in METHODS}
+    methods.update({f"{method}@{name}": measured[f"{method}@{name}"] for name in others for method in _OTHER})
     ratios = _ratios(methods)
     return Report("reset_latency", methods, ratios, _targets(cfg, methods, ratios), meta)
 
@@ -204,6 +217,31 @@ def _docker(cfg: ResetLatencyConfig, host_workspace: Path, scratch: Path) -> tup
     return samples, info
 
 
+_OTHER = ("restore", "create")
+
+
+def _other_backend(cfg: ResetLatencyConfig, name: str, digest: str) -> dict[str, Outcome]:
+    """restore and create of the same workspace on another backend, or why it was skipped."""
+    reason = unavailable_reason(name)
+    if reason is not None:
+        return {f"{method}@{name}": Skipped(f"the {name} backend cannot run here: {reason}") for method in _OTHER}
+    backend = load_backend(name)
+    try:
+        snapshot, _ = _build(backend, cfg)
+        sandbox = backend.create(snapshot)
+        try:
+            _require_digest(sandbox, digest, f"the {name} sandbox's workspace")
+            restore = _timed(cfg, cfg.repetitions.other_restore, sandbox.restore, before=lambda: _dirty(sandbox))
+            if not isinstance(restore, Skipped):
+                _require_clean(sandbox, digest)
+        finally:
+            sandbox.close()
+        create = _timed(cfg, cfg.repetitions.other_create, lambda: backend.create(snapshot), after=lambda s: s.close())
+    finally:
+        backend.close()
+    return {f"restore@{name}": restore, f"create@{name}": create}
+
+
 def _timed(
     cfg: ResetLatencyConfig,
     repetitions: int,
@@ -244,10 +282,17 @@ def _close_all(sandboxes: Sequence[Sandbox]) -> None:
 def _ratios(methods: dict[str, Outcome]) -> dict[str, float | None]:
     restore = _p50(methods["restore"])
     docker, naive = _p50(methods["docker_recreate"]), _p50(methods["naive_copy"])
-    return {
+    ratios = {
         "restore_vs_docker": docker / restore if docker is not None and restore else None,
         "restore_vs_naive": naive / restore if naive is not None and restore else None,
     }
+    if "restore@docker" in methods:
+        docker_backend = _p50(methods["restore@docker"])
+        ratios["docker_backend_restore_vs_recreate"] = (
+            docker / docker_backend if docker is not None and docker_backend else None
+        )
+        ratios["restore_vs_docker_backend"] = docker_backend / restore if docker_backend and restore else None
+    return ratios
 
 
 def _targets(cfg: ResetLatencyConfig, methods: dict[str, Outcome], ratios: dict[str, float | None]) -> list[Target]:
