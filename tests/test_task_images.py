@@ -238,3 +238,30 @@ def test_a_tarball_of_the_image_is_another_source(task_images: TaskImages, tmp_p
     with LocalBackend(store_dir=tmp_path / "store", registry=settings) as backend:
         check = envs.check_task(backend, task)
     assert (check.oracle.reward, check.noop.reward) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("prebuilt", "prefer", "from_dockerfile"),
+    [("sibling", True, False), ("sibling", False, True), ("missing", True, True)],
+    ids=["prebuilt-used", "prebuilt-not-preferred", "prebuilt-missing"],
+)
+def test_a_prebuilt_docker_image_is_used_when_it_can_be_had(
+    debian_images: DebianImages, registry: Registry, tmp_path: Path, prebuilt: str, prefer: bool, from_dockerfile: bool
+) -> None:
+    """task.toml docker_image replaces the Dockerfile when the backend can get it and prefers prebuilt images."""
+    image = debian_images.sibling if prebuilt == "sibling" else f"{registry.host}/test/missing:1"
+    task_dir = tmp_path / "prebuilt"
+    for folder in ("environment", "tests"):
+        (task_dir / folder).mkdir(parents=True)
+    (task_dir / "instruction.md").write_text("Nothing to do.\n")
+    (task_dir / "task.toml").write_text(f'version = "1.0"\n[environment]\ndocker_image = "{image}"\n')
+    (task_dir / "tests" / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
+    (task_dir / "environment" / "Dockerfile").write_text(
+        f"FROM {debian_images.base}\nRUN echo from-the-dockerfile > /marker\nWORKDIR /app\n"
+    )
+    settings = RegistrySettings(insecure_registries=[registry.host])
+    with LocalBackend(store_dir=tmp_path / "store", registry=settings, prefer_prebuilt=prefer) as backend:
+        snapshot = backend.build(envs.load_task(task_dir).template)
+        with backend.create(snapshot) as sandbox:
+            marker = sandbox.exec("cat /marker 2>/dev/null || echo none").stdout.strip()
+    assert marker == ("from-the-dockerfile" if from_dockerfile else "none")
