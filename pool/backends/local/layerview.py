@@ -4,8 +4,15 @@ Used by ``COPY --from=<image>``: the files come out of the image's stored
 layers without starting a sandbox over them (an image such as
 ``ghcr.io/astral-sh/uv`` has no shell to run ``tar`` with). The rules are
 overlayfs's: the topmost layer that has a name wins, a whiteout (a 0/0
-character device) hides the name below it, and an opaque directory hides
-everything below it.
+character device) hides the name below it, an opaque directory hides
+everything below it, and a lower layer's entry shows through only where
+every folder above it is a folder in that layer too.
+
+The layers hold whatever the image's author put there, so nothing here
+follows a link on the host: every path component is checked with ``lstat``
+before the next one is looked up below it. Links inside the image (``/bin`` ->
+``usr/bin``) are resolved in the merged view, confined to the image's root,
+as Docker resolves the source of a ``COPY --from``.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 from pool.errors import BuildError
 
 _MAX_ENTRIES = 200_000
+_MAX_LINKS = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +37,18 @@ class Entry:
     path: str
     """Relative to the copied source ("" for the source itself)."""
     host_path: Path
-    """Where its content lives (in the topmost layer that has it)."""
+    """Where its content lives (in the topmost layer that has it); never reached through a link."""
     mode: int
     """``st_mode`` (type and permission bits)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """What one layer says about a path: it has it (``entry``), hides it from the layers below
+    (``hidden``), or says nothing (neither)."""
+
+    entry: Entry | None = None
+    hidden: bool = False
 
 
 class LayerView:
@@ -41,62 +58,74 @@ class LayerView:
         self._top_first = list(reversed(layers))
         self._opaque_xattr = "user.overlay.opaque" if rootless else "trusted.overlay.opaque"
 
-    def lookup(self, path: str) -> Entry | None:
-        """The entry at an absolute ``path`` (links are not followed), or None when it does not exist."""
-        parts = [p for p in posixpath.normpath(path).split("/") if p]
-        found: Entry | None = None
-        for layer in self._top_first:
-            host = layer.joinpath(*parts) if parts else layer
-            try:
-                st = os.lstat(host)
-            except (FileNotFoundError, NotADirectoryError):
-                if self._hidden_below(layer, parts):
-                    return None
-                continue
-            if _is_whiteout(st):
-                return None
-            found = Entry("", host, st.st_mode)
-            break
-        return found
-
     def walk(self, path: str) -> Iterator[Entry]:
-        """The entry at ``path`` and, for a directory, everything below it in the merged view.
+        """The entry at ``path`` (links before its last component resolved in the image) and, for a
+        directory, everything below it; links inside are kept as links.
 
         Raises:
-            BuildError: ``path`` does not exist in the image, or holds more than 200,000 entries.
+            BuildError: ``path`` does not exist in the image, its links loop, or it holds more
+                than 200,000 entries.
         """
-        top = self.lookup(path)
+        parts = self._resolve(path)
+        top = self._lookup(parts)
         if top is None:
             raise BuildError(f"{path} does not exist in the image")
-        yield top
+        yield Entry("", top.host_path, top.mode)
         if not stat.S_ISDIR(top.mode):
             return
         count = 0
-        stack = [""]
-        base = [p for p in posixpath.normpath(path).split("/") if p]
+        stack: list[list[str]] = [[]]
         while stack:
             rel = stack.pop()
-            for name, entry in sorted(self._children([*base, *rel.split("/")] if rel else base).items()):
+            for name, entry in sorted(self._children([*parts, *rel]).items()):
                 count += 1
                 if count > _MAX_ENTRIES:
                     raise BuildError(f"{path} holds more than {_MAX_ENTRIES} entries; copy a smaller folder")
-                child = posixpath.join(rel, name) if rel else name
-                yield Entry(child, entry.host_path, entry.mode)
+                yield Entry("/".join([*rel, name]), entry.host_path, entry.mode)
                 if stat.S_ISDIR(entry.mode):
-                    stack.append(child)
+                    stack.append([*rel, name])
+
+    def _lookup(self, parts: list[str]) -> Entry | None:
+        for layer in self._top_first:
+            probe = self._probe(layer, parts)
+            if probe.entry is not None:
+                return probe.entry
+            if probe.hidden:
+                return None
+        return None
+
+    def _probe(self, layer: Path, parts: list[str]) -> _Probe:
+        """Walk down one layer with lstat only: a missing name under an opaque folder, a whiteout,
+        or a non-folder on the way hides the layers below."""
+        current = layer
+        for index, part in enumerate(parts):
+            candidate = current / part
+            try:
+                st = os.lstat(candidate)
+            except FileNotFoundError:
+                return _Probe(hidden=self._is_opaque(current))
+            if _is_whiteout(st):
+                return _Probe(hidden=True)
+            if index == len(parts) - 1:
+                return _Probe(entry=Entry(part, candidate, st.st_mode))
+            if not stat.S_ISDIR(st.st_mode):
+                return _Probe(hidden=True)  # a file or link here replaces the folder of the layers below
+            current = candidate
+        return _Probe(entry=Entry("", layer, os.lstat(layer).st_mode))
 
     def _children(self, parts: list[str]) -> dict[str, Entry]:
         merged: dict[str, Entry] = {}
         hidden: set[str] = set()
         for layer in self._top_first:
-            folder = layer.joinpath(*parts)
-            try:
-                names = os.listdir(folder)
-            except (FileNotFoundError, NotADirectoryError):
-                if self._hidden_below(layer, parts):
+            probe = self._probe(layer, parts)
+            if probe.entry is None:
+                if probe.hidden:
                     break
                 continue
-            for name in names:
+            if not stat.S_ISDIR(probe.entry.mode):
+                break
+            folder = probe.entry.host_path
+            for name in os.listdir(folder):
                 if name in merged or name in hidden:
                     continue
                 st = os.lstat(folder / name)
@@ -108,26 +137,41 @@ class LayerView:
                 break
         return merged
 
-    def _hidden_below(self, layer: Path, parts: list[str]) -> bool:
-        """True when this layer hides the path in the layers below (a whiteout or opaque dir on the way)."""
-        current = layer
-        for part in parts:
-            try:
-                st = os.lstat(current / part)
-            except (FileNotFoundError, NotADirectoryError):
-                return self._is_opaque(current)
-            if _is_whiteout(st):
-                return True
-            if not stat.S_ISDIR(st.st_mode):
-                return True  # a file here replaces a folder below
-            current = current / part
-        return False
+    def _resolve(self, path: str) -> list[str]:
+        """The components of ``path`` with every link before the last one resolved in the image."""
+        pending = _components(path)
+        resolved: list[str] = []
+        hops = 0
+        while pending:
+            part = pending.pop(0)
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            candidate = [*resolved, part]
+            entry = self._lookup(candidate) if pending else None
+            if entry is None or not stat.S_ISLNK(entry.mode):
+                resolved = candidate
+                continue
+            hops += 1
+            if hops > _MAX_LINKS:
+                raise BuildError(f"{path}: too many levels of symbolic links in the image")
+            target = os.readlink(entry.host_path)
+            if target.startswith("/"):
+                resolved = []
+            pending = [p for p in target.split("/") if p and p != "."] + pending
+        return resolved
 
     def _is_opaque(self, folder: Path) -> bool:
         try:
             return os.getxattr(folder, self._opaque_xattr, follow_symlinks=False) == b"y"
         except OSError:
             return False
+
+
+def _components(path: str) -> list[str]:
+    """A source path cleaned lexically, as Docker cleans it (``..`` never climbs above the root)."""
+    return [part for part in posixpath.normpath("/" + path).split("/") if part]
 
 
 def _is_whiteout(st: os.stat_result) -> bool:
