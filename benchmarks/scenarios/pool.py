@@ -43,6 +43,7 @@ from benchmarks.report import Report, Skipped, Target
 from benchmarks.stats import percentile
 from benchmarks.timing import measure
 from pool import Backend, PoolConfig, SandboxPool, Snapshot, Template
+from pool.backends import backend_class
 
 TEMPLATE = Template(name="bench-pool", setup=["mkdir -p /w && echo ready > /w/state"], workdir="/w")
 
@@ -105,10 +106,10 @@ def run(job: Job) -> Report:
     """Measure the pool against the job's backend used directly."""
     cfg: PoolBenchConfig = job.settings
     backend = job.backend
-    options = _backend_options(job, backend)
+    options = _backend_options(job)
     methods: dict[str, list[float] | Skipped] = {}
     pool = SandboxPool(PoolConfig(min_warm=cfg.min_warm, max_warm=cfg.min_warm, max_size=4 * cfg.min_warm,
-                                  backend_options=options))  # fmt: skip
+                                  backend=backend.name, backend_options=options))  # fmt: skip
     try:
         snapshot = pool.add(TEMPLATE)
         pool.warm_up(snapshot, cfg.min_warm)
@@ -118,7 +119,9 @@ def run(job: Job) -> Report:
         pool_stats = pool.stats()
     finally:
         pool.close()
-    capacity = _capacity(cfg, options) if cfg.capacity.sandboxes > 0 else {"skipped": "capacity.sandboxes=0"}
+    capacity = (
+        _capacity(cfg, backend.name, options) if cfg.capacity.sandboxes > 0 else {"skipped": "capacity.sandboxes=0"}
+    )
     overhead = _p50_gap(methods["exec_lease"], methods["exec_direct"])
     return Report(
         scenario="pool",
@@ -173,9 +176,11 @@ def _exec(cfg: PoolBenchConfig, pool: SandboxPool, snapshot: Snapshot, backend: 
     return leased, local
 
 
-def _capacity(cfg: PoolBenchConfig, options: dict[str, Any]) -> dict[str, Any]:
+def _capacity(cfg: PoolBenchConfig, backend: str, options: dict[str, Any]) -> dict[str, Any]:
     n = cfg.capacity.sandboxes
-    pool = SandboxPool(PoolConfig(min_warm=0, max_warm=n, max_size=n, host_capacity=n, backend_options=options))
+    pool = SandboxPool(
+        PoolConfig(min_warm=0, max_warm=n, max_size=n, host_capacity=n, backend=backend, backend_options=options)
+    )
     try:
         snapshot = pool.add(TEMPLATE)
         time.sleep(1.0)
@@ -221,8 +226,9 @@ def _time_ms(call: Callable[[], object]) -> float:
     return (time.perf_counter_ns() - started) / 1e6
 
 
-def _backend_options(job: Job, backend: Backend) -> dict[str, Any]:
-    """The configured backend options (limits included, so leased and direct sandboxes are alike) and
-    the direct backend's store, so the pool's hosts reuse its builds."""
-    store = getattr(backend, "store", None)
-    return {**job.backend_options(), **({"store_dir": str(store.root)} if store is not None else {})}
+def _backend_options(job: Job) -> dict[str, Any]:
+    """The configured backend options (limits included, so leased and direct sandboxes are alike),
+    with process-dependent defaults (the local store) settled as the direct backend settled them, so
+    the pool's hosts reuse its builds."""
+    resolved: dict[str, Any] = backend_class(job.config.backend.name).resolve_options(job.backend_options())
+    return resolved
