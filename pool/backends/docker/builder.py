@@ -55,7 +55,6 @@ BASE_ENV = {
     "TZ": "UTC",
 }
 """The environment every exec starts from, under the base image's and the template's (as on the local backend)."""
-_MODE_DIR = 1 << 31
 
 Start = Callable[[], tuple[BaseImage, Recipe]]
 
@@ -195,11 +194,10 @@ class Builder:
             )["Id"]
         try:
             for source in step.sources:
-                response, stat = files.get_archive(api, source_container, source)
-                with response:
-                    is_dir = bool(int(stat.get("mode", 0)) & _MODE_DIR)
-                    target = step.dest if is_dir else file_target(sandbox, step, source)
-                    top = target.rstrip("/").rsplit("/", 1)[-1]
+                is_dir = files.is_folder(int(files.stat(api, source_container, source).get("mode", 0)))
+                target = step.dest if is_dir else file_target(sandbox, step, source)
+                top = target.rstrip("/").rsplit("/", 1)[-1]
+                with files.get_archive(api, source_container, source) as response:
                     archive = files.retar(response, files.top_renamed(top), mode=step.mode)
                 parent = target.rstrip("/").rsplit("/", 1)[0] or "/"
                 run_helper(api, sandbox.container_id, ["mkdirs", parent])

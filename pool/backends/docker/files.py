@@ -47,25 +47,23 @@ def read(api: Any, container: str, path: str, *, max_bytes: int | None, follow_s
         SandboxCrashedError: the container is gone.
     """
     for _ in range(_MAX_HOPS):
-        response, stat = get_archive(api, container, path)
-        try:
-            mode = int(stat.get("mode", 0))
-            if mode & _MODE_SYMLINK:
-                if not follow_symlinks:
-                    raise _error(errno.ELOOP, path, "it is a symbolic link")
-                path = str(stat.get("linkTarget") or "")
-                if not path.startswith("/"):
-                    raise _error(errno.ENOENT, path, "a dangling link")
-                continue
-            if mode & _MODE_DIR:
-                raise _error(errno.EISDIR, path)
-            if mode & _MODE_NOT_REGULAR:
-                raise _error(errno.EINVAL, path, "not a regular file")
-            if max_bytes is not None and int(stat.get("size", 0)) > max_bytes:
-                raise _error(errno.EFBIG, path, f"larger than max_bytes={max_bytes}")
-            return _only_member(response, path)
-        finally:
-            response.close()
+        found = stat(api, container, path)
+        mode = int(found.get("mode", 0))
+        if mode & _MODE_SYMLINK:
+            if not follow_symlinks:
+                raise _error(errno.ELOOP, path, "it is a symbolic link")
+            path = str(found.get("linkTarget") or "")
+            if not path.startswith("/"):
+                raise _error(errno.ENOENT, path, "a dangling link")
+            continue
+        if mode & _MODE_DIR:
+            raise _error(errno.EISDIR, path)
+        if mode & _MODE_NOT_REGULAR:
+            raise _error(errno.EINVAL, path, "not a regular file")
+        if max_bytes is not None and int(found.get("size", 0)) > max_bytes:
+            raise _error(errno.EFBIG, path, f"larger than max_bytes={max_bytes}")
+        with get_archive(api, container, path) as response:
+            return _only_member(response, path, max_bytes)
     raise _error(errno.ELOOP, path, "too many levels of symbolic links")
 
 
@@ -92,9 +90,39 @@ def write(api: Any, container: str, path: str, data: bytes, *, mode: int | None)
             raise _error(errno.ENOTDIR, path, err.decode(errors="replace").strip())
 
 
-def get_archive(api: Any, container: str, path: str) -> tuple[Any, dict[str, Any]]:
-    """The engine's streamed response holding ``path``'s archive, and the path's stat (never following a
-    final link). Close the response when done.
+def stat(api: Any, container: str, path: str) -> dict[str, Any]:
+    """What is at ``path`` (never following a final link): name, size, mode (Go's FileMode bits), linkTarget.
+
+    Raises:
+        FileOperationError: ENOENT when there is nothing at ``path``.
+        SandboxCrashedError: the container is gone.
+    """
+    try:
+        response = api.head(api._url("/containers/{0}/archive", container), params={"path": path}, timeout=api.timeout)
+        api._raise_for_status(response)
+    except Exception as exc:
+        raise _translate(exc, path, "read") from None
+    header = response.headers.get("X-Docker-Container-Path-Stat", "")
+    try:
+        found: dict[str, Any] = json.loads(base64.b64decode(header)) if header else {}
+    except ValueError:
+        found = {}
+    return found
+
+
+def is_folder(mode: int) -> bool:
+    """Whether a stat's mode is a folder's."""
+    return bool(mode & _MODE_DIR)
+
+
+def is_link(mode: int) -> bool:
+    """Whether a stat's mode is a symbolic link's."""
+    return bool(mode & _MODE_SYMLINK)
+
+
+def get_archive(api: Any, container: str, path: str) -> Any:
+    """The engine's streamed response holding ``path``'s archive (a final link is archived as a link).
+    Read it to the end, then close it: the engine holds the container's mounts while it streams.
 
     Raises:
         FileOperationError: ENOENT when there is nothing at ``path``.
@@ -106,12 +134,7 @@ def get_archive(api: Any, container: str, path: str) -> tuple[Any, dict[str, Any
         api._raise_for_status(response)
     except Exception as exc:
         raise _translate(exc, path, "read") from None
-    header = response.headers.get("X-Docker-Container-Path-Stat", "")
-    try:
-        stat: dict[str, Any] = json.loads(base64.b64decode(header)) if header else {}
-    except ValueError:
-        stat = {}
-    return response, stat
+    return response
 
 
 def put_archive(api: Any, container: str, folder: str, archive: Any) -> None:
@@ -130,14 +153,18 @@ def put_archive(api: Any, container: str, folder: str, archive: Any) -> None:
         raise _translate(exc, posixpath.join(folder, "…"), "write") from None
 
 
-def _only_member(response: Any, path: str) -> bytes:
+def _only_member(response: Any, path: str, max_bytes: int | None) -> bytes:
+    data: bytes | None = None
     with tarfile.open(fileobj=RawStream(response.iter_content(1 << 16)), mode="r|") as tar:
-        for member in tar:
-            extracted = tar.extractfile(member) if member.isfile() else None
-            if extracted is None:
-                break
-            return extracted.read()
-    raise _error(errno.EINVAL, path, "not a regular file")
+        for member in tar:  # read to the end: the engine streams the whole archive
+            extracted = tar.extractfile(member) if member.isfile() and data is None else None
+            if extracted is not None:
+                data = extracted.read()
+    if data is None:
+        raise _error(errno.EINVAL, path, "not a regular file")
+    if max_bytes is not None and len(data) > max_bytes:  # it grew since the stat
+        raise _error(errno.EFBIG, path, f"larger than max_bytes={max_bytes}")
+    return data
 
 
 def _one_file(name: str, data: bytes, mode: int) -> bytes:

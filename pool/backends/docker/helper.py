@@ -114,10 +114,8 @@ def _volume_holds_helper(client: Any, volume: str, image: str) -> bool:
         labels={"snapgym.role": "helper-check"},
     )["Id"]
     try:
-        # only the stat header is needed; the response is closed before the container is removed
-        # (the engine keeps the container's mounts while an archive is being read)
-        with docker._get(docker._url("/containers/{0}/archive", container), params={"path": PATH}, stream=True) as r:
-            return r.status_code == 200 and bool(r.headers.get("X-Docker-Container-Path-Stat"))
+        response = docker.head(docker._url("/containers/{0}/archive", container), params={"path": PATH}, timeout=30)
+        return response.status_code == 200 and bool(response.headers.get("X-Docker-Container-Path-Stat"))
     finally:
         docker.remove_container(container, force=True)
 

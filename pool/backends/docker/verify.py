@@ -54,8 +54,6 @@ SHARED_NOTE = (
     "file while the tests run (/tests and the reward folder included), change the outputs (not frozen) and "
     "signal or trace the verifier's processes; use strict verification for untrusted agents"
 )
-_MODE_SYMLINK = 1 << 27
-_MODE_DIR = 1 << 31
 
 
 def strict(
@@ -146,19 +144,17 @@ class KnownGoodHooks:
         try:
             with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as out:
                 for path in (*SHARED_HOOKS, *TOP_LINKS):
-                    response, stat = _maybe_archive(api, container, path)
-                    if response is None:
+                    mode = _mode(api, container, path)
+                    if mode is None or (path in TOP_LINKS and not files.is_link(mode)):
                         continue
-                    with response:
-                        is_link = bool(int(stat.get("mode", 0)) & _MODE_SYMLINK)
-                        if path in TOP_LINKS:
-                            if not is_link:
-                                continue
-                            top_links.append(path)
-                        parent = posixpath.dirname(path).lstrip("/")
-                        with files.retar(response, files.prefixed(parent)) as part:
-                            _append(out, part)
-                        found += 1
+                    if path in TOP_LINKS:
+                        top_links.append(path)
+                    parent = posixpath.dirname(path).lstrip("/")
+                    with files.get_archive(api, container, path) as response:
+                        part = files.retar(response, files.prefixed(parent))
+                    with part:
+                        _append(out, part)
+                    found += 1
         finally:
             with engine_errors("removing a container"):
                 api.remove_container(container, force=True)
@@ -207,22 +203,16 @@ def _outermost(paths: Sequence[str]) -> tuple[str, ...]:
 
 def _copy_folder(api: Any, source: str, dest: str, path: str) -> bool:
     """Copy the folder at ``path`` from one container into the other's (emptied) one; False when not a folder."""
-    response, stat = _maybe_archive(api, source, path)
-    if response is None:
+    if not _is_folder(api, source, path):
         return False
-    with response:
-        if not int(stat.get("mode", 0)) & _MODE_DIR:
-            return False
+    with files.get_archive(api, source, path) as response:
         files.put_archive(api, dest, posixpath.dirname(path), response.iter_content(1 << 16))
     return True
 
 
 def _is_folder(api: Any, container: str, path: str) -> bool:
-    response, stat = _maybe_archive(api, container, path)
-    if response is None:
-        return False
-    response.close()
-    return bool(int(stat.get("mode", 0)) & _MODE_DIR)
+    mode = _mode(api, container, path)
+    return mode is not None and files.is_folder(mode)
 
 
 def _put_tests(api: Any, container: str, plan: VerificationPlan) -> None:
@@ -246,12 +236,13 @@ def _put_tests(api: Any, container: str, plan: VerificationPlan) -> None:
         files.put_archive(api, container, posixpath.dirname(plan.tests_path), archive)
 
 
-def _maybe_archive(api: Any, container: str, path: str) -> tuple[Any, dict[str, Any]]:
+def _mode(api: Any, container: str, path: str) -> int | None:
+    """The mode bits at ``path`` (a final link not followed), None when nothing is there."""
     try:
-        return files.get_archive(api, container, path)
+        return int(files.stat(api, container, path).get("mode", 0))
     except FileOperationError as exc:
         if exc.errno == errno.ENOENT:
-            return None, {}
+            return None
         raise
 
 
