@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -238,6 +239,32 @@ def test_a_rootfs_tarball_is_a_base(docker_backend: DockerBackend, tarball: Path
     with docker_backend.create(snap) as sandbox:
         r = sandbox.exec("cat /data /etc/os-release; id -u; ls /usr/bin/python3 2>&1")
         assert r.stdout.startswith("built\nID=snapgym-docker-test\n0\n") and "No such file" in r.stdout
+
+
+def test_image_archives_are_bases(docker_backend: DockerBackend, tarball: Path, tmp_path: Path) -> None:
+    """``docker-archive:`` is loaded by the engine, ``oci-archive:`` copied in by skopeo."""
+    image_id = docker_backend.bases.get(str(tarball)).image_id
+    saved = tmp_path / "saved.tar"
+    with saved.open("wb") as f:
+        for chunk in docker_backend.api.get_image(image_id):
+            f.write(chunk)
+    bases = [f"docker-archive:{saved}"]
+    if shutil.which("skopeo"):
+        oci = tmp_path / "oci.tar"
+        subprocess.run(["skopeo", "copy", f"docker-archive:{saved}", f"oci-archive:{oci}:tiny"], check=True)
+        bases.append(f"oci-archive:{oci}:tiny")
+    for index, base in enumerate(bases):
+        snap = docker_backend.build(Template(name=f"docker-tests-archive-{index}", base=base, workdir="/"))
+        with docker_backend.create(snap) as sandbox:
+            assert sandbox.exec("cat /etc/os-release").stdout == "ID=snapgym-docker-test\n", base
+
+
+def test_a_disk_limit_the_engine_cannot_enforce_is_refused_at_once() -> None:
+    try:
+        with backend(disk_limit_mb=64) as made:
+            assert made.capabilities is not None  # this engine has overlay2 on xfs with pquota
+    except ConfigError as exc:
+        assert "disk_limit_mb=None" in str(exc)
 
 
 def test_a_dockerfile_is_built_by_the_engines_builder(

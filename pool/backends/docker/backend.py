@@ -129,8 +129,10 @@ class DockerBackend:
                 raise BackendError(reason)
             self.engine = engine.EngineInfo.read(self.client)
             self.containers = Containers(
-                self.client, helper_volume=helper.ensure_volume(self.client, prefix=self._volume_prefix())
+                self.client, helper_volume=helper.ensure_volume(self.client, prefix=image_prefix)
             )
+            if disk_limit_mb:
+                self.containers.check_disk_limit(helper.image_name(image_prefix), disk_limit_mb)
         except BaseException:
             self.client.close()
             raise
@@ -400,9 +402,6 @@ class DockerBackend:
             pids=self.pids_limit,
             disk_mb=self.disk_limit_mb,
         )
-
-    def _volume_prefix(self) -> str:
-        return self.image_prefix.replace("/", "-")
 
     def _check_open(self) -> None:
         if self._closed:

@@ -65,7 +65,7 @@ class Spec:
 class Containers:
     """Makes, kills and removes containers; a few background threads do the slow parts."""
 
-    def __init__(self, client: Any, *, helper_volume: str, workers: int = 4) -> None:
+    def __init__(self, client: Any, *, helper_volume: str, workers: int = 8) -> None:
         self._api = client.api
         self._volume = helper_volume
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapgym-docker")
@@ -127,6 +127,26 @@ class Containers:
             raise
         return str(container)
 
+    def check_disk_limit(self, image: str, disk_mb: int) -> None:
+        """Refuse a disk limit the engine cannot enforce, now rather than at the first sandbox.
+
+        Raises:
+            ConfigError: the engine's storage driver cannot limit a container's disk.
+        """
+        api = self._api
+        limits = Limits(memory_mb=None, cpus=None, pids=None, disk_mb=disk_mb)
+        with engine_errors("checking that the engine can limit a sandbox's disk"):
+            try:
+                container = api.create_container(
+                    image,
+                    command=[helper.PATH, "init"],
+                    host_config=api.create_host_config(storage_opt={"size": f"{disk_mb}M"}, network_mode="none"),
+                )["Id"]
+            except Exception as exc:
+                _refuse_limits(exc, limits)
+                raise
+        self.remove_now(container)
+
     def kill(self, container: str) -> None:
         """Kill every process of a container now (its init, and with it its PID namespace)."""
         with contextlib.suppress(Exception):
@@ -177,7 +197,7 @@ def _refuse_limits(exc: BaseException, limits: Limits) -> None:
     if "storage-opt" in text or "storage opt" in text.lower():
         raise ConfigError(
             f"the Docker engine cannot limit a sandbox's disk to {limits.disk_mb} MiB ({text}); use overlay2 "
-            "on xfs mounted with pquota, or set disk_limit_mb=None (and no [environment] storage)"
+            "on xfs mounted with pquota, or set disk_limit_mb=None"
         ) from None
     if "memory" in text.lower() and "minimum" in text.lower():
         raise ConfigError(f"the Docker engine refuses the memory limit {limits.memory_mb} MiB: {text}") from None

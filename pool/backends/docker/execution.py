@@ -246,14 +246,15 @@ def _docker_frames(sock: socket.socket, deadline: float | None, outcome: Outcome
     """Docker's multiplexed stream: (stream number, payload) until EOF or the deadline."""
     buffer = b""
     while True:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                outcome.host_deadline_hit = True
-                return
-            ready, _, _ = select.select([sock], [], [], left)
-            if not ready:
-                continue
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            outcome.host_deadline_hit = True
+            return
+        # select, never a blocking recv: the socket carries the client's request timeout, and a
+        # command without a timeout may stay silent longer than that
+        ready, _, _ = select.select([sock], [], [], left)
+        if not ready:
+            continue
         chunk = sock.recv(_READ_SIZE)
         if not chunk:
             return

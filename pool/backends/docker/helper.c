@@ -115,7 +115,7 @@ static int parent_of(const char *pid) {
     char state;
     int ppid;
     if (!rp || sscanf(rp + 2, "%c %d", &state, &ppid) != 2) return -1;
-    return ppid;
+    return state == 'Z' || state == 'X' ? -1 : ppid; /* a zombie is dead already: only its parent can reap it */
 }
 
 /* Every descendant of root, through the parent links in /proc. */

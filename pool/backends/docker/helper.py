@@ -20,6 +20,7 @@ too. Compiling needs a C compiler with a static C library on this machine.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -79,6 +80,11 @@ def compile_helper(dest: Path) -> None:
         )
 
 
+def image_name(prefix: str) -> str:
+    """The engine's image that holds this version of the helper (and fills new volumes)."""
+    return f"{prefix}/helper:{tag()}"
+
+
 def ensure_volume(client: Any, *, prefix: str) -> str:
     """The name of the engine's volume holding this version of the helper, made if missing.
 
@@ -87,8 +93,8 @@ def ensure_volume(client: Any, *, prefix: str) -> str:
         BackendError: the engine refused to make the volume.
     """
     version = tag()
-    name = f"{prefix}-helper-{version}"
-    image = f"{prefix}/helper:{version}"
+    name = f"{prefix.replace('/', '-')}-helper-{version}"
+    image = image_name(prefix)
     with _LOCK, engine_errors("installing snapgym's helper in the Docker engine"):
         if _volume_holds_helper(client, name, image):
             return name
@@ -97,7 +103,23 @@ def ensure_volume(client: Any, *, prefix: str) -> str:
             raise BackendError(
                 f"the Docker volume {name} does not hold snapgym's helper; remove it (docker volume rm {name})"
             )
+        _remove_older(client, name, image)
     return name
+
+
+def _remove_older(client: Any, volume: str, image: str) -> None:
+    """Remove the volumes and images of earlier helper versions of this prefix (those in use stay)."""
+    api = client.api
+    stem, repository = volume.rsplit("-", 1)[0] + "-", image.rsplit(":", 1)[0]
+    for found in (api.volumes(filters={"name": stem}) or {}).get("Volumes") or ():
+        if found["Name"].startswith(stem) and found["Name"] != volume:
+            with contextlib.suppress(Exception):
+                api.remove_volume(found["Name"])
+    for found in api.images(name=repository):
+        for tag in found.get("RepoTags") or ():
+            if tag != image:
+                with contextlib.suppress(Exception):
+                    api.remove_image(tag)
 
 
 def _volume_holds_helper(client: Any, volume: str, image: str) -> bool:
