@@ -29,17 +29,17 @@ import re
 import secrets
 import shutil
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from pool.backends.docker import catalog, engine, helper, reaper, verify
 from pool.backends.docker.bases import Bases
 from pool.backends.docker.builder import Builder
+from pool.backends.docker.capabilities import declared
 from pool.backends.docker.catalog import ROLE, SANDBOX, SNAPSHOT
 from pool.backends.docker.containers import Containers, Limits, Spec
 from pool.backends.docker.sandbox import DockerSandbox
-from pool.capabilities import Capabilities, Enforcement
+from pool.capabilities import Capabilities
 from pool.errors import (
     BackendError,
     ConfigError,
@@ -173,33 +173,8 @@ class DockerBackend:
 
     @property
     def capabilities(self) -> Capabilities:
-        """What the engine enforces (read from ``docker info`` when the backend started)."""
-        info = self.engine
-        cgroup, none = Enforcement.CGROUP, Enforcement.NONE
-        isolation = ["mount", "pid", "network", "ipc", "uts", "cgroup-limits", "no-new-privileges"]
-        if "userns" in info.security or "rootless" in info.security:
-            isolation.insert(0, "user")
-        isolation += [name for name in ("seccomp", "apparmor", "selinux") if name in info.security]
-        return Capabilities(
-            in_place_restore=False,
-            memory_snapshot=False,
-            fork=True,
-            gpu=False,
-            egress_control="loopback-only",
-            limits={
-                "memory": cgroup if info.memory_limit else none,
-                "pids": cgroup if info.pids_limit else none,
-                "cpu": cgroup if info.cpu_limit and self.cpus else none,
-                "disk": none,
-            },
-            isolation=tuple(isolation),
-            rootless="rootless" in info.security,
-            verification=("strict", "shared"),
-            verifier_isolation="none",
-            sandbox_location="node",
-            snapshot_location="node",
-            bases=("host", "rootfs", "image", "dockerfile"),
-        )
+        """What the engine enforces, read from ``docker info`` when the backend started (see :mod:`.capabilities`)."""
+        return declared(self.engine, cpus=self.cpus)
 
     @property
     def health(self) -> str | None:
@@ -343,14 +318,7 @@ class DockerBackend:
 
     def find_snapshot(self, snapshot_id: str) -> Snapshot | None:
         """The snapshot tagged ``<prefix>/snapshot:<id>``, or None."""
-        tag = catalog.snapshot_tag(self.image_prefix, snapshot_id)
-        try:
-            attrs = self.api.inspect_image(tag)
-        except Exception as exc:
-            if engine.status_code(exc) == 404:
-                return None
-            raise engine.translate(exc, f"looking up snapshot {snapshot_id}") from None
-        return catalog.from_image(attrs, snapshot_id)
+        return catalog.find(self.api, self.image_prefix, snapshot_id)
 
     def get_snapshot(self, snapshot_id: str) -> Snapshot:
         """A template's snapshot by id.
@@ -364,29 +332,13 @@ class DockerBackend:
         return found
 
     def checkpoint(self, sandbox: DockerSandbox, container: str) -> Snapshot:
-        """Commit a sandbox's container (paused meanwhile) into a checkpoint image."""
-        parent = sandbox.start_snapshot
-        conf = {"Labels": {OWNER: self.owner, ROLE: "checkpoint", SANDBOX: ""}}
-        with engine.engine_errors(f"taking a snapshot of sandbox {sandbox.id}"):
-            image_id = str(self.api.commit(container, conf=conf, pause=True)["Id"])
-            snapshot_id = image_id.removeprefix("sha256:")[:32]
-            repository, tag = catalog.checkpoint_tag(self.image_prefix, snapshot_id).rsplit(":", 1)
-            self.api.tag(image_id, repository, tag)
-            attrs = self.api.inspect_image(image_id)
-        with self._lock:
-            self._checkpoints.add(image_id)
-        return Snapshot(
-            id=snapshot_id,
-            backend=self.name,
-            base=parent.base,
-            env=dict(parent.env),
-            workdir=parent.workdir,
-            template=parent.template,
-            parent=parent.id,
-            created_at=time.time(),
-            resources=parent.resources,
-            **{k: v for k, v in catalog.image_fields(attrs).items() if k != "backend"},
+        """Commit a sandbox's container (paused meanwhile) into a checkpoint image of this backend."""
+        snapshot = catalog.checkpoint(
+            self.api, container, prefix=self.image_prefix, owner=self.owner, parent=sandbox.start_snapshot
         )
+        with self._lock:
+            self._checkpoints.add(snapshot.digest)
+        return snapshot
 
     def forget(self, sandbox: DockerSandbox) -> None:
         """A sandbox was closed."""

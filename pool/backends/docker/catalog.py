@@ -22,10 +22,13 @@ host's package fingerprint, as on the local backend).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
+from pool.backends.docker.engine import engine_errors, status_code, translate
 from pool.errors import SnapshotError
+from pool.labels import OWNER
 from pool.snapshots import Snapshot
 
 BACKEND = "docker"
@@ -94,3 +97,40 @@ def image_fields(attrs: Mapping[str, Any]) -> dict[str, Any]:
         "layers": tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
         "backend": BACKEND,
     }
+
+
+def find(api: Any, prefix: str, snapshot_id: str) -> Snapshot | None:
+    """The template snapshot tagged ``<prefix>/snapshot:<id>``, or None.
+
+    Raises:
+        SnapshotError: the tagged image is not snapgym's, or its record is corrupt.
+    """
+    try:
+        attrs = api.inspect_image(snapshot_tag(prefix, snapshot_id))
+    except Exception as exc:
+        if status_code(exc) == 404:
+            return None
+        raise translate(exc, f"looking up snapshot {snapshot_id}") from None
+    return from_image(attrs, snapshot_id)
+
+
+def checkpoint(api: Any, container: str, *, prefix: str, owner: str, parent: Snapshot) -> Snapshot:
+    """Commit a container (paused meanwhile) into ``<prefix>/checkpoint:<id>``, owned by ``owner``."""
+    conf = {"Labels": {OWNER: owner, ROLE: "checkpoint", SANDBOX: ""}}
+    with engine_errors("taking a snapshot of a sandbox"):
+        image_id = str(api.commit(container, conf=conf, pause=True)["Id"])
+        snapshot_id = image_id.removeprefix("sha256:")[:32]
+        repository, tag = checkpoint_tag(prefix, snapshot_id).rsplit(":", 1)
+        api.tag(image_id, repository, tag)
+        attrs = api.inspect_image(image_id)
+    return Snapshot(
+        id=snapshot_id,
+        base=parent.base,
+        env=dict(parent.env),
+        workdir=parent.workdir,
+        template=parent.template,
+        parent=parent.id,
+        created_at=time.time(),
+        resources=parent.resources,
+        **image_fields(attrs),
+    )

@@ -1,0 +1,57 @@
+"""What the Docker backend declares, and why each value is true of it.
+
+- ``in_place_restore=False``: restore hands the sandbox another container (see
+  :mod:`.sandbox`); ``memory_snapshot=False``: a commit keeps files, not processes.
+- ``fork=True``: n containers of one image start concurrently, sharing its layers.
+- ``egress_control="loopback-only"``: every sandbox container has
+  ``network_mode=none`` (its own network namespace with only ``lo``); only a
+  template's build steps may get the engine's bridge.
+- ``limits``: memory, PIDs and (when ``cpus`` is set) CPU are cgroup limits the
+  engine sets, when ``docker info`` says its kernel supports them; disk is not
+  limited (a task's ``storage_mb`` is not applied; ``disk_limit_mb`` needs
+  overlay2 on xfs with pquota, and this enum has no value for a quota yet).
+- ``isolation``: the namespaces every container gets (mount, PID, network, IPC,
+  UTS), cgroup limits and no-new-privileges; "user" only when the engine remaps
+  user namespaces (``dockerd --userns-remap``) or runs rootless, since otherwise
+  the container's root *is* host root (with Docker's reduced capabilities);
+  seccomp, AppArmor or SELinux when ``docker info`` lists them.
+- ``rootless``: the engine itself runs without root.
+- ``verifier_isolation="none"``: a shared verifier runs in the agent's container,
+  where the agent's processes can signal, trace and write under it.
+- ``sandbox_location`` and ``snapshot_location`` are "node": the engine is this
+  machine's (or the one ``base_url`` names), and images are built per engine.
+"""
+
+from __future__ import annotations
+
+from pool.backends.docker.engine import EngineInfo
+from pool.capabilities import Capabilities, Enforcement
+
+
+def declared(info: EngineInfo, *, cpus: float | None) -> Capabilities:
+    """The capabilities of a backend on the engine ``info`` describes."""
+    cgroup, none = Enforcement.CGROUP, Enforcement.NONE
+    isolation = ["mount", "pid", "network", "ipc", "uts", "cgroup-limits", "no-new-privileges"]
+    if "userns" in info.security or "rootless" in info.security:
+        isolation.insert(0, "user")
+    isolation += [name for name in ("seccomp", "apparmor", "selinux") if name in info.security]
+    return Capabilities(
+        in_place_restore=False,
+        memory_snapshot=False,
+        fork=True,
+        gpu=False,
+        egress_control="loopback-only",
+        limits={
+            "memory": cgroup if info.memory_limit else none,
+            "pids": cgroup if info.pids_limit else none,
+            "cpu": cgroup if info.cpu_limit and cpus else none,
+            "disk": none,
+        },
+        isolation=tuple(isolation),
+        rootless="rootless" in info.security,
+        verification=("strict", "shared"),
+        verifier_isolation="none",
+        sandbox_location="node",
+        snapshot_location="node",
+        bases=("host", "rootfs", "image", "dockerfile"),
+    )
