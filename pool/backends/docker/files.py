@@ -80,7 +80,7 @@ def write(api: Any, container: str, path: str, data: bytes, *, mode: int | None)
     archive = _one_file(name, data, 0o644 if mode is None else mode)
     for attempt in range(2):
         try:
-            put_archive(api, container, parent, archive)
+            put_archive(api, container, parent, archive, shown=path)
             return
         except FileOperationError as exc:
             if exc.errno != errno.ENOENT or attempt:
@@ -137,9 +137,9 @@ def get_archive(api: Any, container: str, path: str) -> Any:
     return response
 
 
-def put_archive(api: Any, container: str, folder: str, archive: Any) -> None:
+def put_archive(api: Any, container: str, folder: str, archive: Any, *, shown: str | None = None) -> None:
     """Unpack an archive (bytes, a file, or an iterator of chunks) into ``folder``, never putting a file
-    where a folder is.
+    where a folder is (``shown``: the path errors name, default the folder).
 
     Raises:
         FileOperationError: the folder is missing (ENOENT), read-only, or the engine refused.
@@ -150,7 +150,7 @@ def put_archive(api: Any, container: str, folder: str, archive: Any) -> None:
         response = api._put(url, params={"path": folder, "noOverwriteDirNonDir": "true"}, data=archive)
         api._raise_for_status(response)
     except Exception as exc:
-        raise _translate(exc, posixpath.join(folder, "…"), "write") from None
+        raise _translate(exc, shown or folder, "write") from None
 
 
 def _only_member(response: Any, path: str, max_bytes: int | None) -> bytes:
