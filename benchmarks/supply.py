@@ -33,7 +33,7 @@ import gymnasium as gym
 
 from benchmarks.schemas import PoolKind
 from envs.tasks import Task
-from pool import Backend, PoolConfig
+from pool import Backend, Capabilities, PoolConfig
 from pool.errors import PoolError
 from pool.snapshots import Snapshot
 from pool.templates import Template
@@ -109,6 +109,14 @@ class SandboxSupply:
         with self._lock:
             source = {"pool": self.pool} if self.pool is not None else {"backend": self.backend}
         return gym.make(env_id, task=task, disable_env_checker=True, **source, **options)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the run's backend does (the pool's backend for ``ray``)."""
+        with self._lock:
+            source = self.pool if self.pool is not None else self.backend
+        capabilities: Capabilities = source.capabilities
+        return capabilities
 
     def check_health(self) -> str | None:
         """None when the supply can give sandboxes now; otherwise why not (see the module docstring)."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pool import raycalls
+from pool.capabilities import Capabilities
 from pool.errors import (
     AcquireTimeoutError,
     CrashLoopError,
@@ -270,6 +271,16 @@ class PoolManager:
                 lost = ", ".join(sorted({h.node_id[:8] for h in self._hosts.values()}))
                 return f"no live sandbox host (the hosts on node(s) {lost} died and none has replaced them yet)"
         return None
+
+    def capabilities(self) -> Capabilities:
+        """The capabilities of the hosts' backend (every host runs the same backend and options)."""
+        import ray
+
+        hosts = self._alive_hosts()
+        if not hosts:
+            raise PoolError(self.health() or "no live sandbox host")
+        capabilities: Capabilities = ray.get(hosts[0].handle.capabilities.remote(), timeout=120)
+        return capabilities
 
     def host_info(self, host_id: str) -> tuple[Any, str | None]:
         """The actor handle and fast-path socket of a host, for clients to cache."""

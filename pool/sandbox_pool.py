@@ -27,6 +27,7 @@ from typing import Any
 
 from pool import raycalls
 from pool.backends import backend_factory as make_backend_factory
+from pool.capabilities import Capabilities
 from pool.errors import ConfigError, PoolClosedError
 from pool.fastpath import FastPathClient, reachable
 from pool.host import BackendFactory
@@ -88,6 +89,7 @@ class SandboxPool:
         self._snapshots: dict[str, Snapshot] = {}
         self._added: dict[str, Snapshot] = {}
         self._manager_fast = FastPathClient(self._fastpath_path) if reachable(self._fastpath_path) else None
+        self._capabilities: Capabilities | None = None
 
     @classmethod
     def _attach(cls, manager: Any, config: PoolConfig, fastpath_path: str) -> SandboxPool:
@@ -165,6 +167,14 @@ class SandboxPool:
         self._check_open()
         reason: str | None = self._manager_get(self._manager.health.remote(), timeout_s=timeout_s)
         return reason
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the pool's backend does (asked of a host once, then kept)."""
+        self._check_open()
+        if self._capabilities is None:
+            self._capabilities = self._manager_get(self._manager.capabilities.remote())
+        return self._capabilities
 
     def machine_memory(self) -> dict[str, int]:
         """Bytes of memory in use on each machine that hosts the pool's sandboxes (by kernel boot id)."""

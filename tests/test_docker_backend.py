@@ -80,7 +80,7 @@ def test_capabilities_say_what_the_engine_does(docker_backend: DockerBackend) ->
     caps = docker_backend.capabilities
     assert (caps.in_place_restore, caps.memory_snapshot, caps.fork, caps.gpu) == (False, False, True, False)
     assert caps.egress_control == "loopback-only" and caps.verifier_isolation == "none"
-    assert caps.verification == ("strict", "shared") and caps.bases == ("host", "rootfs", "image", "dockerfile")
+    assert caps.verification == ("strict",) and caps.bases == ("host", "rootfs", "image", "dockerfile")
     assert caps.limits["memory"].value == "cgroup" and caps.limits["disk"].value == "none"
     userns = "userns" in docker_backend.engine.security
     assert ("user" in caps.isolation) == userns
@@ -218,18 +218,30 @@ def test_strict_verification_sees_only_the_outputs(sandbox: DockerSandbox, snap:
     assert r.stdout == "given\nout\nclean\n0\n", r
 
 
-def test_shared_verification_keeps_the_agent_and_refreshes_tests_and_reward(
+def test_shared_verification_is_refused_unless_asked_for(
     sandbox: DockerSandbox, snap: Snapshot, tmp_path: Path
 ) -> None:
+    """A shared verifier in the agent's container can be beaten by the agent's live processes: off by default."""
     (tmp_path / "test.sh").write_text("echo real\n")
-    sandbox.exec(
-        "mkdir -p /tests /logs/verifier && echo fake > /tests/test.sh && echo 1 > /logs/verifier/reward.txt"
-        " && (setsid sleep 1000 >/dev/null 2>&1 &)"
-    )
-    report = sandbox.begin_verification(VerificationPlan(VerifyMode.SHARED, tmp_path, known_good=snap))
-    assert report.notes and "strict" in report.notes[0]  # what does not hold is said
-    r = sandbox.exec("cat /tests/test.sh; ls -A /logs/verifier; pgrep -c sleep")
-    assert r.stdout == "echo real\n1\n"
+    with pytest.raises(ConfigError, match="shared_verification=True"):
+        sandbox.begin_verification(VerificationPlan(VerifyMode.SHARED, tmp_path, known_good=snap))
+    assert sandbox.exec("echo still the agents").ok
+
+
+def test_shared_verification_keeps_the_agent_and_refreshes_tests_and_reward(tmp_path: Path) -> None:
+    (tmp_path / "test.sh").write_text("echo real\n")
+    with backend(shared_verification=True) as shared:
+        assert shared.capabilities.verification == ("strict", "shared")
+        snap = shared.build(WORKSPACE)
+        with shared.create(snap) as sandbox:
+            sandbox.exec(
+                "mkdir -p /tests /logs/verifier && echo fake > /tests/test.sh && echo 1 > /logs/verifier/reward.txt"
+                " && (setsid sleep 1000 >/dev/null 2>&1 &)"
+            )
+            report = sandbox.begin_verification(VerificationPlan(VerifyMode.SHARED, tmp_path, known_good=snap))
+            assert report.notes and "strict" in report.notes[0]  # what does not hold is said
+            r = sandbox.exec("cat /tests/test.sh; ls -A /logs/verifier; pgrep -c sleep")
+            assert r.stdout == "echo real\n1\n"
 
 
 def test_a_rootfs_tarball_is_a_base(docker_backend: DockerBackend, tarball: Path) -> None:

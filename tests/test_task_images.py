@@ -49,9 +49,24 @@ class TaskImages:
     registry: str
 
 
+def _build_network_address() -> str:
+    """Where build steps on every backend reach a server of the test: the Docker bridge's gateway
+    when an engine runs (its builds use the bridge network: with userns-remap they cannot use the
+    host's), else 127.0.0.1 (the local backend's builds use the host's network)."""
+    if available_backends()["docker"] is not None:
+        return "127.0.0.1"
+    import docker
+
+    client = docker.from_env()
+    try:
+        return str(client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"])
+    finally:
+        client.close()
+
+
 @pytest.fixture(scope="module")
 def apt_repository(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A flat apt repository holding one package, served over HTTP on 127.0.0.1."""
+    """A flat apt repository holding one package, served over HTTP where every backend's builds reach it."""
     folder = tmp_path_factory.mktemp("apt")
     root = folder / "pkg"
     (root / "DEBIAN").mkdir(parents=True)
@@ -69,13 +84,13 @@ def apt_repository(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                    check=True, capture_output=True)  # fmt: skip
     index = subprocess.run(["dpkg-scanpackages", "."], cwd=repo, check=True, capture_output=True, text=True).stdout
     (repo / "Packages").write_text(index)
-    port = free_port()
+    port, address = free_port(), _build_network_address()
     server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(repo)],
+        [sys.executable, "-m", "http.server", str(port), "--bind", address, "--directory", str(repo)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{address}:{port}"
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,9 @@ from benchmarks.schemas import PoolKind
 from benchmarks.suites import Suite, image_sources, select_tasks
 from benchmarks.supply import SandboxSupply
 from envs.tasks import Task
-from pool.errors import SnapgymError
+from pool.errors import ConfigError, SnapgymError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -93,6 +96,11 @@ def evaluate(
     """Play the plan into ``run_dir``'s ledger and write its reports (also used by throughput)."""
     settings = eval_settings(config)
     supply = open_supply(job, config)
+    tasks, unverifiable = _verifiable(tasks, settings.verification, supply.capabilities.verification, supply.name)
+    skipped = {**(skipped or {}), **unverifiable}
+    if not tasks:
+        supply.close()
+        raise ConfigError(f"no task can be verified on this backend: {unverifiable}")
     ledger = Ledger.open(run_dir, fsync=config.ledger_fsync)
     scheduled = len(plan_episodes(tasks, settings.episodes_per_task, settings.seed))
     final = sum(1 for r in ledger.state.results.values() if r["outcome"] != INFRA_ERROR)  # infra errors run again
@@ -176,6 +184,23 @@ def eval_settings(config: DictConfig) -> EvalSettings:
         outage_timeout_s=config.outage_timeout_s,
         outage_backoff_max_s=config.outage_backoff_max_s,
     )
+
+
+def _verifiable(
+    tasks: list[Task], override: str | None, modes: tuple[str, ...], backend: str
+) -> tuple[list[Task], dict[str, str]]:
+    """The tasks whose verification mode the backend has, and why each other one is skipped."""
+    kept, skipped = [], {}
+    for task in tasks:
+        mode = override or task.verification.value
+        if mode in modes:
+            kept.append(task)
+        else:
+            skipped[task.id] = (
+                f"needs {mode} verification, which the {backend} backend does not offer ({', '.join(modes)} only)"
+            )
+            log.warning("skipping task %s: %s", task.id, skipped[task.id])
+    return kept, skipped
 
 
 def _verification(config: DictConfig) -> str | None:

@@ -78,6 +78,9 @@ class DockerBackend:
             engine has it or can pull it, instead of building the Dockerfile.
         api_timeout_s: how long one request to the engine may take (a commit of a large
             sandbox is one request).
+        shared_verification: offer shared verification, in the agent's container (Harbor's
+            way): a process the agent leaves running can forge the reward there, so it is off
+            unless asked for (see :mod:`.capabilities`).
     """
 
     name = "docker"
@@ -97,6 +100,7 @@ class DockerBackend:
         image_prefix: str = "snapgym",
         prefer_prebuilt: bool = True,
         api_timeout_s: float = 600.0,
+        shared_verification: bool = False,
     ) -> None:
         _check_positive(
             memory_limit_mb=memory_limit_mb,
@@ -122,6 +126,7 @@ class DockerBackend:
         self.prewarm = prewarm
         self.image_prefix = image_prefix
         self.prefer_prebuilt = prefer_prebuilt
+        self.shared_verification = shared_verification
         self.owner = new_owner()
         self.client = engine.connect(self.base_url, tls_cert_dir=tls_cert_dir, timeout_s=api_timeout_s)
         try:
@@ -174,7 +179,7 @@ class DockerBackend:
     @property
     def capabilities(self) -> Capabilities:
         """What the engine enforces, read from ``docker info`` when the backend started (see :mod:`.capabilities`)."""
-        return declared(self.engine, cpus=self.cpus)
+        return declared(self.engine, shared_verification=self.shared_verification)
 
     @property
     def health(self) -> str | None:

@@ -100,9 +100,8 @@ class Builder:
 
             def built() -> tuple[BaseImage, Recipe]:
                 assert build is not None
-                image = dockerbuild.build_image(
-                    backend.client, build, engine_plan, network=template.network, name=template.name
-                )
+                # RUN steps get the build's network, as on every backend (and in docker build).
+                image = dockerbuild.build_image(backend.client, build, engine_plan, network=True, name=template.name)
                 env = {"PATH": DEFAULT_PATH, **image.env, **template.env}
                 recipe = Recipe(
                     base=engine_plan.first_image,
@@ -110,7 +109,7 @@ class Builder:
                     env=env,
                     workdir=template.workdir or image.workdir or "/",
                     healthcheck=template.healthcheck,
-                    network=template.network,
+                    network=template.network or bool(template.setup),  # the setup steps act as more RUN steps
                 )
                 return image, recipe
 

@@ -6,8 +6,8 @@
 - ``egress_control="loopback-only"``: every sandbox container has
   ``network_mode=none`` (its own network namespace with only ``lo``); only a
   template's build steps may get the engine's bridge.
-- ``limits``: memory, PIDs and (when ``cpus`` is set) CPU are cgroup limits the
-  engine sets, when ``docker info`` says its kernel supports them; disk is not
+- ``limits``: memory, PIDs and CPU (the backend's ``cpus`` or a task's) are cgroup
+  limits the engine sets, when ``docker info`` says its kernel supports them; disk is not
   limited (a task's ``storage_mb`` is not applied; ``disk_limit_mb`` needs
   overlay2 on xfs with pquota, and this enum has no value for a quota yet).
 - ``isolation``: the namespaces every container gets (mount, PID, network, IPC,
@@ -16,8 +16,12 @@
   the container's root *is* host root (with Docker's reduced capabilities);
   seccomp, AppArmor or SELinux when ``docker info`` lists them.
 - ``rootless``: the engine itself runs without root.
-- ``verifier_isolation="none"``: a shared verifier runs in the agent's container,
-  where the agent's processes can signal, trace and write under it.
+- ``verification``: strict only, unless ``shared_verification=True``. A shared
+  verifier runs in the agent's container, where the agent's processes can
+  signal, trace and write under it (``verifier_isolation="none"``): ten attacks
+  of the catalogue (a loop rewriting the reward or the tests, swapped outputs,
+  ptrace, SIGSTOP of the verifier...) beat it. A reward an agent can forge is
+  worse than none, so shared mode is offered only to whoever asks for it.
 - ``sandbox_location`` and ``snapshot_location`` are "node": the engine is this
   machine's (or the one ``base_url`` names), and images are built per engine.
 """
@@ -28,7 +32,7 @@ from pool.backends.docker.engine import EngineInfo
 from pool.capabilities import Capabilities, Enforcement
 
 
-def declared(info: EngineInfo, *, cpus: float | None) -> Capabilities:
+def declared(info: EngineInfo, *, shared_verification: bool) -> Capabilities:
     """The capabilities of a backend on the engine ``info`` describes."""
     cgroup, none = Enforcement.CGROUP, Enforcement.NONE
     isolation = ["mount", "pid", "network", "ipc", "uts", "cgroup-limits", "no-new-privileges"]
@@ -44,12 +48,12 @@ def declared(info: EngineInfo, *, cpus: float | None) -> Capabilities:
         limits={
             "memory": cgroup if info.memory_limit else none,
             "pids": cgroup if info.pids_limit else none,
-            "cpu": cgroup if info.cpu_limit and cpus else none,
+            "cpu": cgroup if info.cpu_limit else none,
             "disk": none,
         },
         isolation=tuple(isolation),
         rootless="rootless" in info.security,
-        verification=("strict", "shared"),
+        verification=("strict", "shared") if shared_verification else ("strict",),
         verifier_isolation="none",
         sandbox_location="node",
         snapshot_location="node",

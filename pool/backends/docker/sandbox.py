@@ -28,6 +28,7 @@ from pool.backends.docker import execution, files, verify
 from pool.backends.docker.catalog import SNAPSHOT
 from pool.errors import (
     CommandRejectedError,
+    ConfigError,
     SandboxClosedError,
     SandboxCrashedError,
     SandboxError,
@@ -266,6 +267,12 @@ class DockerSandbox:
         container = self._running()
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier already; restore() it first")
+        if plan.mode is VerifyMode.SHARED and not self._backend.shared_verification:
+            raise ConfigError(
+                "shared verification on the Docker backend runs in the agent's container, where processes the "
+                "agent left running can forge the reward; verify strictly, or opt in with "
+                "DockerBackend(shared_verification=True)"
+            )
         if plan.mode is VerifyMode.STRICT:
             self._container, report = verify.strict(self._backend, self, container, plan)
         else:
