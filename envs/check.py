@@ -1,6 +1,6 @@
 """Check tasks from the command line: each loads, builds, its reference solution scores 1.0, doing nothing 0.0.
 
-``python -m envs.check [--backend NAME] [--verbose] [TASK_ID_OR_DIR ...]``
+``python -m envs.check [--backend NAME] [--option KEY=VALUE ...] [--verbose] [TASK_ID_OR_DIR ...]``
 (default: the built-in suite); ``--all DIR`` checks every task directory in a
 folder. Each task is reported on one line, stage by stage (loads / builds /
 oracle / noop), with the reason of the first stage that failed; one broken
@@ -21,7 +21,7 @@ from envs.oracle import TaskCheck, check_task
 from envs.tasks import builtin_task_ids, load_task, task_dirs
 from pool.backends import load_backend
 from pool.contract import Backend
-from pool.errors import SnapgymError
+from pool.errors import ConfigError, SnapgymError
 
 _REASON_CHARS = 400
 
@@ -103,18 +103,35 @@ def _specs(args: argparse.Namespace) -> Iterator[str]:
         yield from builtin_task_ids()
 
 
+def _options(pairs: list[str]) -> dict[str, object]:
+    options: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--option {pair!r} must be KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
 def main(argv: list[str] | None = None) -> int:
     """Check the tasks named on the command line; 0 when every one passes."""
     parser = argparse.ArgumentParser(prog="python -m envs.check", description=__doc__)
     parser.add_argument("tasks", nargs="*", help="task ids or directories (default: every built-in task)")
     parser.add_argument("--all", action="append", metavar="DIR", help="check every task directory in DIR")
     parser.add_argument("--backend", default="local", help="the backend to check on (default: local)")
+    parser.add_argument(
+        "--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+        help="a backend option (VALUE read as JSON when it parses, e.g. -o shared_verification=true)",
+    )  # fmt: skip
     parser.add_argument("--json", metavar="FILE", help="also write the reports as JSON lines to FILE")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the verifier's output for every task")
     args = parser.parse_args(argv)
     try:
         specs = list(_specs(args))
-        backend = load_backend(args.backend)
+        backend = load_backend(args.backend, **_options(args.option))
     except SnapgymError as exc:
         print(f"snapgym: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
