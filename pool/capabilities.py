@@ -67,7 +67,7 @@ class Capabilities:
         """The capabilities as short strings, for the README's table and reports."""
         limits = ", ".join(f"{name}: {how.value}" for name, how in sorted(self.limits.items()))
         return {
-            "restore": "in place" if self.in_place_restore else "new sandbox",
+            "restore": "in place" if self.in_place_restore else "by replacement (a warm spare)",
             "memory snapshot": "yes" if self.memory_snapshot else "files only",
             "fork": "yes" if self.fork else "no",
             "GPU": ", ".join(self.gpu_types) or "yes" if self.gpu else "no",
