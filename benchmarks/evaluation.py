@@ -38,6 +38,7 @@ from benchmarks.records import SessionRecords, Started
 from benchmarks.supply import SandboxSupply
 from envs.tasks import Task
 from pool.errors import SnapgymError
+from pool.labels import RUN
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ class EvalSettings:
     """Timeout of one action (an agent with ``whole_task_steps`` gets the task's agent timeout)."""
     max_action_bytes: int = 64 * 1024
     """The largest action accepted; larger ones raise InvalidActionError without reaching the sandbox."""
+    run_id: str = ""
+    """The run's name (its folder's); every sandbox the run makes carries it as ``snapgym.run``."""
     episode_timeout_s: float | None = None
     """Wall-clock budget of an episode, agent included (measured on a monotonic clock)."""
     max_attempts: int = 3
@@ -260,6 +263,8 @@ class Evaluation:
             "step_timeout_s": self._step_timeout_s(task),
             "max_action_bytes": self.settings.max_action_bytes,
         }
+        if self.settings.run_id and self.supply.pool is None:
+            options["labels"] = {RUN: self.settings.run_id}
         if self.settings.verification is not None:
             options["verification"] = self.settings.verification
         env = self.supply.make_env(self.settings.env_id, task, **options)

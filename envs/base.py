@@ -34,6 +34,7 @@ from envs.tasks import Task, load_task
 from envs.verifier import Verdict, verify
 from pool.contract import Backend, Sandbox
 from pool.errors import CommandRejectedError, ConfigError, SandboxError, SandboxOutOfMemoryError, SnapgymError
+from pool.labels import check_labels
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.verification import VerifyMode
@@ -61,6 +62,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         backend: where sandboxes run: a backend, or a backend's name (``"local"``, ``"docker"``;
             one shared backend per name and options in this process). Default: ``"local"``.
         backend_options: the named backend's options (its constructor's keyword arguments).
+        labels: labels every sandbox this environment makes carries (e.g. the runner's
+            ``snapgym.run``), besides the backend's own ``snapgym.owner``.
         pool: a :class:`pool.SandboxPool` to lease sandboxes from instead of a backend.
         max_steps: steps before the episode is truncated (the verifier still runs).
         step_timeout_s: timeout of one action; a timeout is an observation.
@@ -80,6 +83,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         *,
         backend: Backend | str | None = None,
         backend_options: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
         pool: Any = None,
         max_steps: int = 50,
         step_timeout_s: float = 120.0,
@@ -106,7 +110,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         else:
             self.backend = _open_backend(backend, backend_options)
             self._check_supported(self.backend)
-            self._source = BackendSource(self.backend)
+            self._source = BackendSource(self.backend, check_labels(labels))
         self.max_steps = max_steps
         self.step_timeout_s = step_timeout_s
         self.max_action_bytes = max_action_bytes
@@ -261,6 +265,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         return type(self)(
             self.task,
             backend=None if self.pool is not None else self.backend,
+            labels=self._source.labels if isinstance(self._source, BackendSource) else None,
             pool=self.pool,
             max_steps=self.max_steps,
             step_timeout_s=self.step_timeout_s,

@@ -11,6 +11,7 @@ on the node where it was taken.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from pool.contract import Backend, Sandbox
@@ -35,11 +36,12 @@ class SandboxSource(Protocol):
 
 
 class BackendSource:
-    """Sandboxes made by a backend and restored in place."""
+    """Sandboxes made by a backend and restored in place, carrying ``labels``."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, labels: Mapping[str, str] | None = None) -> None:
         self.backend = backend
         self.name = backend.name
+        self.labels = dict(labels or {})
 
     def prepare(self, template: Template) -> Snapshot:
         return self.backend.build(template)
@@ -51,10 +53,10 @@ class BackendSource:
                 return current
             except SandboxError:
                 discard(current)
-        return self.backend.create(target)
+        return self.backend.create(target, labels=self.labels)
 
     def fork(self, snapshot: Snapshot, n: int, *, task_snapshot: Snapshot) -> list[Sandbox]:
-        return list(self.backend.fork(snapshot, n))
+        return list(self.backend.fork(snapshot, n, labels=self.labels))
 
 
 class PoolSource:

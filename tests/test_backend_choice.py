@@ -12,8 +12,8 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-import envs  # noqa: F401  (registers the environments)
-from pool import ConfigError, available_backends
+import envs
+from pool import ConfigError, LocalBackend, available_backends
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKER = available_backends()["docker"]
@@ -78,3 +78,16 @@ def test_the_runner_on_the_docker_backend_skips_what_it_cannot_verify(tmp_path: 
     assert summary["by_task"]["log-error-count"]["mean_reward"] == 1.0
     assert "start-kv-service" not in summary["by_task"]
     assert "shared verification" in summary["skipped_tasks"]["start-kv-service"]
+
+
+def test_an_environment_labels_its_sandboxes(backend: LocalBackend) -> None:
+    """labels= reach every sandbox the environment makes, beside the backend's owner label."""
+    env = envs.ShellEnv("log-error-count", backend=backend, labels={"snapgym.run": "run-42"})
+    try:
+        env.reset()
+        assert env.sandbox is not None
+        assert env.sandbox.labels["snapgym.run"] == "run-42" and env.sandbox.labels["snapgym.owner"]
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match="label key"):
+        envs.ShellEnv("log-error-count", backend=backend, labels={"no spaces": "x"})

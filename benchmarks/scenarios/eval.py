@@ -94,7 +94,7 @@ def evaluate(
     skipped: dict[str, str] | None = None,
 ) -> EvalOutcome:
     """Play the plan into ``run_dir``'s ledger and write its reports (also used by throughput)."""
-    settings = eval_settings(config)
+    settings = dataclasses.replace(eval_settings(config), run_id=run_dir.name)
     supply = open_supply(job, config)
     tasks, unverifiable = _verifiable(tasks, settings.verification, supply.capabilities.verification, supply.name)
     skipped = {**(skipped or {}), **unverifiable}
