@@ -27,6 +27,7 @@ import hashlib
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import NamedTuple
 
 FORMAT = 3
@@ -159,3 +160,17 @@ def _field(value: bytes) -> bytes:
 
 def _strip_namespace(name: str) -> str:
     return name.removeprefix("trusted.").removeprefix("user.")
+
+
+def source_key(source: Path) -> str:
+    """A cheap identity of a root filesystem source: a tarball's sha256, or a folder's listing
+    (paths, sizes, modification times, modes). Not a content digest: it names a cache entry."""
+    if source.is_file():
+        return file_sha256(source)
+    h = hashlib.sha256(str(source.resolve()).encode())
+    for dirpath, dirnames, filenames in os.walk(source):
+        dirnames.sort()
+        for name in sorted(filenames):
+            st = os.lstat(os.path.join(dirpath, name))
+            h.update(f"{dirpath}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
+    return h.hexdigest()

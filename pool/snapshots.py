@@ -10,6 +10,18 @@ from typing import Any
 from pool.errors import ConfigError, SnapshotError
 from pool.resources import Resources
 
+BASE_ENV: Mapping[str, str] = {
+    "HOME": "/root",
+    "USER": "root",
+    "LOGNAME": "root",
+    "SHELL": "/bin/sh",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+    "HOSTNAME": "sandbox",
+    "TZ": "UTC",
+}
+"""The environment every exec starts from on every backend, under the snapshot's ``env``."""
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:

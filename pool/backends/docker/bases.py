@@ -18,7 +18,6 @@ process finds them without importing again.
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import tarfile
 import tempfile
@@ -30,6 +29,7 @@ from typing import Any
 
 from pool import hostview
 from pool.backends.docker.engine import engine_errors
+from pool.digest import source_key
 from pool.errors import BackendError, ConfigError
 from pool.templates import HOST_BASE
 
@@ -163,7 +163,7 @@ class Bases:
                 f"template base {spec!r} is neither 'host', an image, nor an existing root filesystem directory "
                 "or tarball (make one with: docker export CONTAINER > rootfs.tar)"
             )
-        key = _source_key(source)
+        key = source_key(source)
         identity = f"rootfs:{key}"
         tag = f"{self._prefix}/base:rootfs-{key[:32]}"
         if found := self._tagged(tag, identity):
@@ -184,7 +184,7 @@ class Bases:
         source = Path(path).expanduser()
         if not source.is_file():
             raise ConfigError(f"the image archive {path} does not exist (make one with: docker save IMAGE -o {path})")
-        tag = f"{self._prefix}/base:archive-{_source_key(source)[:32]}{_suffix(reference)}"
+        tag = f"{self._prefix}/base:archive-{source_key(source)[:32]}{_suffix(reference)}"
         if found := self._tagged(tag, None):
             return found
         with engine_errors(f"loading the image archive {source}"), source.open("rb") as f:
@@ -203,7 +203,7 @@ class Bases:
         source = Path(path).expanduser()
         if not source.exists():
             raise ConfigError(f"the OCI image {path} does not exist")
-        tag = f"{self._prefix}/base:oci-{hashlib.sha256(spec.encode()).hexdigest()[:16]}-{_source_key(source)[:16]}"
+        tag = f"{self._prefix}/base:oci-{hashlib.sha256(spec.encode()).hexdigest()[:16]}-{source_key(source)[:16]}"
         if found := self._tagged(tag, None):
             return found
         daemon_host = ["--dest-daemon-host", self._base_url] if self._base_url else []
@@ -269,18 +269,3 @@ def _suffix(reference: str | None) -> str:
 def _has_tag(attrs: Mapping[str, Any], reference: str) -> bool:
     tags = attrs.get("RepoTags") or ()
     return reference in tags or f"{reference}:latest" in tags or f"docker.io/{reference}" in tags
-
-
-def _source_key(source: Path) -> str:
-    """A tarball's sha256, or a folder's listing with sizes and times."""
-    h = hashlib.sha256()
-    if source.is_file():
-        with source.open("rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
-    h.update(str(source.resolve()).encode())
-    for dirpath, dirnames, filenames in os.walk(source):
-        dirnames.sort()
-        for name in sorted(filenames):
-            st = os.lstat(os.path.join(dirpath, name))
-            h.update(f"{dirpath}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
-    return h.hexdigest()

@@ -38,23 +38,11 @@ from pool.hostview import DEFAULT_PATH
 from pool.imagebuild import BaseConfig, Recipe, file_target, recipe_for, run_recipe
 from pool.labels import OWNER
 from pool.resources import require_supported
-from pool.snapshots import Snapshot
+from pool.snapshots import BASE_ENV, Snapshot
 from pool.templates import Template
 
 if TYPE_CHECKING:
     from pool.backends.docker.backend import DockerBackend
-
-BASE_ENV = {
-    "HOME": "/root",
-    "USER": "root",
-    "LOGNAME": "root",
-    "SHELL": "/bin/sh",
-    "LANG": "C.UTF-8",
-    "TERM": "dumb",
-    "HOSTNAME": "sandbox",
-    "TZ": "UTC",
-}
-"""The environment every exec starts from, under the base image's and the template's (as on the local backend)."""
 
 Start = Callable[[], tuple[BaseImage, Recipe]]
 

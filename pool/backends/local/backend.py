@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import itertools
 import os
 import posixpath
@@ -36,7 +35,7 @@ from pool.backends.local.sandbox import LocalSandbox
 from pool.backends.local.store import BaseRecord, SnapshotStore, default_runtime_dir, default_store_dir
 from pool.capabilities import Capabilities, Enforcement
 from pool.contract import Sandbox
-from pool.digest import combine, file_sha256
+from pool.digest import combine, source_key
 from pool.dockerfile import ImageCopy
 from pool.errors import (
     BackendError,
@@ -54,7 +53,7 @@ from pool.errors import (
 from pool.imagebuild import BaseConfig, Recipe, file_target, recipe_for, run_recipe
 from pool.labels import OWNER, check_labels, new_owner
 from pool.resources import Resources, require_supported
-from pool.snapshots import Snapshot
+from pool.snapshots import BASE_ENV, Snapshot
 from pool.templates import HOST_BASE, Template
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
@@ -379,17 +378,7 @@ class LocalBackend:
     def base_env(self, snapshot: Snapshot) -> dict[str, str]:
         """The environment every exec starts from, before the snapshot's own."""
         path = self._host.path_env if snapshot.base == HOST_BASE else hostview.DEFAULT_PATH
-        return {
-            "PATH": path,
-            "HOME": "/root",
-            "USER": "root",
-            "LOGNAME": "root",
-            "SHELL": "/bin/sh",
-            "LANG": "C.UTF-8",
-            "TERM": "dumb",
-            "HOSTNAME": "sandbox",
-            "TZ": "UTC",
-        }
+        return {"PATH": path, **BASE_ENV}
 
     def snapshot_sandbox(
         self,
@@ -686,7 +675,7 @@ class LocalBackend:
                 f"template base {spec!r} is neither 'host' nor an existing root filesystem "
                 "directory or tarball (make one with: docker export CONTAINER > rootfs.tar)"
             )
-        key = _source_key(source)
+        key = source_key(source)
         name = f"rootfs-{key[:32]}"
         if cached := self._cached_base(name):
             return cached
@@ -760,18 +749,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _source_key(source: Path) -> str:
-    if source.is_file():
-        return file_sha256(source)
-    h = hashlib.sha256(str(source.resolve()).encode())
-    for dirpath, dirnames, filenames in os.walk(source):
-        dirnames.sort()
-        for name in sorted(filenames):
-            st = os.lstat(os.path.join(dirpath, name))
-            h.update(f"{dirpath}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
-    return h.hexdigest()
 
 
 def registry_settings(value: RegistrySettings | Mapping[str, Any] | None) -> RegistrySettings:
