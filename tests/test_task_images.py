@@ -169,14 +169,18 @@ def _backend_names() -> list[object]:
     return params
 
 
+@pytest.fixture(scope="module")
+def image_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One local store for the module: the Debian layer is unpacked once."""
+    return tmp_path_factory.mktemp("tb2-store")
+
+
 @pytest.fixture(scope="module", params=_backend_names())
-def image_backend(
-    request: pytest.FixtureRequest, task_images: TaskImages, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Backend]:
+def image_backend(request: pytest.FixtureRequest, task_images: TaskImages, image_store: Path) -> Iterator[Backend]:
     """Each backend, able to reach the test registry (plain HTTP on 127.0.0.1)."""
     if request.param == "local":
         settings = RegistrySettings(insecure_registries=[task_images.registry])
-        backend: Backend = LocalBackend(store_dir=tmp_path_factory.mktemp("tb2-store"), registry=settings)
+        backend: Backend = LocalBackend(store_dir=image_store, registry=settings)
     else:
         backend = load_backend(str(request.param))
     try:
@@ -201,14 +205,16 @@ def test_a_tb2_style_task_scores_oracle_one_and_noop_zero(
         assert r.stdout.endswith("0\n/app\n")
 
 
-def test_the_same_image_gives_the_same_files_on_every_backend(task_images: TaskImages, tmp_path: Path) -> None:
+def test_the_same_image_gives_the_same_files_on_every_backend(
+    task_images: TaskImages, tmp_path: Path, image_store: Path
+) -> None:
     """The start state built from the task's image holds the same files on the local and the Docker backend."""
     if available_backends()["docker"] is not None:
         pytest.skip(f"needs the Docker backend: {available_backends()['docker']}")
     task = envs.load_task(write_tb2_task(tmp_path, task_images))
     digests = {}
     settings = RegistrySettings(insecure_registries=[task_images.registry])
-    local = LocalBackend(store_dir=tmp_path / "store", registry=settings)
+    local = LocalBackend(store_dir=image_store, registry=settings)
     docker = load_backend("docker")
     try:
         for name, backend in (("local", local), ("docker", docker)):
@@ -222,7 +228,9 @@ def test_the_same_image_gives_the_same_files_on_every_backend(task_images: TaskI
     assert digests["local"] == digests["docker"]
 
 
-def test_a_missing_image_fails_the_build_and_says_how_to_provide_it(task_images: TaskImages, tmp_path: Path) -> None:
+def test_a_missing_image_fails_the_build_and_says_how_to_provide_it(
+    task_images: TaskImages, tmp_path: Path, image_store: Path
+) -> None:
     """An image the registry does not have is an ImageError naming it and the ways to provide it."""
     task_dir = write_tb2_task(tmp_path, task_images)
     dockerfile = task_dir / "environment" / "Dockerfile"
@@ -230,7 +238,7 @@ def test_a_missing_image_fails_the_build_and_says_how_to_provide_it(task_images:
     task = envs.load_task(task_dir)
     settings = RegistrySettings(insecure_registries=[task_images.registry])
     with (
-        LocalBackend(store_dir=tmp_path / "store", registry=settings) as backend,
+        LocalBackend(store_dir=image_store, registry=settings) as backend,
         pytest.raises(envs.errors.ConfigError) as raised,
     ):
         backend.build(task.template)
@@ -238,7 +246,7 @@ def test_a_missing_image_fails_the_build_and_says_how_to_provide_it(task_images:
     assert "test/nope:1" in message and ("docker-archive" in message or "credentials" in message), message
 
 
-def test_a_tarball_of_the_image_is_another_source(task_images: TaskImages, tmp_path: Path) -> None:
+def test_a_tarball_of_the_image_is_another_source(task_images: TaskImages, tmp_path: Path, image_store: Path) -> None:
     """bases={image: "docker-archive:..."} builds the same task from a `docker save`-style archive, offline."""
     archive = tmp_path / "debian.tar"
     subprocess.run(
@@ -250,7 +258,7 @@ def test_a_tarball_of_the_image_is_another_source(task_images: TaskImages, tmp_p
     task_dir = write_tb2_task(tmp_path, task_images)
     task = envs.load_task(task_dir, bases={task_images.base: f"docker-archive:{archive}"})
     settings = RegistrySettings(insecure_registries=[task_images.registry])
-    with LocalBackend(store_dir=tmp_path / "store", registry=settings) as backend:
+    with LocalBackend(store_dir=image_store, registry=settings) as backend:
         check = envs.check_task(backend, task)
     assert (check.oracle.reward, check.noop.reward) == (1.0, 0.0)
 
@@ -261,7 +269,13 @@ def test_a_tarball_of_the_image_is_another_source(task_images: TaskImages, tmp_p
     ids=["prebuilt-used", "prebuilt-not-preferred", "prebuilt-missing"],
 )
 def test_a_prebuilt_docker_image_is_used_when_it_can_be_had(
-    debian_images: DebianImages, registry: Registry, tmp_path: Path, prebuilt: str, prefer: bool, from_dockerfile: bool
+    debian_images: DebianImages,
+    registry: Registry,
+    tmp_path: Path,
+    image_store: Path,
+    prebuilt: str,
+    prefer: bool,
+    from_dockerfile: bool,
 ) -> None:
     """task.toml docker_image replaces the Dockerfile when the backend can get it and prefers prebuilt images."""
     image = debian_images.sibling if prebuilt == "sibling" else f"{registry.host}/test/missing:1"
@@ -275,7 +289,7 @@ def test_a_prebuilt_docker_image_is_used_when_it_can_be_had(
         f"FROM {debian_images.base}\nRUN echo from-the-dockerfile > /marker\nWORKDIR /app\n"
     )
     settings = RegistrySettings(insecure_registries=[registry.host])
-    with LocalBackend(store_dir=tmp_path / "store", registry=settings, prefer_prebuilt=prefer) as backend:
+    with LocalBackend(store_dir=image_store, registry=settings, prefer_prebuilt=prefer) as backend:
         snapshot = backend.build(envs.load_task(task_dir).template)
         with backend.create(snapshot) as sandbox:
             marker = sandbox.exec("cat /marker 2>/dev/null || echo none").stdout.strip()
