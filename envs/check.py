@@ -1,6 +1,6 @@
 """Check tasks from the command line: each loads, builds, its reference solution scores 1.0, doing nothing 0.0.
 
-``python -m envs.check [--backend NAME] [--option KEY=VALUE ...] [--verbose] [TASK_ID_OR_DIR ...]``
+``python -m envs.check [--backend NAME] [--option KEY=VALUE ...] [--jobs N] [--verbose] [TASK_ID_OR_DIR ...]``
 (default: the built-in suite); ``--all DIR`` checks every task directory in a
 folder. Each task is reported on one line, stage by stage (loads / builds /
 oracle / noop), with the reason of the first stage that failed; one broken
@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -126,24 +127,27 @@ def main(argv: list[str] | None = None) -> int:
         "--option", "-o", action="append", default=[], metavar="KEY=VALUE",
         help="a backend option (VALUE read as JSON when it parses, e.g. -o shared_verification=true)",
     )  # fmt: skip
+    parser.add_argument("--jobs", "-j", type=int, default=1, help="tasks checked at once (default 1)")
     parser.add_argument("--json", metavar="FILE", help="also write the reports as JSON lines to FILE")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the verifier's output for every task")
     args = parser.parse_args(argv)
     try:
         specs = list(_specs(args))
+        if args.jobs < 1:
+            raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
         backend = load_backend(args.backend, **_options(args.option))
     except SnapgymError as exc:
         print(f"snapgym: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     reports = []
     try:
-        for spec in specs:
-            report = check_one(backend, spec)
-            reports.append(report)
-            print(report.line(), flush=True)
-            if args.verbose or (not report.ok and report.details):
-                for name, output in report.details.items():
-                    print(f"  {name}:\n    " + output.replace("\n", "\n    "))
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for report in pool.map(lambda spec: check_one(backend, spec), specs):
+                reports.append(report)
+                print(report.line(), flush=True)
+                if args.verbose or (not report.ok and report.details):
+                    for name, output in report.details.items():
+                        print(f"  {name}:\n    " + output.replace("\n", "\n    "))
     finally:
         backend.close()
     if args.json:

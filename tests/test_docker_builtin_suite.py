@@ -20,7 +20,7 @@ pytestmark = [
 def test_every_builtin_task_checks_out_on_docker() -> None:
     """python -m envs.check --backend docker (shared verification opted in for the two service tasks)."""
     done = subprocess.run(
-        [sys.executable, "-m", "envs.check", "--backend", "docker", "-o", "shared_verification=true"],
+        [sys.executable, "-m", "envs.check", "--backend", "docker", "-o", "shared_verification=true", "-j", "2"],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
