@@ -116,10 +116,37 @@ class ResetLatencyConfig:
     """Thresholds checked in the summary."""
 
 
+@dataclass
+class EgressRepetitions:
+    """Timed iterations per pair of methods; the two of a pair are measured interleaved, so they share a count."""
+
+    reset: int = 40
+    """``reset`` and ``reset_with_network``: dirty, then time ``restore()`` (plus ``set_network``)."""
+    exec_true: int = 100
+    """``exec_true`` and ``exec_true_with_proxy_env``: time ``sandbox.exec("true")``."""
+    requests: int = 100
+    """Requests timed per request method (``https_direct``, ``https_via_proxy``, ``http_*``)."""
+
+
+@dataclass
+class EgressBenchConfig:
+    """What the egress proxy costs: per episode, per command and per request."""
+
+    name: str = "egress"
+    """Scenario name; selects the module in ``benchmarks/scenarios``."""
+    warmup: int = 3
+    """Iterations (requests, for the request methods) run and discarded before the timed ones."""
+    repetitions: EgressRepetitions = field(default_factory=EgressRepetitions)
+    """Timed iterations per pair of methods."""
+    plain_http: bool = True
+    """Also time plain-HTTP requests (``http_direct``, ``http_via_proxy``: an absolute-form GET to the proxy)."""
+
+
 def register_configs() -> None:
     """Store the schemas under the names the YAML defaults lists refer to."""
     store = ConfigStore.instance()
     store.store(group="benchmark", name="reset_latency_schema", node=ResetLatencyConfig)
+    store.store(group="benchmark", name="egress_schema", node=EgressBenchConfig)
     from benchmarks import schemas
     from benchmarks.scenarios.eval import EvalBenchConfig
     from benchmarks.scenarios.fork import ForkBenchConfig

@@ -11,6 +11,11 @@ The outcome classes, as recorded in the ledger:
 - ``infra_error``: the sandbox, backend, pool, verifier or model endpoint
   failed. Retried under a new attempt id; never averaged in as a reward; not
   final: a resumed run supersedes it and plays the episode again.
+- ``network_denied`` / ``network_unreachable``: the verification failed
+  because the verifier could not download what it needed (its policy refused
+  the host, or the host could not be reached; see ``envs.network``). Not
+  retried (it would fail again), never averaged in as a reward; the summary
+  lists the tasks and the setting that would let them run.
 
 An action the environment refuses (too large, a NUL, not text) does not end
 the episode: it counts as a step and the agent is told why.
@@ -34,7 +39,11 @@ SCORED = "scored"
 AGENT_ERROR = "agent_error"
 TIMEOUT = "timeout"
 INFRA_ERROR = "infra_error"
-OUTCOMES = (SCORED, AGENT_ERROR, TIMEOUT, INFRA_ERROR)
+NETWORK_DENIED = "network_denied"
+NETWORK_UNREACHABLE = "network_unreachable"
+OUTCOMES = (SCORED, AGENT_ERROR, TIMEOUT, INFRA_ERROR, NETWORK_DENIED, NETWORK_UNREACHABLE)
+UNSCORED = (INFRA_ERROR, NETWORK_DENIED, NETWORK_UNREACHABLE)
+"""Outcomes left out of every mean: the agent's reward is unknown."""
 _MAX_ERROR_CHARS = 4000
 _FAILED = object()
 """What an agent call returns when the agent failed (the result says how)."""
@@ -70,6 +79,8 @@ class AttemptResult:
     env_s: float = 0.0
     episode_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    network: dict[str, Any] | None = None
+    """The episode's connection attempts (``info["network"]``: policy, connections, summary), when audited."""
 
     @property
     def is_retryable(self) -> bool:
@@ -165,7 +176,12 @@ def _agent_call(result: AttemptResult, call: Any) -> Any:
 
 def _finish(result: AttemptResult, reward: float, info: dict[str, Any]) -> None:
     result.end_reason = info.get("end_reason")
-    if info.get("scored"):
+    result.network = info.get("network")
+    failure = info.get("network_failure")
+    if failure and info.get("unscored_reason") in (NETWORK_DENIED, NETWORK_UNREACHABLE):
+        result.outcome, result.error = info["unscored_reason"], str(failure.get("hint", ""))
+        result.extra["network_failure"] = failure
+    elif info.get("scored"):
         result.outcome, result.reward = SCORED, reward
     else:
         result.outcome, result.error = INFRA_ERROR, str(info.get("infra_error", "the episode was not scored"))

@@ -30,6 +30,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from benchmarks import episodefiles
 from benchmarks.agents.base import Agent, ModelRequestError
 from benchmarks.episodes import INFRA_ERROR, AttemptResult, EpisodeLimits, EpisodeSpec, play
 from benchmarks.ledger import Ledger, LedgerWriteError
@@ -75,6 +76,8 @@ class EvalSettings:
     """A reward at or above this is a pass."""
     verification: str | None = None
     """"strict" or "shared" for every episode; None: each task's own mode."""
+    network: Any = None
+    """The network of every episode (see envs.network); None: each task's own policy per phase."""
     outage_timeout_s: float = 600.0
     """An outage longer than this stops the run (the circuit breaker)."""
     outage_backoff_max_s: float = 30.0
@@ -267,6 +270,8 @@ class Evaluation:
             options["labels"] = {RUN: self.settings.run_id}
         if self.settings.verification is not None:
             options["verification"] = self.settings.verification
+        if self.settings.network is not None:
+            options["network"] = self.settings.network
         env = self.supply.make_env(self.settings.env_id, task, **options)
         with self._envs_lock:
             self._envs.append(env)
@@ -353,5 +358,9 @@ class Evaluation:
         self, spec: EpisodeSpec, attempt: int, result: AttemptResult, started: Started, failures: int
     ) -> dict[str, Any]:
         snapshot = self._snapshots.get(spec.task_id)
+        files = {}
+        if result.network and result.network.get("connections"):
+            folder = episodefiles.episode_dir(spec.task_id, spec.sample, attempt)
+            files["network"] = episodefiles.write_network(self.ledger.path.parent, folder, result.network)
         return self.records.result(spec, attempt, result, started=started, failures=failures, snapshot=snapshot,
-                                   backend=self.supply.name)  # fmt: skip
+                                   backend=self.supply.name, files=files)  # fmt: skip

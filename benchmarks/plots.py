@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from benchmarks.episodes import INFRA_ERROR
+from benchmarks.episodes import UNSCORED
 from benchmarks.results import session_clock
 
 REWARD_PLOT = "reward_by_task.png"
@@ -27,7 +27,7 @@ def write_plots(run_dir: Path, frame: pd.DataFrame) -> list[Path]:
 
 
 def _reward_by_task(run_dir: Path, frame: pd.DataFrame) -> Path:
-    counted = frame[frame["outcome"] != INFRA_ERROR]
+    counted = frame[~frame["outcome"].isin(UNSCORED)]
     means = counted.assign(reward=counted["reward"].fillna(0.0)).groupby("task_id")["reward"].mean().sort_index()
     figure = Figure(figsize=(8, max(2.5, 0.3 * len(means) + 1)))
     axes = figure.subplots()

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import asdict
 from typing import Any
 
+from benchmarks.episodefiles import network_record
 from benchmarks.episodes import AttemptResult, EpisodeSpec
 from benchmarks.ledger import ATTEMPT, ATTEMPT_FAILED, RESULT, SUPERSEDED, attempt_id
 
@@ -68,10 +69,13 @@ class SessionRecords:
         failures: int,
         snapshot: Any,
         backend: str,
+        files: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """The episode's terminal record, with its provenance and timings."""
+        """The episode's terminal record, with its provenance and timings (``files``: the episode's
+        files by kind, relative to the run directory)."""
         fields = asdict(result)
         extra = fields.pop("extra")
+        fields["network"] = network_record(fields.pop("network"))
         finished = self.now()
         return {
             "kind": RESULT,
@@ -91,6 +95,7 @@ class SessionRecords:
             "finished_at": finished[0],
             "session_started_s": started[1],
             "session_finished_s": finished[1],
+            **({"files": files} if files else {}),
             **extra,
         }
 

@@ -4,13 +4,15 @@
 
 - ``scenario``, ``run_dir``, ``suite``, ``agent``, ``env_id``, ``backend``.
 - ``counts``: ``scheduled``, ``finished``, one count per outcome (``scored``,
-  ``agent_error``, ``timeout``, ``infra_error``), ``retried_attempts`` (attempts
+  ``agent_error``, ``timeout``, ``infra_error``, ``network_denied``,
+  ``network_unreachable``), ``retried_attempts`` (attempts
   that failed on infrastructure and were run again), ``interrupted_attempts``,
   ``outage_attempts`` (attempts that failed during an outage, not counted
   against max_attempts), ``superseded`` (infra_error results a resume played
   again). Each episode counts once, by its standing result (see ``benchmarks.ledger``).
-- ``mean_reward``: over finished episodes except ``infra_error`` ones (agent
-  errors and timeouts count as 0; infrastructure failures are left out, never 0).
+- ``mean_reward``: over finished episodes except unscored ones (``infra_error``,
+  ``network_denied``, ``network_unreachable``: left out, never 0; agent errors
+  and timeouts count as 0).
 - ``pass_rate``: the share of those episodes whose reward reached the threshold.
 - ``pass_at_k``: {k: mean over tasks of the unbiased pass@k estimate}
   (Chen et al. 2021), for each k <= the episodes a task has.
@@ -21,6 +23,10 @@
   per second of wall time, summed over the run's sessions when it was resumed;
   each session's span is measured on its monotonic clock, so a wall-clock step
   such as an NTP correction does not bend it).
+- ``network``: connection attempts over the run (``attempts``, ``allowed``,
+  ``denied``, ``unreachable``, ``bytes_up``, ``bytes_down``) and
+  ``tasks_blocked``: per task whose verifier the network failed, the outcome,
+  the hosts and the setting that would let it run.
 - ``outages`` (when there were any): this session's outages (reason, duration, probes).
 - ``stopped`` (when the run stopped early): why, in one line.
 - ``headline``: the few numbers a multirun compares.
@@ -38,7 +44,7 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks.episodes import INFRA_ERROR, OUTCOMES
+from benchmarks.episodes import INFRA_ERROR, NETWORK_DENIED, NETWORK_UNREACHABLE, OUTCOMES, UNSCORED
 from benchmarks.ledger import ATTEMPT_FAILED, LEDGER_FILE, SUPERSEDED, LedgerState, read_records
 from benchmarks.stats import summarize
 
@@ -47,9 +53,17 @@ EPISODES_CSV = "episodes.csv"
 SUMMARY_FILE = "summary.json"
 
 
+NESTED_COLUMNS = ("network", "network_failure", "files")
+"""Columns whose values are objects: the table holds them as JSON text (Parquet has no empty structs)."""
+
+
 def episodes_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """One row per finished episode, sorted by task and sample."""
-    frame = pd.DataFrame([{k: v for k, v in r.items() if k != "kind"} for r in records])
+    """One row per finished episode, sorted by task and sample (:data:`NESTED_COLUMNS` as JSON text)."""
+    frame = pd.DataFrame([
+        {k: json.dumps(v, default=str) if k in NESTED_COLUMNS and v is not None else v
+         for k, v in r.items() if k != "kind"}
+        for r in records
+    ])  # fmt: skip
     if frame.empty:
         return frame
     return frame.sort_values(["task_id", "sample"], kind="stable").reset_index(drop=True)
@@ -115,6 +129,7 @@ def summarize_run(
             "episode": _percentiles(None if frame.empty else frame["episode_s"] * 1000),
         },
         "throughput": _throughput(frame),
+        "network": _network_figures(frame),
     }
     summary["headline"] = {
         "mean_reward": summary["mean_reward"],
@@ -170,11 +185,16 @@ def format_summary(summary: dict[str, Any]) -> str:
         table,
         "",
         f"episodes {counts['finished']}/{counts['scheduled']}: scored {counts['scored']}, "
-        f"agent errors {counts['agent_error']}, timeouts {counts['timeout']}, infra errors {counts['infra_error']} "
+        f"agent errors {counts['agent_error']}, timeouts {counts['timeout']}, infra errors {counts['infra_error']}, "
+        f"network-blocked {counts.get(NETWORK_DENIED, 0) + counts.get(NETWORK_UNREACHABLE, 0)} "
         f"(attempts retried: {counts['retried_attempts']}, failed during outages: {counts.get('outage_attempts', 0)})",
         f"mean reward {_fmt(summary['mean_reward'])}, pass rate {_fmt(summary['pass_rate'])}, "
         + ", ".join(f"pass@{k} {_fmt(v)}" for k, v in summary["pass_at_k"].items()),
         *(f"skipped {task}: {why}" for task, why in summary.get("skipped_tasks", {}).items()),
+        *(
+            f"unscored {task} ({info['outcome']}, {info['episodes']} episode(s)): {info['hint']}"
+            for task, info in (summary.get("network") or {}).get("tasks_blocked", {}).items()
+        ),
         f"start states identical: {summary['start_states_identical']}; "
         f"{_fmt(throughput['episodes_per_s'], 1)} episodes/s over {_fmt(throughput['wall_s'], 1)} s",
         *([f"STOPPED: {summary['stopped']}"] if summary.get("stopped") else []),
@@ -183,7 +203,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def _reward_figures(frame: pd.DataFrame, ks: Sequence[int], by_task: dict[str, Any]) -> dict[str, Any]:
-    counted = frame[frame["outcome"] != INFRA_ERROR] if len(frame) else frame
+    counted = frame[~frame["outcome"].isin(UNSCORED)] if len(frame) else frame
     rewards = counted["reward"].fillna(0.0) if len(counted) else pd.Series(dtype=float)
     at_k: dict[str, float] = {}
     for k in ks:
@@ -197,8 +217,28 @@ def _reward_figures(frame: pd.DataFrame, ks: Sequence[int], by_task: dict[str, A
     }
 
 
+def _network_figures(frame: pd.DataFrame) -> dict[str, Any]:
+    """Connection attempts over the run, and the tasks whose verifier the network failed (with a hint)."""
+    audits = [json.loads(n) for n in frame.get("network", pd.Series(dtype=object)) if isinstance(n, str)]
+    figures: dict[str, Any] = {
+        key: sum(int(n.get(key, 0) or 0) for n in audits)
+        for key in ("attempts", "allowed", "denied", "unreachable", "bytes_up", "bytes_down")
+    }
+    blocked = frame[frame["outcome"].isin((NETWORK_DENIED, NETWORK_UNREACHABLE))] if len(frame) else frame
+    tasks: dict[str, Any] = {}
+    for row in blocked.itertuples():
+        text = getattr(row, "network_failure", None)
+        failure = json.loads(text) if isinstance(text, str) else {}
+        entry = tasks.setdefault(str(row.task_id), {"outcome": row.outcome, "episodes": 0, "hosts": [], "hint": ""})
+        entry["episodes"] += 1
+        entry["hosts"] = sorted({*entry["hosts"], *failure.get("hosts", [])})
+        entry["hint"] = failure.get("hint", entry["hint"])
+    figures["tasks_blocked"] = tasks
+    return figures
+
+
 def _task_figures(group: pd.DataFrame, ks: Sequence[int]) -> dict[str, Any]:
-    counted = group[group["outcome"] != INFRA_ERROR]
+    counted = group[~group["outcome"].isin(UNSCORED)]
     n, c = len(counted), int(counted["passed"].sum())
     starts = group["start_digest"].dropna()
     digest = group["task_snapshot_digest"].dropna()

@@ -45,6 +45,7 @@ SCENARIOS: dict[str, str] = {
     "throughput": "benchmarks.scenarios.throughput",
     "fork": "benchmarks.scenarios.fork",
     "integrity": "benchmarks.scenarios.integrity",
+    "egress": "benchmarks.scenarios.egress",
 }
 EXIT_USAGE = 2
 """Exit status of a run refused for bad input (config, task, credentials) or stopped by the model's refusal."""

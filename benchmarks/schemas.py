@@ -164,6 +164,9 @@ class RunConfig:
     """``shell`` (Shell-v0) or ``python`` (Python-v0)."""
     verification: VerificationChoice = VerificationChoice.task
     """``task`` (each task's own mode), ``strict`` or ``shared`` for every episode."""
+    network: Any = "task"
+    """``task`` (each task's policy per phase, as in Harbor), ``offline``, ``public``, a list of
+    allowed hosts (an allowlist for both phases), or ``{agent: ..., verifier: ...}``."""
     episodes_per_task: int = 1
     """k: episodes per task, all from the task's snapshot (a group, for pass@k)."""
     seed: int = 0

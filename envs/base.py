@@ -27,12 +27,15 @@ import gymnasium as gym
 
 from envs.default_backend import DEFAULT_BACKEND, shared_backend
 from envs.errors import InvalidActionError, ResetNeededError
+from envs.network import NetworkFailure, NetworkSetting, effective_policies, modes_needed, network_failure
 from envs.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
 from envs.sources import BackendSource, PoolSource, SandboxSource
 from envs.spaces import UnicodeText
 from envs.tasks import Task, load_task
 from envs.verifier import Verdict, verify
+from pool.capabilities import Capabilities
 from pool.contract import Backend, Sandbox
+from pool.egress.policy import Phase
 from pool.errors import CommandRejectedError, ConfigError, SandboxError, SandboxOutOfMemoryError, SnapgymError
 from pool.labels import check_labels
 from pool.results import ExecResult
@@ -72,6 +75,10 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         bases: image -> base spec for Dockerfile ``FROM`` lines (see envs.dockerfile).
         verification: ``"strict"`` or ``"shared"`` for every episode; None: what the task
             declares (strict when it declares nothing). See envs.verifier.
+        network: the network of every episode: None or ``"task"`` (the task's policy per
+            phase, Harbor's default ``public``), ``"offline"``, ``"public"``, a list of
+            allowed hosts, a :class:`pool.egress.NetworkPolicy`, or ``{"agent": ...,
+            "verifier": ...}``. See envs.network; ``info["network"]`` shows what was tried.
         render_mode: ``"ansi"`` returns the last observation's text from render().
     """
 
@@ -91,6 +98,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         max_output_bytes: int = 64 * 1024,
         bases: Mapping[str, str] | None = None,
         verification: str | VerifyMode | None = None,
+        network: NetworkSetting = None,
         render_mode: str | None = None,
     ) -> None:
         if max_steps < 1 or step_timeout_s <= 0 or max_action_bytes < 1 or max_output_bytes < 1:
@@ -102,14 +110,20 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self.task = load_task(task, bases=bases)
         self.verification = VerifyMode.parse(verification) if verification is not None else self.task.verification
         self._verification_override = verification is not None
+        self._network_setting = network
+        self.network = effective_policies(self.task.settings.network, network)
+        """The network policy of each phase of this environment's episodes."""
         self.pool = pool
         self.backend: Backend | None = None
         self._source: SandboxSource
         if pool is not None:
             self._source = PoolSource(pool)
+            self._capabilities: Capabilities = pool.capabilities
+            self._check_supported(self._capabilities)
         else:
             self.backend = _open_backend(backend, backend_options)
-            self._check_supported(self.backend)
+            self._capabilities = self.backend.capabilities
+            self._check_supported(self._capabilities)
             self._source = BackendSource(self.backend, check_labels(labels))
         self.max_steps = max_steps
         self.step_timeout_s = step_timeout_s
@@ -149,6 +163,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             )
         started = time.perf_counter()
         self._place_sandbox(target)
+        self._apply_network(Phase.AGENT)
         self._on_episode_start()
         latency = time.perf_counter() - started
         self._state = EpisodeState.RUNNING
@@ -162,6 +177,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             "reset_latency_s": latency,
             "backend": self._source.name,
             "verification": self.verification.value,
+            "network": self.network.as_dict(),
         }
         self._last_text = self.task.instruction
         return make_observation(self.task.instruction, NO_COMMAND), info
@@ -252,13 +268,27 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
     def _on_episode_start(self) -> None:
         """Called after the sandbox is at the episode's start state."""
 
-    def _check_supported(self, backend: Backend) -> None:
-        modes = backend.capabilities.verification
+    def _check_supported(self, capabilities: Capabilities) -> None:
+        where = f"the {self.backend.name!r} backend" if self.backend is not None else "the pool's backend"
+        modes = capabilities.verification
         if self.verification.value not in modes:
             raise ConfigError(
-                f"the {backend.name!r} backend verifies in {', '.join(modes) or 'no'} mode(s), not "
+                f"{where} verifies in {', '.join(modes) or 'no'} mode(s), not "
                 f"{self.verification.value!r}; pass verification= one of those"
             )
+        missing = modes_needed(self.network) - set(capabilities.network_modes)
+        if missing:
+            raise ConfigError(
+                f"task {self.task.id} needs network mode(s) {', '.join(sorted(missing))} "
+                f"({self.network.as_dict()}), but {where} enforces only {', '.join(capabilities.network_modes)} "
+                f"(egress: {capabilities.egress_control}); pass network='offline' to run it without network"
+            )
+
+    def _apply_network(self, phase: Phase) -> None:
+        """Give the sandbox the phase's policy, where the backend controls egress."""
+        if self._capabilities.egress_control != "loopback-only":
+            assert self._sandbox is not None
+            self._sandbox.set_network(self.network.for_phase(phase), phase=phase)
 
     def _sibling(self) -> SandboxEnv:
         """A new environment like this one, without a sandbox yet."""
@@ -272,6 +302,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             max_action_bytes=self.max_action_bytes,
             max_output_bytes=self.max_output_bytes,
             verification=self.verification if self._verification_override else None,
+            network=self._network_setting,
             render_mode=self.render_mode,
         )
 
@@ -319,10 +350,12 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._state = EpisodeState.ENDED
         self._last_text = obs["output"]
         assert self._sandbox is not None
+        egress = self._capabilities.egress_control != "loopback-only"
         try:
             verdict = verify(
-                self._sandbox, self.task, mode=self.verification, known_good=self.task_snapshot, env=self._episode_env()
-            )
+                self._sandbox, self.task, mode=self.verification, known_good=self.task_snapshot,
+                env=self._episode_env(), network=self.network.verifier if egress else None,
+            )  # fmt: skip
         except SandboxOutOfMemoryError as exc:  # shared: nothing left to verify beside; the agent's doing
             verdict = Verdict(0.0, error=f"{exc} (scored 0.0)", mode=self.verification.value)
         except SandboxError as exc:
@@ -331,10 +364,29 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             end_reason=reason, verifier=verdict.as_info(), scored=verdict.reward is not None,
             verification=self.verification.value,
         )  # fmt: skip
+        failure = self._record_network(info, verdict) if self._capabilities.egress_audit else None
         if verdict.reward is None:
             info["infra_error"] = f"verifier: {verdict.error}"
             return obs, 0.0, False, True, info
+        if failure is not None:
+            info.update(scored=False, unscored_reason=failure.reason, network_failure=failure.as_dict())
+            return obs, 0.0, False, True, info
         return obs, verdict.reward, reason == "submitted", reason != "submitted", info
+
+    def _record_network(self, info: dict[str, Any], verdict: Verdict) -> NetworkFailure | None:
+        """Put the episode's connection attempts in ``info["network"]``; the network's share in a failure."""
+        assert self._sandbox is not None
+        try:
+            log = self._sandbox.network_log()
+        except SandboxError as exc:
+            info["network"] = {"policy": self.network.as_dict(), "error": f"{type(exc).__name__}: {exc}"}
+            return None
+        info["network"] = {"policy": self.network.as_dict(), **log.as_dict()}
+        failure = network_failure(log, verdict.reward)
+        if failure is not None and self.verification is not VerifyMode.STRICT:
+            info["network_hint"] = failure.as_dict()  # the agent's live processes could have caused it
+            return None
+        return failure
 
     def _infra_failure(
         self, exc: Exception, info: dict[str, Any]

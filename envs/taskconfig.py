@@ -1,9 +1,18 @@
 """``task.toml``: the Harbor / Terminal-Bench 2 task settings snapgym understands.
 
 Field names are Harbor's. Every field Harbor documents for single-step tasks
-is read; a field snapgym cannot honour (MCP servers, multi-step tasks, host
-allowlists, a non-root user) is rejected with an error that names it, rather
-than silently ignored. Resources (``cpus``, ``memory``/``memory_mb``,
+is read; a field snapgym cannot honour (MCP servers, multi-step tasks, a
+non-root user) is rejected with an error that names it, rather than silently
+ignored.
+
+The network, as in Harbor (schema 1.4): ``[environment] network_mode``
+(``public``, the default; ``no-network``; ``allowlist`` with
+``allowed_hosts``) is the baseline of both phases; the deprecated
+``allow_internet`` means ``public`` (true) or ``no-network`` (false) when
+neither ``network_mode`` nor ``allowed_hosts`` is set; ``[agent]`` and
+``[verifier]`` may each set their own ``network_mode``/``allowed_hosts``.
+``allowed_hosts`` goes only with ``allowlist`` (see ``pool.egress.policy``
+for the host syntax). Resources (``cpus``, ``memory``/``memory_mb``,
 ``storage``/``storage_mb``, ``gpus``/``gpu_types``) go to the backend, which
 refuses what it cannot give (GPUs on a backend without them). ``[metadata]`` is free-form and kept as is.
 
@@ -35,11 +44,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from envs.errors import TaskError
+from pool.egress.policy import NetworkMode, NetworkPolicy, PhasePolicies
 from pool.errors import ConfigError
 from pool.resources import Resources, parse_size_mb
 
 _TOP_KEYS = {"version", "schema_version", "metadata", "task", "source", "verifier", "agent", "environment", "solution"}
-_NETWORK_MODES = {"public", "no-network"}
 _VERIFICATION_MODES = {"strict", "shared"}
 
 
@@ -91,6 +100,8 @@ class TaskSettings:
     """``[snapgym] verification``: "strict", "shared", or None (not declared: strict)."""
     outputs: tuple[str, ...] = ()
     """``[snapgym] outputs``: directories the strict verifier sees (empty: the working directory)."""
+    network: PhasePolicies = field(default_factory=lambda: PhasePolicies(NetworkPolicy.public(), NetworkPolicy.public()))  # noqa: E501
+    """The network policy of the agent's and the verifier's phase (Harbor's default: public)."""
 
 
 def parse_task_toml(path: Path) -> TaskSettings:
@@ -129,7 +140,6 @@ class _Reader:
         snapgym = self.table("snapgym", {"verifier_setup", "verification", "outputs"})
         for section, table in (("verifier", verifier), ("agent", agent)):
             self.check_user(section, table)
-            self.check_network(section, table)
         metadata = self.raw.get("metadata", {})
         if not isinstance(metadata, dict):
             self.fail("metadata", "must be a table")
@@ -145,7 +155,31 @@ class _Reader:
             verifier_setup=self.str_list("snapgym.verifier_setup", snapgym.get("verifier_setup", [])),
             verification=self.verification(snapgym.get("verification")),
             outputs=self.outputs(snapgym.get("outputs", [])),
+            network=self.network(agent, verifier),
         )
+
+    def network(self, agent: dict[str, Any], verifier: dict[str, Any]) -> PhasePolicies:
+        env = self.raw.get("environment", {})
+        baseline = self.policy("environment", env)
+        if baseline is None:
+            legacy = env.get("allow_internet")
+            baseline = NetworkPolicy.offline() if legacy is False else NetworkPolicy.public()
+        return PhasePolicies(
+            agent=self.policy("agent", agent) or baseline, verifier=self.policy("verifier", verifier) or baseline
+        )
+
+    def policy(self, section: str, table: dict[str, Any]) -> NetworkPolicy | None:
+        """The section's own policy, or None when it sets none (it inherits)."""
+        mode, hosts = table.get("network_mode"), table.get("allowed_hosts")
+        if mode is None and hosts is None:
+            return None
+        if mode is None:
+            self.fail(f"{section}.allowed_hosts", "goes with network_mode = \"allowlist\"; set that too")
+        hosts = self.str_list(f"{section}.allowed_hosts", hosts if hosts is not None else [])
+        try:
+            return NetworkPolicy(NetworkMode.parse(mode), hosts)
+        except ConfigError as exc:
+            self.fail(f"{section}.network_mode" if hosts == () else f"{section}.allowed_hosts", str(exc))
 
     def verification(self, value: Any) -> str | None:
         if value is not None and value not in _VERIFICATION_MODES:
@@ -176,7 +210,6 @@ class _Reader:
             self.fail("environment.skills_dir", "skills directories are not supported")
         if "allow_internet" in env and not isinstance(env["allow_internet"], bool):
             self.fail("environment.allow_internet", "must be true or false")
-        self.check_network("environment", env)
         memory_mb = env.get("memory_mb")
         if "memory" in env:
             memory_mb = self.size_mb("environment.memory", env["memory"])
@@ -227,13 +260,6 @@ class _Reader:
             self.fail(
                 f"{section}.user", "only root is supported; the sandbox's root is already unprivileged on the host"
             )
-
-    def check_network(self, section: str, table: dict[str, Any]) -> None:
-        mode = table.get("network_mode")
-        if table.get("allowed_hosts") or mode == "allowlist":
-            self.fail(f"{section}.allowed_hosts", "host allowlists are not supported; episodes run without network")
-        if mode is not None and mode not in _NETWORK_MODES:
-            self.fail(f"{section}.network_mode", f"must be one of {sorted(_NETWORK_MODES)}, got {mode!r}")
 
     def number(self, key: str, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:

@@ -76,6 +76,7 @@ from pathlib import Path
 
 from envs.tasks import Task
 from pool.contract import Sandbox
+from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import ConfigError, FileOperationError
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
@@ -150,6 +151,7 @@ def verify(
     mode: VerifyMode | None = None,
     known_good: Snapshot | None = None,
     env: dict[str, str] | None = None,
+    network: NetworkPolicy | None = None,
 ) -> Verdict:
     """End the agent's turn, run test.sh, and read the reward it wrote.
 
@@ -161,12 +163,16 @@ def verify(
         mode: overrides the task's verification mode.
         known_good: the snapshot the verifier trusts (the task's); None: the sandbox's start snapshot.
         env: extra variables for test.sh (the task's environment variables, resolved).
+        network: the verifier's network policy (None: the sandbox's network is left as the
+            boundary left it: loopback only, or nothing through the proxy).
 
     Raises:
         SandboxError: snapgym or the host failed (an infrastructure failure, not a verdict).
     """
     plan = plan_for(task, mode, known_good=known_good)
     report = sandbox.begin_verification(plan)
+    if network is not None:
+        sandbox.set_network(network, phase=Phase.VERIFIER)
     # In the workdir, as in Harbor; from / when the agent deleted it (test.sh still runs and decides).
     result = sandbox.exec(
         f"cd -- {shlex.quote(task.workdir)} 2>/dev/null || cd /\n{run_script_command(f'{TESTS_DIR}/test.sh')}",

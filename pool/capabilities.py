@@ -37,7 +37,13 @@ class Capabilities:
     gpu: bool
     """Sandboxes can use a GPU."""
     egress_control: str
-    """What outbound network a sandbox gets: "loopback-only", "allowlist" or "open"."""
+    """How a sandbox's outbound network is controlled: "proxy" (only through snapgym's egress proxy
+    on the host, which enforces the phase's policy: see pool.egress), "provider" (the provider's own
+    controls) or "loopback-only" (no way out at all)."""
+    network_modes: tuple[str, ...] = ("no-network",)
+    """The network policies (``pool.egress.NetworkMode`` values) ``sandbox.set_network`` enforces."""
+    egress_audit: bool = False
+    """``sandbox.network_log()`` records every connection attempt, allowed or denied."""
     limits: dict[str, Enforcement] = field(default_factory=dict)
     """Per resource ("memory", "cpu", "pids", "disk"): how it is enforced."""
     isolation: tuple[str, ...] = ()
@@ -71,7 +77,8 @@ class Capabilities:
             "memory snapshot": "yes" if self.memory_snapshot else "files only",
             "fork": "yes" if self.fork else "no",
             "GPU": ", ".join(self.gpu_types) or "yes" if self.gpu else "no",
-            "egress": self.egress_control,
+            "egress": f"{self.egress_control} ({', '.join(self.network_modes)})"
+            + ("; every attempt audited" if self.egress_audit else ""),
             "limits": limits or "none",
             "verification": ", ".join(self.verification) or "none",
             "shared verifier kept from the agent's processes by": self.verifier_isolation,

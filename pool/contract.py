@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pool.capabilities import Capabilities
+from pool.egress.audit import NetworkLog
+from pool.egress.policy import NetworkPolicy, Phase
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.templates import Template
@@ -67,6 +69,18 @@ class Sandbox(Protocol):
 
     def begin_verification(self, plan: VerificationPlan) -> VerificationReport:
         """End the agent's turn; until restore(), commands and files are the verifier's (see pool.verification)."""
+
+    def set_network(self, policy: NetworkPolicy, *, phase: Phase) -> Mapping[str, str]:
+        """Until the next restore(), the sandbox may reach only what ``policy`` allows, and its attempts
+        are recorded as ``phase``'s. Every command gets the returned variables (the proxy's address, a
+        CA bundle); ``begin_verification`` ends the agent's phase, so call it again for the verifier.
+
+        Raises:
+            UnsupportedError: the backend cannot enforce the policy (``capabilities.network_modes``).
+        """
+
+    def network_log(self) -> NetworkLog:
+        """The connection attempts since the last call (empty where ``capabilities.egress_audit`` is False)."""
 
     def close(self) -> None:
         """Release the sandbox. Idempotent."""

@@ -21,6 +21,8 @@ from typing import Any
 
 from pool.capabilities import Capabilities
 from pool.contract import Backend, Sandbox
+from pool.egress.audit import NetworkLog
+from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import HostBrokenError, LeaseLostError, SandboxError, SnapgymError
 from pool.fastpath import FastPathServer
 from pool.orphans import exit_when_orphaned
@@ -30,9 +32,11 @@ from pool.templates import Template
 from pool.verification import VerificationPlan, VerificationReport
 
 BackendFactory = Callable[[], Backend]
-LEASE_METHODS = frozenset(
-    {"exec", "read_file", "write_file", "snapshot", "restore", "start_digest", "begin_verification", "identity"}
-)
+_LEASE_METHOD_NAMES = (
+    "exec", "read_file", "write_file", "snapshot", "restore", "start_digest", "begin_verification", "identity",
+    "set_network", "network_log",
+)  # fmt: skip
+LEASE_METHODS = frozenset(_LEASE_METHOD_NAMES)
 """What a lease may call on its host (through Ray, or the same-node fast path).
 
 Each takes a ticket ``(slot, epoch)`` first. The pool bumps a slot's epoch
@@ -184,6 +188,14 @@ class SandboxHost:
     def begin_verification(self, ticket: Ticket, plan: VerificationPlan) -> VerificationReport:
         """Hand the leased sandbox to its verifier (see Sandbox.begin_verification)."""
         return self._sandbox(ticket).begin_verification(plan)
+
+    def set_network(self, ticket: Ticket, policy: NetworkPolicy, phase: Phase) -> dict[str, str]:
+        """Give the leased sandbox a network policy (see Sandbox.set_network)."""
+        return dict(self._sandbox(ticket).set_network(policy, phase=phase))
+
+    def network_log(self, ticket: Ticket) -> NetworkLog:
+        """The leased sandbox's connection attempts since the last call."""
+        return self._sandbox(ticket).network_log()
 
     def write_file(self, ticket: Ticket, path: str, data: str | bytes, mode: int | None) -> None:
         """Write a file into the sandbox."""

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pool import raycalls
+from pool.egress.audit import NetworkLog
+from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import HostBrokenError, LeaseLostError, SandboxClosedError, SandboxError
 from pool.fastpath import FastPathClient
 from pool.manager import LeaseGrant
@@ -127,6 +129,16 @@ class Lease:
         """Hand the leased sandbox to its verifier until the next restore (see pool.verification)."""
         report: VerificationReport = self._call("begin_verification", plan)
         return report
+
+    def set_network(self, policy: NetworkPolicy, *, phase: Phase) -> dict[str, str]:
+        """Give the leased sandbox a network policy until its next restore (see Sandbox.set_network)."""
+        env: dict[str, str] = self._call("set_network", policy, phase)
+        return env
+
+    def network_log(self) -> NetworkLog:
+        """The leased sandbox's connection attempts since the last call or restore."""
+        log: NetworkLog = self._call("network_log")
+        return log
 
     def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
         """Write a file in the sandbox, creating parent directories."""

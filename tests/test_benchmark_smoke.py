@@ -100,6 +100,44 @@ def test_reset_latency_reports_every_method(tmp_path: Path) -> None:
     assert "docker_recreate" in done.stdout
 
 
+EGRESS_COUNTS = {
+    "reset": 2, "reset_with_network": 2, "exec_true": 2, "exec_true_with_proxy_env": 2,
+    "https_direct": 3, "https_via_proxy": 3, "http_direct": 3, "http_via_proxy": 3,
+}  # fmt: skip
+EGRESS_NEEDS_PROXY = {"reset_with_network", "exec_true_with_proxy_env", "https_via_proxy", "http_via_proxy"}
+
+
+def test_egress_reports_every_method_beside_its_baseline(tmp_path: Path) -> None:
+    """benchmark=egress: every method has its samples, ratios and added p50s; the proxy audited each request."""
+    out = tmp_path / "run"
+    done = run_benchmark(
+        "benchmark=egress",
+        "benchmark.warmup=1",
+        "benchmark.repetitions.reset=2",
+        "benchmark.repetitions.exec_true=2",
+        "benchmark.repetitions.requests=3",
+        f"backend.store_dir={tmp_path / 'store'}",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["methods"]) == list(EGRESS_COUNTS)
+    for name, entry in summary["methods"].items():
+        if entry["skipped"]:  # a backend without an egress proxy (rootless) measures the baselines only
+            assert name in EGRESS_NEEDS_PROXY and "egress proxy" in entry["reason"], f"{name}: {entry['reason']}"
+        else:
+            assert entry["n"] == EGRESS_COUNTS[name]
+            assert 0 < entry["p50_ms"] <= entry["p90_ms"]
+    pairs = [("reset", "reset_with_network"), ("exec_true", "exec_true_with_proxy_env"),
+             ("https_direct", "https_via_proxy"), ("http_direct", "http_via_proxy")]  # fmt: skip
+    assert set(summary["ratios"]) == {f"{b}_vs_{a}" for a, b in pairs}
+    assert {f"{b}_added_p50_ms" for _, b in pairs} <= set(summary["headline"])
+    audit = summary["meta"]["audit"]
+    if not summary["methods"]["https_via_proxy"]["skipped"]:
+        assert audit["allowed"] >= 2 * (1 + 3) and audit["denied"] == audit["unreachable"] == 0
+    assert "https_via_proxy" in done.stdout and "added by the proxy" in done.stdout
+
+
 @pytest.mark.parametrize("override", ["benchmark.repetitonz=3", "+benchmark.repetitonz=3"])
 def test_mistyped_key_fails_before_any_sandbox(tmp_path: Path, override: str) -> None:
     store = tmp_path / "store"

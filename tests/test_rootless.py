@@ -24,6 +24,10 @@ SCRIPT = textwrap.dedent(
     with LocalBackend(store_dir={store!r}) as backend:
         assert backend.rootless
         assert backend.capabilities.limits["pids"] is Enforcement.RLIMIT
+        # no way into the sandboxes' network namespaces: loopback only, and check_backend checks
+        # that set_network refuses what it cannot enforce
+        assert backend.capabilities.egress_control == "loopback-only"
+        assert backend.capabilities.network_modes == ("no-network",)
         check_backend(backend)
         snap = backend.build(__import__("pool").Template(name="rootless", setup=["echo hi > f"], workdir="/w"))
         with backend.create(snap) as sbx:

@@ -23,11 +23,12 @@ import contextlib
 import dataclasses
 import json
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from benchmarks import results, rundir
 from benchmarks.agents import LLMAgent, make_agent
@@ -41,7 +42,10 @@ from benchmarks.progress import Progress
 from benchmarks.schemas import PoolKind
 from benchmarks.suites import Suite, image_sources, select_tasks
 from benchmarks.supply import SandboxSupply
+from envs.network import describe_difference, effective_policies, modes_needed
 from envs.tasks import Task
+from pool.capabilities import Capabilities
+from pool.egress.policy import PhasePolicies
 from pool.errors import ConfigError, SnapgymError
 
 log = logging.getLogger(__name__)
@@ -97,6 +101,8 @@ def evaluate(
     settings = dataclasses.replace(eval_settings(config), run_id=run_dir.name)
     supply = open_supply(job, config)
     tasks, unverifiable = _verifiable(tasks, settings.verification, supply.capabilities.verification, supply.name)
+    tasks, unnetworked = _networkable(tasks, settings.network, supply.capabilities, supply.name)
+    unverifiable = {**unverifiable, **unnetworked}
     skipped = {**(skipped or {}), **unverifiable}
     if not tasks:
         supply.close()
@@ -181,6 +187,7 @@ def eval_settings(config: DictConfig) -> EvalSettings:
         max_attempts=config.max_attempts,
         success_threshold=config.success_threshold,
         verification=_verification(config),
+        network=network_setting(config),
         outage_timeout_s=config.outage_timeout_s,
         outage_backoff_max_s=config.outage_backoff_max_s,
     )
@@ -203,10 +210,51 @@ def _verifiable(
     return kept, skipped
 
 
+def _networkable(
+    tasks: list[Task], setting: Any, capabilities: Capabilities, backend: str
+) -> tuple[list[Task], dict[str, str]]:
+    """The tasks whose network policies the backend enforces, and why each other one is skipped.
+
+    Says, once per distinct change, where the run's ``network`` setting differs from the tasks' own.
+    """
+    kept, skipped = [], {}
+    changes: dict[str, list[str]] = {}
+    for task in tasks:
+        policies = effective_policies(task.settings.network, setting)
+        missing = modes_needed(policies) - set(capabilities.network_modes)
+        if missing:
+            skipped[task.id] = (
+                f"needs network {', '.join(sorted(missing))}, which the {backend} backend does not enforce "
+                f"(egress {capabilities.egress_control}); run with network=offline to play it without network"
+            )
+            log.warning("skipping task %s: %s", task.id, skipped[task.id])
+            continue
+        kept.append(task)
+        change = describe_difference(task.settings.network, policies)
+        if change is not None:
+            changes.setdefault(change, []).append(task.id)
+    for change, ids in changes.items():
+        named = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        message = f"network differs from the task's for {len(ids)} task(s) ({named}): {change}"
+        log.warning(message)
+        print(f"snapgym: {message}", file=sys.stderr)
+    return kept, skipped
+
+
 def _verification(config: DictConfig) -> str | None:
     choice = config.get("verification", "task")
     name = choice.value if hasattr(choice, "value") else str(choice)
     return None if name == "task" else name
+
+
+def network_setting(config: DictConfig) -> Any:
+    """The run's ``network`` as plain data (None: each task's own), checked before anything starts."""
+    value = config.get("network", "task")
+    plain = OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
+    if plain is None or plain == "task":
+        return None
+    effective_policies(PhasePolicies(), plain)  # type: ignore[arg-type]  # a ConfigError names what is wrong
+    return plain
 
 
 def open_supply(job: Job, config: DictConfig) -> SandboxSupply:

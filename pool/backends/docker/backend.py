@@ -40,6 +40,8 @@ from pool.backends.docker.catalog import ROLE, SANDBOX, SNAPSHOT
 from pool.backends.docker.containers import Containers, Limits, Spec
 from pool.backends.docker.sandbox import DockerSandbox
 from pool.capabilities import Capabilities
+from pool.egress.service import EgressService
+from pool.egress.settings import EgressSettings
 from pool.errors import (
     BackendError,
     ConfigError,
@@ -81,6 +83,10 @@ class DockerBackend:
         shared_verification: offer shared verification, in the agent's container (Harbor's
             way): a process the agent leaves running can forge the reward there, so it is off
             unless asked for (see :mod:`.capabilities`).
+        egress: how sandboxes reach the network when a policy lets them (a
+            ``pool.egress.EgressSettings``, or its fields as a mapping). The proxy runs in this
+            process and listens inside each container's network namespace: it needs root and
+            an engine on this machine.
     """
 
     name = "docker"
@@ -101,6 +107,7 @@ class DockerBackend:
         prefer_prebuilt: bool = True,
         api_timeout_s: float = 600.0,
         shared_verification: bool = False,
+        egress: EgressSettings | Mapping[str, Any] | None = None,
     ) -> None:
         _check_positive(
             memory_limit_mb=memory_limit_mb,
@@ -117,6 +124,11 @@ class DockerBackend:
                 "digits, '.', '_', '-', and '/' between parts"
             )
         self.base_url = base_url or engine.default_url()
+        local_engine = self.base_url.startswith(("unix://", "/")) and os.geteuid() == 0
+        self.egress = EgressService(
+            egress, available=local_engine, unavailable_reason="the egress proxy reaches into containers' network "
+            "namespaces, which needs root and an engine on this machine (a unix socket)",
+        )
         self.memory_limit_mb = memory_limit_mb
         self.cpus = cpus
         self.pids_limit = pids_limit
@@ -179,7 +191,7 @@ class DockerBackend:
     @property
     def capabilities(self) -> Capabilities:
         """What the engine enforces, read from ``docker info`` when the backend started (see :mod:`.capabilities`)."""
-        return declared(self.engine, shared_verification=self.shared_verification)
+        return declared(self.engine, shared_verification=self.shared_verification, egress=self.egress.capability_fields)
 
     @property
     def health(self) -> str | None:
@@ -255,6 +267,7 @@ class DockerBackend:
             sandboxes = list(self._sandboxes.values())
         for sandbox in sandboxes:
             sandbox.close()
+        self.egress.close()
         self.containers.close()
         for image in self._checkpoints:
             with contextlib.suppress(Exception):  # in use by another backend's container: reap_orphans takes it later

@@ -3,9 +3,11 @@
 - ``in_place_restore=False``: restore hands the sandbox another container (see
   :mod:`.sandbox`); ``memory_snapshot=False``: a commit keeps files, not processes.
 - ``fork=True``: n containers of one image start concurrently, sharing its layers.
-- ``egress_control="loopback-only"``: every sandbox container has
-  ``network_mode=none`` (its own network namespace with only ``lo``); only a
-  template's build steps may get the engine's bridge.
+- ``egress_control``: every sandbox container has ``network_mode=none`` (its own
+  network namespace with only ``lo``); only a template's build steps may get the
+  engine's bridge. "proxy" when snapgym runs as root beside the engine: its egress
+  proxy then listens inside each container's namespace (see :mod:`pool.egress`);
+  otherwise "loopback-only".
 - ``limits``: memory, PIDs and CPU (the backend's ``cpus`` or a task's) are cgroup
   limits the engine sets, when ``docker info`` says its kernel supports them; disk is not
   limited (a task's ``storage_mb`` is not applied; ``disk_limit_mb`` needs
@@ -28,11 +30,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from pool.backends.docker.engine import EngineInfo
 from pool.capabilities import Capabilities, Enforcement
 
 
-def declared(info: EngineInfo, *, shared_verification: bool) -> Capabilities:
+def declared(info: EngineInfo, *, shared_verification: bool, egress: Mapping[str, Any]) -> Capabilities:
     """The capabilities of a backend on the engine ``info`` describes."""
     cgroup, none = Enforcement.CGROUP, Enforcement.NONE
     isolation = ["mount", "pid", "network", "ipc", "uts", "cgroup-limits", "no-new-privileges"]
@@ -44,7 +49,7 @@ def declared(info: EngineInfo, *, shared_verification: bool) -> Capabilities:
         memory_snapshot=False,
         fork=True,
         gpu=False,
-        egress_control="loopback-only",
+        **egress,
         limits={
             "memory": cgroup if info.memory_limit else none,
             "pids": cgroup if info.pids_limit else none,

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 from pool.backends.docker import execution, files, verify
 from pool.backends.docker.catalog import SNAPSHOT
+from pool.egress.audit import NetworkLog
+from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import (
     CommandRejectedError,
     ConfigError,
@@ -34,6 +36,7 @@ from pool.errors import (
     SandboxError,
     SandboxOutOfMemoryError,
     SnapgymError,
+    UnsupportedError,
 )
 from pool.results import ExecResult, decode_output
 from pool.snapshots import Snapshot
@@ -57,6 +60,7 @@ class DockerSandbox:
         self._closed = False
         self._sealed: VerifyMode | None = None
         self._spare: tuple[str, concurrent.futures.Future[str]] | None = None
+        self._egress = backend.egress.gatekeeper()
 
     # -- identity -------------------------------------------------------------
 
@@ -126,7 +130,8 @@ class DockerSandbox:
             timeout_s: kill the command and everything it started after this long
                 (default: the backend's ``default_timeout_s``).
             cwd: working directory (default: the snapshot's workdir).
-            env: variables added to the snapshot's environment.
+            env: variables added to the snapshot's environment (and to the proxy's, after
+                :meth:`set_network`).
             stdin: data on standard input (default: empty).
             max_output_bytes: cap per stream (default: the backend's).
 
@@ -140,7 +145,7 @@ class DockerSandbox:
             SandboxOutOfMemoryError: it died because its processes used up its memory.
         """
         container = self._running()
-        extra = dict(env or {})
+        extra = {**self._egress.environment, **(env or {})}
         merged = {**self._snapshot.env, **extra}
         timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
         execution.check_command(command, merged, timeout_s)
@@ -245,6 +250,8 @@ class DockerSandbox:
         self._check_open()
         target = snapshot or self._snapshot
         self._backend.check_snapshot(target)
+        self._egress.detach()
+        self._egress.log()  # the last episode's records go with it
         if self._container is not None:
             self._backend.containers.remove_later(self._container)  # killed now: every process is gone
             self._container = None
@@ -274,8 +281,10 @@ class DockerSandbox:
                 "DockerBackend(shared_verification=True)"
             )
         if plan.mode is VerifyMode.STRICT:
+            self._egress.detach()  # the agent's container ends; the verifier's gets its own gate
             self._container, report = verify.strict(self._backend, self, container, plan)
         else:
+            self._egress.seal()  # same namespace: nothing goes out until the verifier's policy is set
             report = verify.shared(self._backend, self, container, plan)
         self._sealed = plan.mode
         return report
@@ -285,11 +294,47 @@ class DockerSandbox:
         if self._closed:
             return
         self._closed = True
+        self._egress.detach()
         if self._container is not None:
             self._backend.containers.remove_later(self._container)
             self._container = None
         self._drop_spare()
         self._backend.forget(self)
+
+    # -- network ------------------------------------------------------------------------
+
+    def set_network(self, policy: NetworkPolicy, *, phase: Phase) -> dict[str, str]:
+        """Until restore(), reach only what ``policy`` allows, through the backend's egress proxy,
+        which listens at 127.0.0.1:3128 inside the container's network namespace (see pool.egress).
+
+        Raises:
+            UnsupportedError: the backend cannot reach into containers and the policy is not no-network.
+            SandboxCrashedError: the container is not running.
+        """
+        container = self._running()
+        if not self._backend.egress.available:
+            if policy.allows_any:
+                raise UnsupportedError(self._backend.egress.unavailable_reason)
+            return {}
+        pid = int(self._backend.container_state(container).get("Pid") or 0)
+        if pid <= 0:
+            raise SandboxCrashedError(f"sandbox {self.id}: its container is not running; restore() it")
+        return self._egress.apply(
+            f"/proc/{pid}/ns/net", policy, phase, read_file=self._read_optional, write_file=self._write_bytes
+        )
+
+    def network_log(self) -> NetworkLog:
+        """The connection attempts since the last call or restore (see pool.egress.audit)."""
+        return self._egress.log()
+
+    def _read_optional(self, path: str) -> bytes | None:
+        try:
+            return self.read_file(path, max_bytes=16 << 20)
+        except SnapgymError:
+            return None
+
+    def _write_bytes(self, path: str, data: bytes) -> None:
+        self.write_file(path, data, mode=0o644)
 
     # -- spares -----------------------------------------------------------------------
 

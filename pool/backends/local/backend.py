@@ -37,6 +37,8 @@ from pool.capabilities import Capabilities, Enforcement
 from pool.contract import Sandbox
 from pool.digest import combine, source_key
 from pool.dockerfile import ImageCopy
+from pool.egress.service import EgressService
+from pool.egress.settings import EgressSettings
 from pool.errors import (
     BackendError,
     BuildError,
@@ -93,6 +95,10 @@ class LocalBackend:
         registry: how images are fetched (a RegistrySettings, or its fields as a
             mapping): credentials (``auth_file``, ``credentials``), ``mirrors``,
             ``insecure_registries``, ``ca_dirs``, ``platform``.
+        egress: how sandboxes reach the network when a policy lets them (a
+            ``pool.egress.EgressSettings``, or its fields as a mapping): ``hosts``,
+            ``upstream_proxy``, ``extra_ca_files``, ``trusted_networks``. Needs root;
+            a rootless backend gives sandboxes loopback only.
     """
 
     name = "local"
@@ -114,6 +120,7 @@ class LocalBackend:
         prewarm: bool = True,
         prefer_prebuilt: bool = True,
         registry: RegistrySettings | Mapping[str, Any] | None = None,
+        egress: EgressSettings | Mapping[str, Any] | None = None,
     ) -> None:
         kernel.require_linux()
         _check_positive(
@@ -139,6 +146,10 @@ class LocalBackend:
         self.prewarm = prewarm
         self.prefer_prebuilt = prefer_prebuilt
         self.registry = registry_settings(registry)
+        self.egress = EgressService(
+            egress, available=not self.rootless, unavailable_reason="a rootless local backend cannot reach into "
+            "its sandboxes' network namespaces; run as root for network policies other than no-network",
+        )
         self._fetcher: ImageFetcher | None = None
         self.store = SnapshotStore(
             Path(store_dir) if store_dir else default_store_dir(), id_offset=self.id_offset, rootless=self.rootless
@@ -201,7 +212,7 @@ class LocalBackend:
             memory_snapshot=False,
             fork=True,
             gpu=False,
-            egress_control="loopback-only",
+            **self.egress.capability_fields,
             limits={
                 "memory": Enforcement.CGROUP if "memory" in cg else Enforcement.RLIMIT,
                 "pids": Enforcement.CGROUP if "pids" in cg else Enforcement.RLIMIT,
@@ -325,6 +336,7 @@ class LocalBackend:
         for sandbox in sandboxes:
             with contextlib.suppress(SandboxCrashedError):
                 sandbox.close()
+        self.egress.close()
         if self._daemon is not None:
             self._daemon.close()
         if self._run_dir is not None:

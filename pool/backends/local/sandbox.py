@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from pool.backends.local import capture, upperread
 from pool.backends.local.cgroups import Limits, SandboxCgroup
 from pool.backends.local.daemon import Op, StatusTimeoutError, read_status
+from pool.egress.audit import NetworkLog
+from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import (
     CommandRejectedError,
     FileOperationError,
@@ -20,6 +22,7 @@ from pool.errors import (
     SandboxCrashedError,
     SandboxError,
     SandboxOutOfMemoryError,
+    UnsupportedError,
 )
 from pool.results import ExecResult, decode_output
 from pool.snapshots import Snapshot
@@ -73,6 +76,7 @@ class LocalSandbox:
         """A strict verifier's private directories: they live in the writable layer."""
         self.stage_path = ""
         """Where the sandbox's writable tmpfs is mounted (in the daemon's mount namespace)."""
+        self._egress = backend.egress.gatekeeper()
 
     # -- identity ---------------------------------------------------------
 
@@ -143,7 +147,8 @@ class LocalSandbox:
             timeout_s: kill the command and everything it started after this
                 long (default: the backend's ``default_timeout_s``).
             cwd: working directory (default: the snapshot's workdir).
-            env: variables added to the snapshot's environment.
+            env: variables added to the snapshot's environment (and to the
+                proxy's, after :meth:`set_network`).
             stdin: data on standard input (default: empty).
             max_output_bytes: cap per stream (default: the backend's).
 
@@ -156,6 +161,8 @@ class LocalSandbox:
             SandboxCrashedError: the sandbox died; restore() brings it back.
         """
         self._check_open()
+        if self._egress.environment:
+            env = {**self._egress.environment, **(env or {})}
         fields = self._exec_fields(command, timeout_s, cwd, env)
         cap = max_output_bytes if max_output_bytes is not None else self._backend.max_output_bytes
         timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
@@ -377,6 +384,8 @@ class LocalSandbox:
         self._check_open()
         target = snapshot or self._snapshot
         self._sealed, self._private = None, ()
+        self._egress.detach()  # before the instance goes: its namespace can then be reused
+        self._egress.log()  # the last episode's records go with it
         self._backend.restart_sandbox(self, target)
         self._snapshot = target
 
@@ -393,11 +402,52 @@ class LocalSandbox:
         self._check_open()
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier already; restore() it first")
+        if plan.mode is VerifyMode.STRICT:
+            self._egress.detach()  # the agent's instance ends; the verifier's gets its own gate
+        else:
+            self._egress.seal()  # same namespace: nothing goes out until the verifier's policy is set
         report = self._backend.seal_sandbox(self, plan)
         self._sealed = plan.mode
         if plan.mode is VerifyMode.STRICT:
             self._private = plan.private_dirs
         return report
+
+    # -- network ----------------------------------------------------------
+
+    def set_network(self, policy: NetworkPolicy, *, phase: Phase) -> dict[str, str]:
+        """Until restore(), reach only what ``policy`` allows, through the backend's egress proxy.
+
+        The proxy listens at 127.0.0.1:3128 inside the sandbox's network namespace
+        (see pool.egress); every command gets ``HTTP_PROXY`` and friends pointing there.
+
+        Raises:
+            UnsupportedError: a rootless backend and a policy other than no-network.
+            SandboxCrashedError: the sandbox is not running.
+        """
+        self._check_open()
+        if not self._backend.egress.available:
+            if policy.allows_any:
+                raise UnsupportedError(self._backend.egress.unavailable_reason)
+            return {}
+        reply = self._backend.daemon_request(Op.PING, self.number, [])
+        if reply.get("pid", "0") == "0":
+            raise SandboxCrashedError(f"sandbox {self.id} is not running; restore() it first")
+        return self._egress.apply(
+            f"/proc/{reply['pid']}/ns/net", policy, phase, read_file=self._read_optional, write_file=self._write_bytes
+        )
+
+    def network_log(self) -> NetworkLog:
+        """The connection attempts since the last call or restore (see pool.egress.audit)."""
+        return self._egress.log()
+
+    def _read_optional(self, path: str) -> bytes | None:
+        try:
+            return self.read_file(path, max_bytes=16 << 20)
+        except FileOperationError:
+            return None
+
+    def _write_bytes(self, path: str, data: bytes) -> None:
+        self.write_file(path, data, mode=0o644)
 
     @property
     def sealed(self) -> VerifyMode | None:
@@ -430,6 +480,7 @@ class LocalSandbox:
         if self._closed:
             return
         self._closed = True
+        self._egress.detach()
         self._backend.release_sandbox(self)
         self._cgroup.remove()
 

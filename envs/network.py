@@ -1,0 +1,114 @@
+"""An episode's network: the task's policy per phase, a run's override, and when a failed
+verification is the network's fault rather than the agent's.
+
+The task's policies come from task.toml as Harbor defines them (see
+:mod:`envs.taskconfig`); a run may override them for every task
+(``network="offline"`` for reproducible RL, ``"public"``, a list of hosts, a
+:class:`~pool.egress.NetworkPolicy`, or ``{"agent": ..., "verifier": ...}``).
+
+Attribution. A verifier that could not download what its test script needs
+(denied by the policy, or allowed but unreachable from an offline machine)
+scores 0.0 through no fault of the agent's. Such an episode is reported as
+unscored (``network_denied`` / ``network_unreachable``) when the verification
+was strict, failed (reward 0.0), and **the verifier's first connection
+attempt** failed. Only the first counts because the tests run the agent's
+code later, and a policy that wanted to hide a failure could otherwise make
+that code try a forbidden host on purpose. In shared verification the
+agent's own processes are alive while the tests run and could make that first
+attempt, so there the episode keeps its 0.0 and ``info["network_hint"]`` says
+what the network refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pool.egress.audit import DENIED, UNREACHABLE, NetworkLog
+from pool.egress.policy import NetworkPolicy, Phase, PhasePolicies
+from pool.errors import ConfigError
+
+NETWORK_DENIED = "network_denied"
+NETWORK_UNREACHABLE = "network_unreachable"
+NetworkSetting = str | NetworkPolicy | PhasePolicies | Mapping[str, Any] | Sequence[str] | None
+"""What a run may say about the network (see :func:`effective_policies`)."""
+
+
+def effective_policies(task: PhasePolicies, setting: NetworkSetting) -> PhasePolicies:
+    """The policies an episode runs under: the task's (``None`` or ``"task"``), or the run's override."""
+    if setting is None or setting == "task":
+        return task
+    if isinstance(setting, PhasePolicies):
+        return setting
+    if isinstance(setting, Mapping) and set(setting) <= {"agent", "verifier"} and setting:
+        return PhasePolicies(
+            agent=_policy(setting.get("agent", "task"), task.agent),
+            verifier=_policy(setting.get("verifier", "task"), task.verifier),
+        )
+    policy = _policy(setting, None)
+    return PhasePolicies(agent=policy, verifier=policy)
+
+
+def _policy(value: Any, task: NetworkPolicy | None) -> NetworkPolicy:
+    if value == "task" and task is not None:
+        return task
+    try:
+        return NetworkPolicy.parse(value)
+    except (ConfigError, TypeError) as exc:
+        raise ConfigError(
+            f"network: {exc}; give 'task', 'offline', 'public', a list of allowed hosts, or "
+            "{'agent': ..., 'verifier': ...}"
+        ) from None
+
+
+def describe_difference(task: PhasePolicies, effective: PhasePolicies) -> str | None:
+    """``"agent: no-network (task: public); verifier: ..."`` for the phases the run changed, or None."""
+    changed = [
+        f"{phase.value}: {mine.describe()} (task: {theirs.describe()})"
+        for phase in (Phase.AGENT, Phase.VERIFIER)
+        if (mine := effective.for_phase(phase)) != (theirs := task.for_phase(phase))
+    ]
+    return "; ".join(changed) or None
+
+
+def modes_needed(policies: PhasePolicies) -> set[str]:
+    """The network modes an episode under these policies needs its backend to enforce."""
+    return {policies.agent.mode.value, policies.verifier.mode.value}
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkFailure:
+    """Why a failed verification is blamed on the network, and what would let the task run."""
+
+    reason: str
+    """:data:`NETWORK_DENIED` or :data:`NETWORK_UNREACHABLE`."""
+    hosts: tuple[str, ...]
+    """``host:port`` of every verifier attempt that failed."""
+    hint: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {"reason": self.reason, "hosts": list(self.hosts), "hint": self.hint}
+
+
+def network_failure(log: NetworkLog, reward: float | None) -> NetworkFailure | None:
+    """The network's share in a failed verification (see the module docstring), or None."""
+    if reward is None or reward > 0.0:
+        return None
+    attempts = sorted((c for c in log.connections if c.phase == Phase.VERIFIER.value), key=lambda c: c.time)
+    if not attempts or attempts[0].verdict not in (DENIED, UNREACHABLE):
+        return None
+    failed = tuple(dict.fromkeys(f"{c.host}:{c.port}" for c in attempts if c.verdict in (DENIED, UNREACHABLE)))
+    if attempts[0].verdict == DENIED:
+        hint = (
+            f"the verifier's policy refused {', '.join(failed)} ({attempts[0].rule}); run with network='task' "
+            "if the run overrides it, or allow these hosts for the verifier (network='public' or an allowlist)"
+        )
+        return NetworkFailure(NETWORK_DENIED, failed, hint)
+    hint = (
+        f"the verifier could not reach {', '.join(failed)} ({attempts[0].error or 'unreachable'}); this machine "
+        "may be offline: give the backend an upstream proxy (egress.upstream_proxy) or install what test.sh "
+        "downloads at build time"
+    )
+    return NetworkFailure(NETWORK_UNREACHABLE, failed, hint)

@@ -1,0 +1,38 @@
+"""Network for sandboxes: policies per phase, a host-side proxy that enforces them, and an audit.
+
+A sandbox has no network device but loopback. Its only way out is snapgym's
+egress proxy, which listens inside the sandbox's network namespace at
+``127.0.0.1:3128`` while running on the host (:mod:`pool.egress.netns`), so
+nothing of it is in the sandbox for the agent to change. Commands get
+``HTTP_PROXY``/``HTTPS_PROXY`` pointing there; anything else (raw TCP, UDP,
+DNS, ICMP) has no route.
+
+Modules:
+
+- :mod:`~pool.egress.policy`: ``NetworkPolicy`` (Harbor's modes and host syntax), ``Phase``.
+- :mod:`~pool.egress.settings`: ``EgressSettings``, the machine's side (hosts map, upstream proxy,
+  extra CAs, trusted networks).
+- :mod:`~pool.egress.addresses`: what is refused whatever the policy (non-global addresses, Ray's ports).
+- :mod:`~pool.egress.proxy`: the proxy (asyncio, one event loop thread per process): ``EgressProxy``
+  and its per-sandbox ``Gate`` (:mod:`~pool.egress.gate`); a connection is served by
+  :mod:`~pool.egress.session` (request head :mod:`~pool.egress.head`, body :mod:`~pool.egress.body`,
+  destination :mod:`~pool.egress.route`, first tunnel bytes :mod:`~pool.egress.opening` and
+  :mod:`~pool.egress.sni`, byte relay :mod:`~pool.egress.relay`) within :mod:`~pool.egress.limits`.
+- :mod:`~pool.egress.audit`: the records (``Connection``, ``NetworkLog``).
+- :mod:`~pool.egress.gatekeeper`, :mod:`~pool.egress.service`: how a backend attaches the proxy to its sandboxes.
+"""
+
+from pool.egress.audit import Connection, NetworkLog, summarise
+from pool.egress.policy import NetworkMode, NetworkPolicy, Phase, PhasePolicies
+from pool.egress.settings import EgressSettings
+
+__all__ = [
+    "Connection",
+    "EgressSettings",
+    "NetworkLog",
+    "NetworkMode",
+    "NetworkPolicy",
+    "Phase",
+    "PhasePolicies",
+    "summarise",
+]

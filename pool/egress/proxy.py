@@ -1,0 +1,123 @@
+"""snapgym's HTTP egress proxy: the only way out of a sandbox's network namespace.
+
+A sandbox has only loopback. For each one, snapgym creates a socket listening
+inside the sandbox's namespace and hands it to :meth:`EgressProxy.open_gate`;
+the proxy, running in the host process, accepts the sandbox's connections on it
+(``HTTP_PROXY``/``HTTPS_PROXY`` point tools there) and reaches the outside world
+for it, within the gate's :class:`~pool.egress.policy.NetworkPolicy`. Which
+socket a connection arrived on says which sandbox it came from; nothing the
+client sends can say otherwise.
+
+The client is assumed hostile. Every request is judged on the address the proxy
+itself resolved and connects to (:mod:`pool.egress.addresses`), TLS and HTTP
+sent through a tunnel must name the tunnel's host (:mod:`pool.egress.opening`),
+every wait is bounded, each gate's connections and records are capped
+(:class:`~pool.egress.limits.ProxyLimits`), and a gate's records are its own.
+
+Threads: one daemon thread runs the proxy's event loop (started with the first
+gate); name lookups run on a small pool of resolver threads. The methods of
+:class:`EgressProxy` and :class:`~pool.egress.gate.Gate` may be called from any
+other thread.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from pool.egress.gate import Gate
+from pool.egress.limits import ProxyLimits
+from pool.egress.loop import LoopThread
+from pool.egress.policy import NetworkPolicy, Phase
+from pool.egress.settings import EgressSettings
+from pool.errors import BackendError, ConfigError
+
+__all__ = ["EgressProxy", "Gate", "ProxyLimits"]
+
+
+class EgressProxy:
+    """The egress proxy of one host process: a gate per sandbox, one event loop for all.
+
+    Args:
+        settings: how the proxy reaches the outside (hosts map, upstream proxy, trusted
+            networks, denied ports); defaults when None.
+        limits: caps and timeouts per gate; defaults when None.
+    """
+
+    def __init__(self, settings: EgressSettings | None = None, *, limits: ProxyLimits | None = None) -> None:
+        self._settings = settings if settings is not None else EgressSettings()
+        self._limits = limits if limits is not None else ProxyLimits()
+        self._lock = threading.Lock()
+        self._loop: LoopThread | None = None
+        self._gates: list[Gate] = []
+        self._closed = False
+
+    @property
+    def settings(self) -> EgressSettings:
+        """The machine's egress settings."""
+        return self._settings
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def open_gate(self, listener: socket.socket, policy: NetworkPolicy, phase: Phase) -> Gate:
+        """Serve the connections made to ``listener`` under ``policy``, recorded under ``phase``.
+
+        Args:
+            listener: a TCP socket already listening (in the sandbox's network namespace).
+                The proxy owns it from this call on, also when the call fails.
+            policy: what the connections may reach.
+            phase: the phase their records name.
+
+        Raises:
+            ConfigError: ``listener`` is not a listening TCP socket.
+            BackendError: the proxy is closed.
+        """
+        try:
+            _check_listener(listener)
+            with self._lock:
+                if self._closed:
+                    raise BackendError("the egress proxy is closed")
+                if self._loop is None:
+                    self._loop = LoopThread()
+                gate = Gate(self._loop, listener, policy, phase, self._settings, self._limits)
+                self._loop.call(gate.start())
+                self._gates = [g for g in self._gates if not g.is_closed] + [gate]
+        except BaseException:
+            listener.close()
+            raise
+        return gate
+
+    def close(self) -> None:
+        """Close every gate (cutting their connections, writing their records) and stop the
+        event loop. Records stay drainable from the gates. Closing again does nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            loop, gates = self._loop, self._gates
+            self._gates = []
+        if loop is None:
+            return
+        try:
+            for gate in gates:
+                loop.call(gate.shutdown("cut: the proxy closed"))
+        finally:
+            loop.stop()
+
+    def __enter__(self) -> EgressProxy:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _check_listener(listener: socket.socket) -> None:
+    try:
+        listening = listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    except OSError as exc:
+        raise ConfigError(f"the egress gate's socket is unusable: {exc}") from None
+    if listener.type != socket.SOCK_STREAM or not listening:
+        raise ConfigError("an egress gate needs a TCP socket that is already listening")

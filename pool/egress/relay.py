@@ -1,0 +1,142 @@
+"""Moving bytes between a client and a destination, and ending connections cleanly.
+
+Every wait here is bounded: a peer that stops reading or writing holds a
+connection for at most the idle timeout, and a refusal is written within the
+reply timeout, so a hostile client cannot pin the proxy's resources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+CHUNK_BYTES = 64 * 1024
+_LINGER_BYTES = 64 * 1024
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    403: "Forbidden",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
+
+
+class Activity:
+    """When bytes last moved on a connection, for the idle timeout."""
+
+    def __init__(self) -> None:
+        self.last = asyncio.get_running_loop().time()
+
+    def touch(self) -> None:
+        """Bytes moved now."""
+        self.last = asyncio.get_running_loop().time()
+
+    async def idle(self, timeout_s: float) -> None:
+        """Return once nothing moved for ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        while (left := self.last + timeout_s - loop.time()) > 0:
+            await asyncio.sleep(left)
+
+
+async def send(writer: asyncio.StreamWriter, data: bytes, activity: Activity | None = None) -> None:
+    """Write ``data`` and wait until the transport took it (the peer reads, or the idle timeout cuts)."""
+    writer.write(data)
+    await writer.drain()
+    if activity is not None:
+        activity.touch()
+
+
+async def pipe(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    count: Callable[[int], None],
+    activity: Activity,
+) -> None:
+    """Copy ``reader`` to ``writer`` until end of stream, counting the bytes."""
+    while data := await reader.read(CHUNK_BYTES):
+        activity.touch()
+        await send(writer, data, activity)
+        count(len(data))
+
+
+async def relay(
+    up: Coroutine[Any, Any, bool],
+    down: Coroutine[Any, Any, None],
+    activity: Activity,
+    idle_timeout_s: float,
+) -> str | None:
+    """Run both directions of a connection until it is over.
+
+    It is over when ``down`` (destination to client) ends or fails, when ``up`` fails or returns
+    False (its check refused the client, or its request is done and the destination will close),
+    or after ``idle_timeout_s`` without traffic. ``up`` returning True (the client half-closed)
+    leaves ``down`` running: the destination may still answer.
+
+    Returns:
+        ``"idle timeout"`` when that ended it, else None.
+    """
+    up_task, down_task = asyncio.ensure_future(up), asyncio.ensure_future(down)
+    idle_task = asyncio.ensure_future(activity.idle(idle_timeout_s))
+    pending: set[asyncio.Future[Any]] = {up_task, down_task, idle_task}
+    try:
+        while True:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if idle_task in done:
+                return "idle timeout"
+            if down_task in done or (up_task in done and (up_task.exception() or not up_task.result())):
+                break
+    finally:
+        for task in (up_task, down_task, idle_task):
+            task.cancel()
+        await asyncio.gather(up_task, down_task, idle_task, return_exceptions=True)
+    for task in (up_task, down_task):
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None and not isinstance(failure, OSError):
+            raise failure  # a bug here, not a peer that went away
+    return None
+
+
+async def reply(writer: asyncio.StreamWriter, status: int, body: str, timeout_s: float) -> None:
+    """Answer ``status`` with a one-line text body, giving up after ``timeout_s``."""
+    payload = (body + "\n").encode()
+    head = (
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(payload)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await send(writer, head.encode() + payload)
+
+
+async def shut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, linger_s: float) -> None:
+    """Close a client connection so that what was written reaches it.
+
+    Closing with unread bytes in the socket makes the kernel send a reset, which can destroy
+    a response the client has not read yet; so the proxy half-closes, reads and discards what
+    the client still sends (a bounded amount, for a bounded time), then closes.
+    """
+    try:
+        if writer.transport.get_write_buffer_size() == 0 and writer.can_write_eof():
+            writer.write_eof()
+            async with asyncio.timeout(linger_s):
+                discarded = 0
+                while discarded < _LINGER_BYTES and (data := await reader.read(CHUNK_BYTES)):
+                    discarded += len(data)
+    except (OSError, TimeoutError):
+        pass
+    finally:
+        close(writer)
+
+
+def close(writer: asyncio.StreamWriter) -> None:
+    """Close now: gracefully when nothing is left to send, else with a reset (a peer that stopped
+    reading must not keep the socket open)."""
+    transport = writer.transport
+    if transport.get_write_buffer_size() > 0:
+        transport.abort()
+    else:
+        transport.close()

@@ -1,0 +1,230 @@
+"""Serving one client connection of the egress proxy: read the request, judge it, relay it.
+
+A connection carries one request: ``CONNECT host:port`` opens a tunnel, an
+absolute-form request (``GET http://host/path``) is forwarded in origin form
+with ``Connection: close``. Whatever happens is written into the connection's
+:class:`Attempt`; the caller turns it into the audit record and closes the
+client connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pool.egress import opening
+from pool.egress.attempt import Attempt
+from pool.egress.audit import ALLOWED, DENIED, INVALID, UNREACHABLE
+from pool.egress.body import Framing, copy_body, framing
+from pool.egress.head import Authority, RequestHead, host_of, parse_authority, parse_head, parse_proxy_url
+from pool.egress.policy import NetworkPolicy
+from pool.egress.relay import Activity, close, pipe, relay, reply, send
+from pool.egress.route import Network, Refused, Route, Unreachable, open_route, upstream_authorization
+
+MAX_URL_CHARS = 512
+_ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "upgrade"})
+"""Headers meant for the proxy or this one connection: never forwarded (Proxy-Authorization
+would hand the sandbox's proxy credentials to the destination)."""
+
+
+class _Invalid(Exception):
+    """The client did not send a proxy request we can serve (``answer``: tell it so)."""
+
+    def __init__(self, why: str, *, answer: bool = True) -> None:
+        super().__init__(why)
+        self.answer = answer
+
+
+async def serve(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    attempt: Attempt,
+    policy: NetworkPolicy,
+    network: Network,
+) -> None:
+    """Serve the one request of a client connection, recording it in ``attempt``."""
+    try:
+        head = await _read_head(reader, network)
+        attempt.kind = "connect" if head.method == "CONNECT" else "http"
+        if head.method == "CONNECT":
+            await _tunnel(head, reader, writer, attempt, policy, network)
+        else:
+            await _forward(head, reader, writer, attempt, policy, network)
+    except _Invalid as exc:
+        attempt.decided(INVALID, "invalid request", str(exc))
+        if exc.answer:
+            body = f"snapgym egress: not a proxy request ({attempt.error})"
+            await reply(writer, 400, body, network.limits.reply_timeout_s)
+
+
+async def _read_head(reader: asyncio.StreamReader, network: Network) -> RequestHead:
+    try:
+        async with asyncio.timeout(network.limits.head_timeout_s):
+            data = await reader.readuntil(b"\r\n\r\n")
+        return parse_head(data)
+    except TimeoutError:
+        raise _Invalid("the request head did not arrive in time") from None
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            raise _Invalid("closed before sending a request", answer=False) from None
+        raise _Invalid("closed inside the request head", answer=False) from None
+    except asyncio.LimitOverrunError:
+        raise _Invalid(f"request head over {network.limits.max_head_bytes} bytes") from None
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+
+
+async def _tunnel(
+    head: RequestHead,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    attempt: Attempt,
+    policy: NetworkPolicy,
+    network: Network,
+) -> None:
+    try:
+        target = parse_authority(head.target)
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+    attempt.host, attempt.port = target.host, target.port
+    route = await _open(target, writer, attempt, policy, network, tunnel=True)
+    if route is None:
+        return
+    try:
+        try:
+            async with asyncio.timeout(network.limits.reply_timeout_s):
+                await send(writer, _ESTABLISHED)
+        except TimeoutError:
+            attempt.decided(ALLOWED, route.rule, "the client did not read the proxy's answer")
+            return
+        attempt.decided(ALLOWED, route.rule)
+        activity = Activity()
+        up = _tunnel_up(reader, route, target, attempt, network, activity)
+        down = pipe(route.reader, writer, attempt.down, activity)
+        if (ended := await relay(up, down, activity, network.limits.idle_timeout_s)) is not None:
+            attempt.error = ended
+    finally:
+        close(route.writer)
+
+
+async def _tunnel_up(
+    reader: asyncio.StreamReader,
+    route: Route,
+    target: Authority,
+    attempt: Attempt,
+    network: Network,
+    activity: Activity,
+) -> bool:
+    try:
+        data = await opening.read_opening(reader, network.limits)
+    except opening.Unreadable as exc:
+        attempt.decided(DENIED, f"unreadable opening: {exc}")
+        return False
+    if data:
+        attempt.sni, rule = opening.refusal(data, target)
+        if rule is not None:
+            attempt.decided(DENIED, rule)
+            return False
+        activity.touch()
+        await send(route.writer, data, activity)
+        attempt.up(len(data))
+        await pipe(reader, route.writer, attempt.up, activity)
+    if route.writer.can_write_eof():
+        route.writer.write_eof()  # the client is done sending; the destination may still answer
+    return True
+
+
+async def _forward(
+    head: RequestHead,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    attempt: Attempt,
+    policy: NetworkPolicy,
+    network: Network,
+) -> None:
+    try:
+        target, path = parse_proxy_url(head.target)
+        body = framing(head)
+        hosts = [host_of(value) for value in head.values("Host")]
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+    attempt.host, attempt.port = target.host, target.port
+    attempt.url = f"{head.method} {head.target}"[:MAX_URL_CHARS]
+    if len(hosts) > 1:
+        raise _Invalid("several Host headers")
+    if hosts and hosts[0] != target.host:
+        await _refuse(writer, target, attempt, network, f"host-mismatch: {hosts[0]}")
+        return
+    route = await _open(target, writer, attempt, policy, network, tunnel=False)
+    if route is None:
+        return
+    try:
+        request = _origin_request(head, target, path, route, network)
+        attempt.decided(ALLOWED, route.rule)
+        activity = Activity()
+        up = _forward_up(request, body, reader, route, attempt, activity)
+        down = pipe(route.reader, writer, attempt.down, activity)
+        if (ended := await relay(up, down, activity, network.limits.idle_timeout_s)) is not None:
+            attempt.error = ended
+    finally:
+        close(route.writer)
+
+
+async def _forward_up(
+    request: bytes,
+    body: Framing,
+    reader: asyncio.StreamReader,
+    route: Route,
+    attempt: Attempt,
+    activity: Activity,
+) -> bool:
+    await send(route.writer, request, activity)
+    attempt.up(len(request))
+    try:
+        await copy_body(body, reader, route.writer, attempt.up, activity)
+    except (ValueError, EOFError, asyncio.LimitOverrunError):
+        attempt.error = "malformed or incomplete request body"
+        return False
+    return True  # the request is whole: wait for the answer, read nothing more from the client
+
+
+def _origin_request(head: RequestHead, target: Authority, path: str, route: Route, network: Network) -> bytes:
+    headers = [(name, value) for name, value in head.headers if name.lower() not in _HOP_BY_HOP]
+    if not head.values("Host"):
+        host = f"[{target.host}]" if ":" in target.host else target.host
+        headers.insert(0, ("Host", host if target.port == 80 else f"{host}:{target.port}"))
+    headers.append(("Connection", "close"))
+    if route.upstream_target is None:
+        return head.render(path, headers)
+    if (authorization := upstream_authorization(network.settings)) is not None:
+        headers.append(("Proxy-Authorization", authorization))
+    return head.render(f"http://{route.upstream_target}{path}", headers)
+
+
+async def _open(
+    target: Authority,
+    writer: asyncio.StreamWriter,
+    attempt: Attempt,
+    policy: NetworkPolicy,
+    network: Network,
+    *,
+    tunnel: bool,
+) -> Route | None:
+    try:
+        return await open_route(target, policy, network, attempt, tunnel=tunnel)
+    except Refused as exc:
+        if exc.address is not None:
+            attempt.address = str(exc.address)
+        await _refuse(writer, target, attempt, network, exc.rule)
+    except Unreachable as exc:
+        attempt.decided(UNREACHABLE, exc.rule, exc.error)
+        await reply(writer, 502, f"snapgym egress: {target} unreachable: {exc.error}", network.limits.reply_timeout_s)
+    return None
+
+
+async def _refuse(
+    writer: asyncio.StreamWriter, target: Authority, attempt: Attempt, network: Network, rule: str
+) -> None:
+    attempt.decided(DENIED, rule)
+    message = f"snapgym egress: {target} refused in the {attempt.phase} phase ({rule})"
+    await reply(writer, 403, message, network.limits.reply_timeout_s)

@@ -1,0 +1,123 @@
+"""How the egress proxy reaches the outside world on this machine (the same on every node of a run)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from pool.egress.policy import IPAddress, IPNetwork, normalise_host, parse_address
+from pool.errors import ConfigError
+
+RAY_PORTS = (6379, 8265, 10001, 52365)
+"""Ray's well-known ports (GCS, dashboard, client server, dashboard agent): refused on every address."""
+
+
+@dataclass(frozen=True, slots=True)
+class EgressSettings:
+    """The proxy's side of the network, set per machine or run (never by a task or an agent)."""
+
+    hosts: Mapping[str, str] = field(default_factory=dict)
+    """Name -> address, used by the proxy's resolver before DNS (like Docker's ``--add-host``).
+    :meth:`parse` also takes a list of ``"name=address"`` strings (the form Hydra overrides can add to)."""
+    upstream_proxy: str | None = field(default=None, repr=False)
+    """``http://[user:password@]host:port`` of a proxy every allowed connection goes through (a
+    corporate proxy; credentials go to it as ``Proxy-Authorization: Basic``, never to a sandbox).
+    The policy is still checked here; names are resolved by the upstream proxy unless ``hosts`` has them."""
+    extra_ca_files: tuple[str, ...] = ()
+    """PEM files of CA certificates that sandboxes trust besides their own (a corporate TLS proxy's)."""
+    trusted_networks: tuple[str, ...] = ()
+    """CIDRs exempt from the rule that refuses non-global addresses (a test network, an internal
+    mirror). The policy still applies to them."""
+    denied_ports: tuple[int, ...] = RAY_PORTS
+    """Ports refused on every address, whatever the policy."""
+    connect_timeout_s: float = 10.0
+    """How long the proxy waits for a destination to accept."""
+    networks: tuple[IPNetwork, ...] = field(default=(), compare=False, repr=False)
+    host_addresses: Mapping[str, IPAddress] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        addresses = {}
+        for name, value in dict(self.hosts).items():
+            address = parse_address(str(value))
+            if address is None:
+                raise ConfigError(f"egress hosts: {name!r} maps to {value!r}, which is not an IP address")
+            addresses[normalise_host(str(name))] = address
+        object.__setattr__(self, "host_addresses", addresses)
+        try:
+            networks = tuple(ipaddress.ip_network(n, strict=False) for n in self.trusted_networks)
+        except ValueError as exc:
+            raise ConfigError(f"egress trusted_networks: {exc}") from None
+        object.__setattr__(self, "networks", networks)
+        object.__setattr__(self, "extra_ca_files", tuple(str(p) for p in self.extra_ca_files))
+        object.__setattr__(self, "trusted_networks", tuple(str(n) for n in self.trusted_networks))
+        object.__setattr__(self, "denied_ports", tuple(int(p) for p in self.denied_ports))
+        if self.upstream_proxy is not None:
+            parts = urlsplit(self.upstream_proxy)
+            if parts.scheme != "http" or not parts.hostname or parts.port is None:
+                raise ConfigError(
+                    f"egress upstream_proxy must look like http://host:port, got {self.upstream_proxy!r}"
+                )
+
+    @classmethod
+    def parse(cls, value: EgressSettings | Mapping[str, Any] | None) -> EgressSettings:
+        """Settings from a mapping of these fields (a backend option, a Hydra node); None: defaults."""
+        if value is None:
+            return cls()
+        if isinstance(value, EgressSettings):
+            return value
+        known = {"hosts", "upstream_proxy", "extra_ca_files", "trusted_networks", "denied_ports", "connect_timeout_s"}
+        unknown = set(value) - known
+        if unknown:
+            raise ConfigError(f"unknown egress setting(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
+        fields = dict(value)
+        for key in ("extra_ca_files", "trusted_networks", "denied_ports"):
+            if key in fields:
+                fields[key] = tuple(fields[key] or ())
+        if "hosts" in fields:
+            fields["hosts"] = _hosts_map(fields["hosts"])
+        return cls(**fields)
+
+    @property
+    def upstream(self) -> tuple[str, int] | None:
+        """The upstream proxy's host and port."""
+        if self.upstream_proxy is None:
+            return None
+        parts = urlsplit(self.upstream_proxy)
+        assert parts.hostname is not None and parts.port is not None
+        return parts.hostname, parts.port
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form for reports (what :meth:`parse` reads, with the upstream password redacted)."""
+        return {
+            "hosts": dict(self.hosts),
+            "upstream_proxy": redacted(self.upstream_proxy),
+            "extra_ca_files": list(self.extra_ca_files),
+            "trusted_networks": list(self.trusted_networks),
+            "denied_ports": list(self.denied_ports),
+            "connect_timeout_s": self.connect_timeout_s,
+        }
+
+
+def _hosts_map(value: Any) -> dict[str, str]:
+    """``{name: address}`` from a mapping or from ``["name=address", ...]``."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return {str(k): str(v) for k, v in value.items()}
+    if isinstance(value, str) or not all(isinstance(item, str) and "=" in item for item in value):
+        raise ConfigError(f"egress hosts must map names to addresses, or list 'name=address' entries; got {value!r}")
+    return dict(item.split("=", 1) for item in value)
+
+
+def redacted(url: str | None) -> str | None:
+    """``url`` with the password of its user info replaced by ``***`` (for logs and records)."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return parts._replace(netloc=netloc).geturl()
