@@ -106,9 +106,9 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSandbox]:
         yield sbx
 
 
-def test_fifty_episodes_in_a_row_each_start_with_all_their_limits(sandbox: LocalSandbox) -> None:
-    """Every sabotage ten times, in turn; after each, the first command works and the limits are whole."""
-    for episode, name in zip(range(50), itertools.cycle(SABOTAGE), strict=False):
+def test_twenty_episodes_in_a_row_each_start_with_all_their_limits(sandbox: LocalSandbox) -> None:
+    """Every sabotage four times, in turn; after each, the first command works and the limits are whole."""
+    for episode, name in zip(range(20), itertools.cycle(SABOTAGE), strict=False):
         sandbox.exec(SABOTAGE[name], timeout_s=30)
         sandbox.restore()
         first = sandbox.exec("echo first")

@@ -26,9 +26,13 @@ def test_episodes_on_a_pool_start_identically_and_score(shared_pool: SandboxPool
         assert first["backend"] == "pool" and first["start_digest"] == second["start_digest"]
         obs, *_ = env.step("ls /app")
         assert obs["output"] == "access.log\n[exit code 0]"
+        env.step("curl -sS -m 5 https://pypi.org/ || true")  # the task is offline: refused, and on record
         env.step(SOLVE)
         _, reward, terminated, _, info = env.step(envs.SUBMIT)
         assert (reward, terminated, info["scored"]) == (1.0, True, True)
+        # the policy and the audit travel through the lease (the sandbox is on a pool host)
+        attempts = [(c["host"], c["verdict"], c["rule"]) for c in info["network"]["connections"]]
+        assert attempts == [("pypi.org", "denied", "no-network")]
     finally:
         env.close()
 
