@@ -312,3 +312,32 @@ def test_the_audit_counts_bytes_each_way(sandbox: Sandbox, internet: TestInterne
     assert upload.bytes_up > 200_000 and download.bytes_down > 300_000
     assert wait_until(lambda: internet.requests("github.com"))
     json.dumps([c.as_dict() for c in (upload, download)])  # JSON-ready
+
+
+def test_this_machines_own_global_address_is_refused(sandbox: Sandbox) -> None:
+    """A cloud VM's public address reaches the same services as its loopback: a host service bound to
+    0.0.0.0 must stay out of reach even under public, through the address the machine itself holds."""
+    import socket
+    import subprocess
+    import threading
+
+    from pool.egress import addresses
+
+    address = "1.2.3.4"
+    server = socket.create_server(("0.0.0.0", 0))
+    port = server.getsockname()[1]
+    reached: list[bool] = []
+    threading.Thread(target=lambda: reached.append(bool(server.accept())), daemon=True).start()
+    subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", "lo"], check=True)
+    try:
+        addresses._host_addresses = (float("-inf"), frozenset())  # read the interfaces again now
+        sandbox.set_network(NetworkPolicy.public(), phase=Phase.AGENT)
+        r = sandbox.exec(f"{CURL} http://{address}:{port}/")
+    finally:
+        subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], check=False)
+        server.close()
+        addresses._host_addresses = (float("-inf"), frozenset())
+    assert r.stdout == "403"
+    (attempt,) = sandbox.network_log().connections
+    assert attempt.verdict == "denied" and attempt.rule == f"this machine's address {address}"
+    assert reached == []

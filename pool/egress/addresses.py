@@ -5,14 +5,20 @@ cloud's metadata service, even under ``public``: every address that is not
 global (loopback, private, link-local with ``169.254.169.254``, CGNAT, ULA,
 multicast, unspecified, reserved) is refused unless an operator trusted its
 network (:attr:`EgressSettings.trusted_networks`), and Ray's ports are refused
-on every address. The check runs on each address the proxy would connect to,
-after it resolved the name itself, so a name that resolves to a private address
-(DNS rebinding) is refused like the literal.
+on every address. So is every address of this machine's own interfaces (a
+cloud VM's public address reaches the same services as its loopback). The
+check runs on each address the proxy would connect to, after it resolved the
+name itself, so a name that resolves to a private address (DNS rebinding) is
+refused like the literal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import itertools
+import time
+from pathlib import Path
 
 from pool.egress.policy import IPAddress
 from pool.egress.settings import EgressSettings
@@ -36,9 +42,38 @@ def refusal(address: IPAddress | None, port: int, settings: EgressSettings) -> s
     if address is None:
         return None
     address = _unwrapped(address)
-    if _trusted(address, settings) or is_global(address):
+    if _trusted(address, settings):
+        return None
+    if address in host_addresses():
+        return f"this machine's address {address}"
+    if is_global(address):
         return None
     return f"non-global address {address}"
+
+
+_HOST_ADDRESSES_TTL_S = 30.0
+_host_addresses: tuple[float, frozenset[IPAddress]] = (-_HOST_ADDRESSES_TTL_S, frozenset())
+
+
+def host_addresses() -> frozenset[IPAddress]:
+    """The addresses of this machine's interfaces (read from /proc, refreshed every 30 s)."""
+    global _host_addresses
+    read_at, addresses = _host_addresses
+    if time.monotonic() - read_at < _HOST_ADDRESSES_TTL_S:
+        return addresses
+    found: set[IPAddress] = set()
+    with contextlib.suppress(OSError):  # IPv4: the LOCAL routes of the local table
+        lines = Path("/proc/net/fib_trie").read_text().splitlines()
+        for previous, line in itertools.pairwise(lines):
+            if line.strip() == "/32 host LOCAL":
+                with contextlib.suppress(ValueError):
+                    found.add(ipaddress.IPv4Address(previous.strip().split()[-1]))
+    with contextlib.suppress(OSError):  # IPv6: one address per line, 32 hex digits first
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            with contextlib.suppress(ValueError, IndexError):
+                found.add(ipaddress.IPv6Address(int(line.split()[0], 16)))
+    _host_addresses = (time.monotonic(), frozenset(found))
+    return _host_addresses[1]
 
 
 def is_global(address: IPAddress) -> bool:

@@ -29,8 +29,9 @@ class EgressSettings:
     extra_ca_files: tuple[str, ...] = ()
     """PEM files of CA certificates that sandboxes trust besides their own (a corporate TLS proxy's)."""
     trusted_networks: tuple[str, ...] = ()
-    """CIDRs exempt from the rule that refuses non-global addresses (a test network, an internal
-    mirror). The policy still applies to them."""
+    """CIDRs exempt from the rule that refuses non-global addresses and this machine's own (a test
+    network, an internal mirror). The policy still applies to them. A trusted network that holds
+    one of this machine's addresses exposes whatever listens there to every sandbox."""
     denied_ports: tuple[int, ...] = RAY_PORTS
     """Ports refused on every address, whatever the policy."""
     connect_timeout_s: float = 10.0
