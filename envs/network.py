@@ -16,7 +16,9 @@ code later, and a policy that wanted to hide a failure could otherwise make
 that code try a forbidden host on purpose. In shared verification the
 agent's own processes are alive while the tests run and could make that first
 attempt, so there the episode keeps its 0.0 and ``info["network_hint"]`` says
-what the network refused.
+what the network refused. A replay of the download cache (``egress.cache``,
+:mod:`pool.egress.cache`) refuses a request it has no recording of with the rule
+``replay miss: URL``: ``network_denied`` too, with a hint naming the URL.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pool.egress.audit import DENIED, UNREACHABLE, NetworkLog
+from pool.egress.audit import DENIED, REPLAY_MISS, UNREACHABLE, NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase, PhasePolicies
 from pool.errors import ConfigError
 
@@ -100,6 +102,13 @@ def network_failure(log: NetworkLog, reward: float | None) -> NetworkFailure | N
     if not attempts or attempts[0].verdict not in (DENIED, UNREACHABLE):
         return None
     failed = tuple(dict.fromkeys(f"{c.host}:{c.port}" for c in attempts if c.verdict in (DENIED, UNREACHABLE)))
+    if attempts[0].verdict == DENIED and attempts[0].rule.startswith(REPLAY_MISS):
+        hint = (
+            f"the download cache (egress.cache, mode replay) has no recorded response for "
+            f"{attempts[0].rule.removeprefix(REPLAY_MISS)}; record it (mode record, with the network) or "
+            "import a cache that has it"
+        )
+        return NetworkFailure(NETWORK_DENIED, failed, hint)
     if attempts[0].verdict == DENIED:
         hint = (
             f"the verifier's policy refused {', '.join(failed)} ({attempts[0].rule}); run with network='task' "

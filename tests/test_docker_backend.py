@@ -79,7 +79,10 @@ def test_passes_check_backend(docker_backend: DockerBackend) -> None:
 def test_capabilities_say_what_the_engine_does(docker_backend: DockerBackend) -> None:
     caps = docker_backend.capabilities
     assert (caps.in_place_restore, caps.memory_snapshot, caps.fork, caps.gpu) == (False, False, True, False)
-    assert caps.egress_control == "loopback-only" and caps.verifier_isolation == "none"
+    assert caps.verifier_isolation == "none"
+    # root beside a local engine: the egress proxy reaches into each container's network namespace
+    assert (caps.egress_control, caps.egress_audit) == ("proxy", True)
+    assert set(caps.network_modes) == {"public", "no-network", "allowlist"}
     assert caps.verification == ("strict",) and caps.bases == ("host", "rootfs", "image", "dockerfile")
     assert caps.limits["memory"].value == "cgroup" and caps.limits["disk"].value == "none"
     userns = "userns" in docker_backend.engine.security

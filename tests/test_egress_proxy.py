@@ -402,7 +402,7 @@ def test_non_global_addresses_are_refused_under_public(web: _Web) -> None:
             "private.test:80": "non-global address 10.0.0.3",  # a name that resolves inside
             f"web.test:{web.port}": f"non-global address {WEB}",
             "169.254.169.254:80": "non-global address 169.254.169.254",
-            "[::ffff:127.0.0.1]:80": "non-global address 127.0.0.1",
+            "[::ffff:127.0.0.1]:80": "this machine's address 127.0.0.1",  # loopback is this machine's too
             "localhost:80": "non-global name localhost",
         }
         for authority, rule in cases.items():

@@ -124,6 +124,43 @@ def test_offline_is_unscored_network_denied_not_a_silent_zero(net_local: LocalBa
     assert "network" in info["network_failure"]["hint"]
 
 
+def test_verify_time_downloads_replay_offline_from_a_recording(
+    published: TestInternet, task_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Record once with the internet there; then, with every name pointing nowhere, the same
+    verification replays from the cache (1.0 for the oracle, 0.0 for doing nothing) without a
+    request reaching an origin, and a download that was never recorded is ``network_denied``."""
+    store, folder = tmp_path_factory.mktemp("store"), tmp_path_factory.mktemp("download-cache")
+    recording = {**egress(published), "cache": {"mode": "record", "dir": str(folder)}}
+    with LocalBackend(store_dir=store, **LIMITS, egress=recording) as backend:
+        reward, info = play(backend, task_dir, [SOLVE])
+    assert (reward, info["scored"]) == (1.0, True), info["verifier"]["output"]
+    verifier = [c for c in info["network"]["connections"] if c["phase"] == "verifier"]
+    assert {c["cache"] for c in verifier} == {"stored"} and len(verifier) >= 3
+
+    reached = len(published.requests())
+    nowhere = published.network.replace(".0/24", ".200")  # in the trusted network, and nothing there
+    replaying = {**egress(published), "hosts": dict.fromkeys(published.hosts, nowhere),
+                 "cache": {"mode": "replay", "dir": str(folder)}}  # fmt: skip
+    with LocalBackend(store_dir=store, **LIMITS, egress=replaying) as backend:
+        reward, info = play(backend, task_dir, [SOLVE])
+        assert (reward, info["scored"]) == (1.0, True), info["verifier"]["output"]
+        verifier = [c for c in info["network"]["connections"] if c["phase"] == "verifier"]
+        assert {(c["verdict"], c["cache"], c["bytes_up"]) for c in verifier} == {("allowed", "hit", 0)}
+        assert play(backend, task_dir, [])[0] == 0.0
+
+        installer = "https://astral.sh/uv/0.9.5/install.sh"
+        for entry in (folder / "index").glob("*.json"):
+            if json.loads(entry.read_text())["request"]["url"] == installer:
+                entry.unlink()
+        reward, info = play(backend, task_dir, [SOLVE])
+    assert (reward, info["scored"], info["unscored_reason"]) == (0.0, False, "network_denied")
+    assert info["network_failure"]["hosts"][0] == "astral.sh:443" and installer in info["network_failure"]["hint"]
+    first = min((c for c in info["network"]["connections"] if c["phase"] == "verifier"), key=lambda c: c["time"])
+    assert (first["verdict"], first["rule"], first["cache"]) == ("denied", f"replay miss: {installer}", "miss")
+    assert len(published.requests()) == reached
+
+
 def test_an_agent_cannot_hide_a_failure_behind_a_refused_host(net_local: LocalBackend, task_dir: Path) -> None:
     """Shared verification: a process the agent leaves running makes the verifier's first attempt a
     refused one. The wrong answer still scores 0.0 (a hint says what the network refused)."""

@@ -11,13 +11,16 @@ Modules:
 
 - :mod:`~pool.egress.policy`: ``NetworkPolicy`` (Harbor's modes and host syntax), ``Phase``.
 - :mod:`~pool.egress.settings`: ``EgressSettings``, the machine's side (hosts map, upstream proxy,
-  extra CAs, trusted networks).
+  extra CAs, trusted networks, the download cache).
 - :mod:`~pool.egress.addresses`: what is refused whatever the policy (non-global addresses, Ray's ports).
 - :mod:`~pool.egress.proxy`: the proxy (asyncio, one event loop thread per process): ``EgressProxy``
   and its per-sandbox ``Gate`` (:mod:`~pool.egress.gate`); a connection is served by
   :mod:`~pool.egress.session` (request head :mod:`~pool.egress.head`, body :mod:`~pool.egress.body`,
   destination :mod:`~pool.egress.route`, first tunnel bytes :mod:`~pool.egress.opening` and
   :mod:`~pool.egress.sni`, byte relay :mod:`~pool.egress.relay`) within :mod:`~pool.egress.limits`.
+  While the download cache is on, a judged connection is served by :mod:`~pool.egress.cached` instead
+  (steps both share: :mod:`~pool.egress.steps`).
+- :mod:`~pool.egress.cache`: verify-time downloads that replay offline (record/replay behind the proxy).
 - :mod:`~pool.egress.audit`: the records (``Connection``, ``NetworkLog``).
 - :mod:`~pool.egress.gatekeeper`, :mod:`~pool.egress.service`: how a backend attaches the proxy to its sandboxes.
 """

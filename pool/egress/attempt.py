@@ -32,6 +32,7 @@ class Attempt:
     bytes_up: int = 0
     bytes_down: int = 0
     error: str | None = None
+    cache: str | None = None
     started: float = field(default_factory=time.time)
     _clock: float = field(default_factory=time.monotonic)
 
@@ -64,6 +65,7 @@ class Attempt:
             bytes_down=self.bytes_down,
             duration_s=round(time.monotonic() - self._clock, 6),
             error=None if self.error is None else _capped(self.error),
+            cache=self.cache,
         )
 
 

@@ -14,6 +14,8 @@ UNREACHABLE = "unreachable"
 """The policy allowed it but it could not be reached (no such name, refused, timed out, upstream down)."""
 INVALID = "invalid"
 """The client did not speak HTTP proxy protocol (nothing was reached)."""
+REPLAY_MISS = "replay miss: "
+"""The rule of a request the download cache, replaying, has no recording of (the URL follows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +38,7 @@ class Connection:
     ``"allowlist:no match"``) or a rule that holds whatever the policy (``"non-global address 10.0.0.3"``,
     ``"non-global name localhost"``, ``"denied port 6379"``, ``"sni-mismatch: NAME"``,
     ``"host-mismatch: NAME"``, ``"unreadable opening: ..."``, ``"unreadable TLS ClientHello: ..."``,
-    ``"too many connections"``, ``"invalid request"``)."""
+    ``"too many connections"``, ``"invalid request"``, ``"replay miss: URL"``)."""
     address: str | None = None
     """The address the proxy connected (or would have connected) to."""
     sni: str | None = None
@@ -51,6 +53,12 @@ class Connection:
     error: str | None = None
     """Why an unreachable or invalid attempt failed, or why an allowed one ended early (``"cut: the
     policy changed"``, ``"cut: the gate closed"``, ``"idle timeout"``, ``"proxy error: TYPE"``, ...)."""
+    cache: str | None = None
+    """What the download cache did, while it is on (:mod:`pool.egress.cache`): ``"hit"`` (answered from
+    the store), ``"stored"`` (fetched and stored), ``"passed"`` (fetched, not stored: credentials, over the
+    size cap, not HTTP), ``"miss"`` (a replay without a stored answer, or with a corrupt one); None when
+    the cache is off or the connection never got to it. Of several requests on one connection, the
+    most telling (miss, stored, passed, hit)."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""

@@ -16,7 +16,7 @@ import socket
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pool.egress.attempt import Attempt
 from pool.egress.audit import DENIED, Connection
@@ -28,6 +28,9 @@ from pool.egress.route import Network
 from pool.egress.session import serve
 from pool.egress.settings import EgressSettings
 from pool.errors import BackendError
+
+if TYPE_CHECKING:
+    from pool.egress.cache.downloads import DownloadCache
 
 _Work = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Attempt], Coroutine[Any, Any, None]]
 
@@ -57,12 +60,14 @@ class Gate:
         phase: Phase,
         settings: EgressSettings,
         limits: ProxyLimits,
+        *,
+        cache: DownloadCache | None = None,
     ) -> None:
         self._loop = loop
         self._listener = listener
         self._policy, self._phase = policy, phase
         self._limits = limits
-        self._network = Network(settings, limits, asyncio.Semaphore(limits.max_lookups))
+        self._network = Network(settings, limits, asyncio.Semaphore(limits.max_lookups), cache)
         self._clients: dict[asyncio.Task[None], _Client] = {}
         self._sequence = itertools.count()
         self._accepting: asyncio.Task[None] | None = None

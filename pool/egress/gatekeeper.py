@@ -50,7 +50,7 @@ class Gatekeeper:
         listener = listen_in_netns(netns_path, PROXY_PORT)
         self._gate = proxy.open_gate(listener, policy, phase)
         self._netns = here
-        bundle = ca_bundle(proxy.settings.extra_ca_files, read_file=read_file, write_file=write_file)
+        bundle = ca_bundle(proxy.sandbox_ca_files, read_file=read_file, write_file=write_file)
         self.environment = proxy_environment(bundle)
         return dict(self.environment)
 

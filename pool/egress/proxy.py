@@ -23,7 +23,9 @@ other thread.
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
+from typing import TYPE_CHECKING
 
 from pool.egress.gate import Gate
 from pool.egress.limits import ProxyLimits
@@ -31,6 +33,9 @@ from pool.egress.loop import LoopThread
 from pool.egress.policy import NetworkPolicy, Phase
 from pool.egress.settings import EgressSettings
 from pool.errors import BackendError, ConfigError
+
+if TYPE_CHECKING:
+    from pool.egress.cache.downloads import DownloadCache
 
 __all__ = ["EgressProxy", "Gate", "ProxyLimits"]
 
@@ -40,13 +45,17 @@ class EgressProxy:
 
     Args:
         settings: how the proxy reaches the outside (hosts map, upstream proxy, trusted
-            networks, denied ports); defaults when None.
+            networks, denied ports, the download cache); defaults when None.
         limits: caps and timeouts per gate; defaults when None.
+
+    Raises:
+        ConfigError: the download cache is on and its store cannot be opened.
     """
 
     def __init__(self, settings: EgressSettings | None = None, *, limits: ProxyLimits | None = None) -> None:
         self._settings = settings if settings is not None else EgressSettings()
         self._limits = limits if limits is not None else ProxyLimits()
+        self._cache = _download_cache(self._settings)
         self._lock = threading.Lock()
         self._loop: LoopThread | None = None
         self._gates: list[Gate] = []
@@ -56,6 +65,13 @@ class EgressProxy:
     def settings(self) -> EgressSettings:
         """The machine's egress settings."""
         return self._settings
+
+    @property
+    def sandbox_ca_files(self) -> tuple[str, ...]:
+        """PEM files of the CAs sandboxes must trust besides their own: ``extra_ca_files``, and the
+        download cache's CA while caching is on (it signs the certificates the proxy presents)."""
+        extra = self._settings.extra_ca_files
+        return extra if self._cache is None else (*extra, self._cache.ca_file)
 
     @property
     def is_closed(self) -> bool:
@@ -82,7 +98,7 @@ class EgressProxy:
                     raise BackendError("the egress proxy is closed")
                 if self._loop is None:
                     self._loop = LoopThread()
-                gate = Gate(self._loop, listener, policy, phase, self._settings, self._limits)
+                gate = Gate(self._loop, listener, policy, phase, self._settings, self._limits, cache=self._cache)
                 self._loop.call(gate.start())
                 self._gates = [g for g in self._gates if not g.is_closed] + [gate]
         except BaseException:
@@ -112,6 +128,17 @@ class EgressProxy:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _download_cache(settings: EgressSettings) -> DownloadCache | None:
+    if not settings.cache.is_on:
+        return None
+    from pool.egress.cache.downloads import DownloadCache
+
+    try:
+        return DownloadCache(settings.cache, settings.extra_ca_files)
+    except (OSError, ValueError, ssl.SSLError) as exc:
+        raise ConfigError(f"egress cache: cannot open the store at {settings.cache.dir}: {exc}") from None
 
 
 def _check_listener(listener: socket.socket) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import base64
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from pool.egress.addresses import refusal
@@ -23,6 +23,9 @@ from pool.egress.head import Authority
 from pool.egress.limits import ProxyLimits
 from pool.egress.policy import Decision, IPAddress, NetworkMode, NetworkPolicy, parse_address
 from pool.egress.settings import EgressSettings
+
+if TYPE_CHECKING:
+    from pool.egress.cache.downloads import DownloadCache
 
 MAX_ADDRESSES = 4
 """How many of a name's permitted addresses are tried before it counts as unreachable."""
@@ -55,6 +58,8 @@ class Network:
     limits: ProxyLimits
     lookups: asyncio.Semaphore
     """The gate's DNS lookups in flight (each holds a resolver thread until it returns)."""
+    cache: DownloadCache | None = None
+    """The proxy's download cache, while caching is on (:mod:`pool.egress.cache`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,30 @@ async def open_route(
         except Unreachable as exc:
             last = exc
     raise last
+
+
+def permit_offline(target: Authority, policy: NetworkPolicy, network: Network, attempt: Attempt) -> str:
+    """The rule that allows ``target`` without connecting anywhere (a replay); no name is looked up.
+
+    The same rules as :func:`open_route` hold, on what is known without DNS: an address literal,
+    or the ``hosts`` map's address, is judged like a resolved one; any other name by name alone.
+
+    Raises:
+        Refused: a rule refuses the destination.
+    """
+    settings = network.settings
+    if rule := refusal(None, target.port, settings):
+        raise Refused(rule)
+    address = parse_address(target.host) or settings.host_addresses.get(target.host)
+    if address is None:
+        if target.host == "localhost" or target.host.endswith(".localhost"):
+            raise Refused("non-global name localhost")
+        decision = policy.decide(target.host, target.port, None)
+        if not decision.allowed:
+            raise Refused(decision.rule)
+        return decision.rule
+    attempt.address = str(address)
+    return _permitted(target, [address], policy, settings)[0][1].rule
 
 
 async def _connect(via: Authority, decision: Decision, network: Network, tunnel: bool) -> Route:

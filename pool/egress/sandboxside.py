@@ -1,5 +1,6 @@
 """What a sandbox sees of the egress proxy: an address, the variables that point tools at it,
-and the CA bundle they trust when extra CAs are configured."""
+and the CA bundle they trust when extra CAs are configured or the download cache is on (whose
+CA signs the certificates the proxy presents then: see :mod:`pool.egress.cache`)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ def ca_bundle(
     read_file: Callable[[str], bytes | None],
     write_file: Callable[[str, bytes], None],
 ) -> str | None:
-    """Write the sandbox's own CA bundle plus ``extra_ca_files`` to :data:`CA_BUNDLE_PATH`; its path,
-    or None when there are no extra CAs (tools keep the sandbox's own trust)."""
+    """Write the sandbox's own CA bundle plus ``extra_ca_files`` (the configured extra CAs, and the
+    download cache's CA while caching is on) to :data:`CA_BUNDLE_PATH`; its path, or None when
+    there are none (tools keep the sandbox's own trust)."""
     if not extra_ca_files:
         return None
     extra = b"".join(_read_pem(path) for path in extra_ca_files)

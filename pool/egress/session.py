@@ -2,7 +2,8 @@
 
 A connection carries one request: ``CONNECT host:port`` opens a tunnel, an
 absolute-form request (``GET http://host/path``) is forwarded in origin form
-with ``Connection: close``. Whatever happens is written into the connection's
+with ``Connection: close``. While the download cache is on, both are served by
+:mod:`pool.egress.cached` once judged. Whatever happens is written into the connection's
 :class:`Attempt`; the caller turns it into the audit record and closes the
 client connection.
 """
@@ -11,17 +12,17 @@ from __future__ import annotations
 
 import asyncio
 
-from pool.egress import opening
+from pool.egress import cached
 from pool.egress.attempt import Attempt
-from pool.egress.audit import ALLOWED, DENIED, INVALID, UNREACHABLE
+from pool.egress.audit import ALLOWED, INVALID
 from pool.egress.body import Framing, copy_body, framing
 from pool.egress.head import Authority, RequestHead, host_of, parse_authority, parse_head, parse_proxy_url
 from pool.egress.policy import NetworkPolicy
 from pool.egress.relay import Activity, close, pipe, relay, reply, send
-from pool.egress.route import Network, Refused, Route, Unreachable, open_route, upstream_authorization
+from pool.egress.route import Network, Route, upstream_authorization
+from pool.egress.steps import established, open_destination, refuse, relay_tunnel
 
 MAX_URL_CHARS = 512
-_ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "upgrade"})
 """Headers meant for the proxy or this one connection: never forwarded (Proxy-Authorization
 would hand the sandbox's proxy credentials to the destination)."""
@@ -87,51 +88,17 @@ async def _tunnel(
     except ValueError as exc:
         raise _Invalid(str(exc)) from None
     attempt.host, attempt.port = target.host, target.port
-    route = await _open(target, writer, attempt, policy, network, tunnel=True)
+    if network.cache is not None:
+        await cached.tunnel(target, reader, writer, attempt, policy, network)
+        return
+    route = await open_destination(target, writer, attempt, policy, network, tunnel=True)
     if route is None:
         return
     try:
-        try:
-            async with asyncio.timeout(network.limits.reply_timeout_s):
-                await send(writer, _ESTABLISHED)
-        except TimeoutError:
-            attempt.decided(ALLOWED, route.rule, "the client did not read the proxy's answer")
-            return
-        attempt.decided(ALLOWED, route.rule)
-        activity = Activity()
-        up = _tunnel_up(reader, route, target, attempt, network, activity)
-        down = pipe(route.reader, writer, attempt.down, activity)
-        if (ended := await relay(up, down, activity, network.limits.idle_timeout_s)) is not None:
-            attempt.error = ended
+        if await established(writer, attempt, route.rule, network):
+            await relay_tunnel(reader, writer, route, target, attempt, network)
     finally:
         close(route.writer)
-
-
-async def _tunnel_up(
-    reader: asyncio.StreamReader,
-    route: Route,
-    target: Authority,
-    attempt: Attempt,
-    network: Network,
-    activity: Activity,
-) -> bool:
-    try:
-        data = await opening.read_opening(reader, network.limits)
-    except opening.Unreadable as exc:
-        attempt.decided(DENIED, f"unreadable opening: {exc}")
-        return False
-    if data:
-        attempt.sni, rule = opening.refusal(data, target)
-        if rule is not None:
-            attempt.decided(DENIED, rule)
-            return False
-        activity.touch()
-        await send(route.writer, data, activity)
-        attempt.up(len(data))
-        await pipe(reader, route.writer, attempt.up, activity)
-    if route.writer.can_write_eof():
-        route.writer.write_eof()  # the client is done sending; the destination may still answer
-    return True
 
 
 async def _forward(
@@ -153,9 +120,12 @@ async def _forward(
     if len(hosts) > 1:
         raise _Invalid("several Host headers")
     if hosts and hosts[0] != target.host:
-        await _refuse(writer, target, attempt, network, f"host-mismatch: {hosts[0]}")
+        await refuse(writer, target, attempt, network, f"host-mismatch: {hosts[0]}")
         return
-    route = await _open(target, writer, attempt, policy, network, tunnel=False)
+    if network.cache is not None:
+        await cached.forward(head, target, reader, writer, attempt, policy, network)
+        return
+    route = await open_destination(target, writer, attempt, policy, network, tunnel=False)
     if route is None:
         return
     try:
@@ -199,32 +169,3 @@ def _origin_request(head: RequestHead, target: Authority, path: str, route: Rout
     if (authorization := upstream_authorization(network.settings)) is not None:
         headers.append(("Proxy-Authorization", authorization))
     return head.render(f"http://{route.upstream_target}{path}", headers)
-
-
-async def _open(
-    target: Authority,
-    writer: asyncio.StreamWriter,
-    attempt: Attempt,
-    policy: NetworkPolicy,
-    network: Network,
-    *,
-    tunnel: bool,
-) -> Route | None:
-    try:
-        return await open_route(target, policy, network, attempt, tunnel=tunnel)
-    except Refused as exc:
-        if exc.address is not None:
-            attempt.address = str(exc.address)
-        await _refuse(writer, target, attempt, network, exc.rule)
-    except Unreachable as exc:
-        attempt.decided(UNREACHABLE, exc.rule, exc.error)
-        await reply(writer, 502, f"snapgym egress: {target} unreachable: {exc.error}", network.limits.reply_timeout_s)
-    return None
-
-
-async def _refuse(
-    writer: asyncio.StreamWriter, target: Authority, attempt: Attempt, network: Network, rule: str
-) -> None:
-    attempt.decided(DENIED, rule)
-    message = f"snapgym egress: {target} refused in the {attempt.phase} phase ({rule})"
-    await reply(writer, 403, message, network.limits.reply_timeout_s)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from pool.egress.cache.settings import CacheSettings
 from pool.egress.policy import IPAddress, IPNetwork, normalise_host, parse_address
 from pool.errors import ConfigError
 
@@ -36,6 +37,9 @@ class EgressSettings:
     """Ports refused on every address, whatever the policy."""
     connect_timeout_s: float = 10.0
     """How long the proxy waits for a destination to accept."""
+    cache: CacheSettings = field(default_factory=CacheSettings)
+    """The download cache (:mod:`pool.egress.cache`): ``off``, or ``record``/``replay`` with a ``dir``.
+    :meth:`parse` also takes its fields as a mapping."""
     networks: tuple[IPNetwork, ...] = field(default=(), compare=False, repr=False)
     host_addresses: Mapping[str, IPAddress] = field(default_factory=dict, compare=False, repr=False)
 
@@ -55,6 +59,7 @@ class EgressSettings:
         object.__setattr__(self, "extra_ca_files", tuple(str(p) for p in self.extra_ca_files))
         object.__setattr__(self, "trusted_networks", tuple(str(n) for n in self.trusted_networks))
         object.__setattr__(self, "denied_ports", tuple(int(p) for p in self.denied_ports))
+        object.__setattr__(self, "cache", CacheSettings.parse(self.cache))
         if self.upstream_proxy is not None:
             parts = urlsplit(self.upstream_proxy)
             if parts.scheme != "http" or not parts.hostname or parts.port is None:
@@ -70,6 +75,7 @@ class EgressSettings:
         if isinstance(value, EgressSettings):
             return value
         known = {"hosts", "upstream_proxy", "extra_ca_files", "trusted_networks", "denied_ports", "connect_timeout_s"}
+        known.add("cache")
         unknown = set(value) - known
         if unknown:
             raise ConfigError(f"unknown egress setting(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
@@ -99,6 +105,7 @@ class EgressSettings:
             "trusted_networks": list(self.trusted_networks),
             "denied_ports": list(self.denied_ports),
             "connect_timeout_s": self.connect_timeout_s,
+            "cache": self.cache.as_dict(),
         }
 
 
