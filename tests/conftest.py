@@ -1,8 +1,10 @@
 """Shared fixtures: one local backend per test session, over a temporary store, and
-``any_backend``: every backend this machine can run, for the tests of the contract."""
+``any_backend``: every backend this machine can run, for the tests of the contract. And which
+tests are ``slow`` (:data:`SLOW`): the default run leaves them out, ``-m slow`` runs them."""
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -78,3 +80,28 @@ def any_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 def any_snap(any_backend: Backend) -> Snapshot:
     """WORKSPACE_TEMPLATE built on ``any_backend``."""
     return any_backend.build(WORKSPACE_TEMPLATE)
+
+
+SLOW = {
+    "tests/test_clean_starts.py::*": "twenty sabotaged episodes in a row; 1.5 M files",
+    "tests/test_pool_cluster.py::*": "two- and three-node Ray clusters started per test",
+    "tests/test_docker_builtin_suite.py::*": "the whole built-in suite on Docker",
+    "tests/test_pool_store.py::test_every_host_uses_the_store_the_driver_configured": "a Ray cluster",
+    "tests/test_builtin_verifiers.py::*slow-binary*": "an attack that waits out its own timeouts",
+    "tests/test_verifier_attacks.py::*inode-exhaustion*": "fills a filesystem's inodes",
+    "tests/test_attribution.py::*exhaust inodes*": "fills a filesystem's inodes",
+    "tests/test_benchmark_smoke.py::test_pool_benchmark_reports_every_method": "warms hundreds of sandboxes",
+    "tests/test_benchmark_smoke.py::test_reset_latency_reports_every_method": "every method, Docker included",
+    "tests/test_runner_ledger.py::test_a_killed_run_resumes_to_exactly_one_result_per_episode": "kills runs",
+    "tests/test_runner_outage.py::test_killing_the_pool_manager_mid_run_*": "a Ray pool killed and replaced",
+}
+"""Tests over about 10 s each (node id patterns, and why they take long). The default run leaves
+them out (``-m 'not slow'`` in pyproject's addopts) to stay well under 15 minutes; CI runs them
+too, serially, after the default run (``python -m pytest -m slow -n 0``)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests :data:`SLOW` names as ``slow``."""
+    for item in items:
+        if any(fnmatch.fnmatchcase(item.nodeid, pattern) for pattern in SLOW):
+            item.add_marker(pytest.mark.slow)

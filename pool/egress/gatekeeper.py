@@ -10,6 +10,7 @@ keeps the records of closed gates until they are read.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,8 @@ from pool.egress.sandboxside import PROXY_PORT, ca_bundle, proxy_environment
 if TYPE_CHECKING:
     from pool.egress.proxy import EgressProxy, Gate
 
+SETTLE_S = 0.5
+"""How long :meth:`Gatekeeper.log` waits for open connections to end before reading the records."""
 WriteFile = Callable[[str, bytes], None]
 ReadFile = Callable[[str], bytes | None]
 
@@ -69,8 +72,17 @@ class Gatekeeper:
             self._collect(gate)
 
     def log(self) -> NetworkLog:
-        """The attempts since the last call, the attached gate's included."""
+        """The attempts since the last call, the attached gate's included.
+
+        A connection's record is written when the proxy has finished with it, a moment after its
+        client hung up: connections still open are given up to :data:`SETTLE_S` to end, so a
+        request that just completed is in the log. One still open after that (a live process's)
+        is recorded when it ends, in a later log, or is cut with the gate at the next restore.
+        """
         if self._gate is not None:
+            deadline = time.monotonic() + SETTLE_S
+            while self._gate.open_connections and time.monotonic() < deadline:
+                time.sleep(0.002)
             self._collect(self._gate)
         log, self._log = self._log, NetworkLog()
         return log
