@@ -284,9 +284,14 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
                 f"(egress: {capabilities.egress_control}); pass network='offline' to run it without network"
             )
 
+    @property
+    def _has_egress(self) -> bool:
+        """Whether the backend puts a network policy into its sandboxes (else they have loopback only)."""
+        return self._capabilities.egress_control != "loopback-only"
+
     def _apply_network(self, phase: Phase) -> None:
         """Give the sandbox the phase's policy, where the backend controls egress."""
-        if self._capabilities.egress_control != "loopback-only":
+        if self._has_egress:
             assert self._sandbox is not None
             self._sandbox.set_network(self.network.for_phase(phase), phase=phase)
 
@@ -350,7 +355,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._state = EpisodeState.ENDED
         self._last_text = obs["output"]
         assert self._sandbox is not None
-        egress = self._capabilities.egress_control != "loopback-only"
+        egress = self._has_egress
         try:
             verdict = verify(
                 self._sandbox, self.task, mode=self.verification, known_good=self.task_snapshot,

@@ -260,7 +260,7 @@ def _dirty(sandbox: Sandbox) -> Callable[[], object]:
 
 
 def _nothing() -> None:
-    pass
+    """The preparation of a method that needs none (``exec true`` times the exec alone)."""
 
 
 def _check(result: ExecResult, what: str) -> ExecResult:
