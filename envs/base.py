@@ -27,7 +27,14 @@ import gymnasium as gym
 
 from envs.default_backend import DEFAULT_BACKEND, shared_backend
 from envs.errors import InvalidActionError, ResetNeededError
-from envs.network import NetworkFailure, NetworkSetting, effective_policies, modes_needed, network_failure
+from envs.network import (
+    NetworkFailure,
+    NetworkSetting,
+    effective_policies,
+    modes_needed,
+    network_failure,
+    template_for,
+)
 from envs.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
 from envs.sources import BackendSource, PoolSource, SandboxSource
 from envs.spaces import UnicodeText
@@ -132,7 +139,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self.render_mode = render_mode
         self.action_space = UnicodeText(max_action_bytes)
         self.observation_space = observation_space(2 * max_output_bytes + len(self.task.instruction) + 256)
-        self.task_snapshot = self._source.prepare(self.task.template)
+        self.task_snapshot = self._source.prepare(template_for(self.task.template, self.network))
         self._sandbox: Sandbox | None = None
         self._pristine_at: str | None = None
         self._state = EpisodeState.NEEDS_RESET

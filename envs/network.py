@@ -4,7 +4,11 @@ verification is the network's fault rather than the agent's.
 The task's policies come from task.toml as Harbor defines them (see
 :mod:`envs.taskconfig`); a run may override them for every task
 (``network="offline"`` for reproducible RL, ``"public"``, a list of hosts, a
-:class:`~pool.egress.NetworkPolicy`, or ``{"agent": ..., "verifier": ...}``).
+:class:`~pool.egress.NetworkPolicy`, or ``{"build": ..., "agent": ..., "verifier": ...}``).
+A plain value sets the episode's phases, agent and verifier; the build (the
+template's setup and Dockerfile ``RUN`` steps, public as in Harbor) changes
+only when the mapping names it, and then the task's template becomes another
+snapshot (:func:`template_for`).
 
 Attribution. A verifier that could not download what its test script needs
 (denied by the policy, or allowed but unreachable from an offline machine)
@@ -24,12 +28,13 @@ what the network refused. A replay of the download cache (``egress.cache``,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pool.egress.audit import DENIED, REPLAY_MISS, UNREACHABLE, NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase, PhasePolicies
 from pool.errors import ConfigError
+from pool.templates import Template
 
 NETWORK_DENIED = "network_denied"
 NETWORK_UNREACHABLE = "network_unreachable"
@@ -43,13 +48,21 @@ def effective_policies(task: PhasePolicies, setting: NetworkSetting) -> PhasePol
         return task
     if isinstance(setting, PhasePolicies):
         return setting
-    if isinstance(setting, Mapping) and set(setting) <= {"agent", "verifier"} and setting:
+    if isinstance(setting, Mapping) and set(setting) <= {"build", "agent", "verifier"} and setting:
         return PhasePolicies(
             agent=_policy(setting.get("agent", "task"), task.agent),
             verifier=_policy(setting.get("verifier", "task"), task.verifier),
+            build=_policy(setting.get("build", "task"), task.build),
         )
     policy = _policy(setting, None)
-    return PhasePolicies(agent=policy, verifier=policy)
+    return PhasePolicies(agent=policy, verifier=policy, build=task.build)
+
+
+def template_for(template: Template, policies: PhasePolicies) -> Template:
+    """``template`` built under the build policy of ``policies`` (itself when that is its own)."""
+    if template.network == policies.build:
+        return template
+    return replace(template, network=policies.build)
 
 
 def _policy(value: Any, task: NetworkPolicy | None) -> NetworkPolicy:
@@ -60,7 +73,7 @@ def _policy(value: Any, task: NetworkPolicy | None) -> NetworkPolicy:
     except (ConfigError, TypeError) as exc:
         raise ConfigError(
             f"network: {exc}; give 'task', 'offline', 'public', a list of allowed hosts, or "
-            "{'agent': ..., 'verifier': ...}"
+            "{'build': ..., 'agent': ..., 'verifier': ...}"
         ) from None
 
 
@@ -68,7 +81,7 @@ def describe_difference(task: PhasePolicies, effective: PhasePolicies) -> str | 
     """``"agent: no-network (task: public); verifier: ..."`` for the phases the run changed, or None."""
     changed = [
         f"{phase.value}: {mine.describe()} (task: {theirs.describe()})"
-        for phase in (Phase.AGENT, Phase.VERIFIER)
+        for phase in (Phase.BUILD, Phase.AGENT, Phase.VERIFIER)
         if (mine := effective.for_phase(phase)) != (theirs := task.for_phase(phase))
     ]
     return "; ".join(changed) or None

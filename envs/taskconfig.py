@@ -11,6 +11,9 @@ The network, as in Harbor (schema 1.4): ``[environment] network_mode``
 ``allow_internet`` means ``public`` (true) or ``no-network`` (false) when
 neither ``network_mode`` nor ``allowed_hosts`` is set; ``[agent]`` and
 ``[verifier]`` may each set their own ``network_mode``/``allowed_hosts``.
+The build (Dockerfile ``RUN`` steps and ``snapgym.verifier_setup``) has no
+setting in the format; it is public, as Harbor builds, unless a run says
+otherwise (see :mod:`envs.network`).
 ``allowed_hosts`` goes only with ``allowlist`` (see ``pool.egress.policy``
 for the host syntax). Resources (``cpus``, ``memory``/``memory_mb``,
 ``storage``/``storage_mb``, ``gpus``/``gpu_types``) go to the backend, which
@@ -100,8 +103,10 @@ class TaskSettings:
     """``[snapgym] verification``: "strict", "shared", or None (not declared: strict)."""
     outputs: tuple[str, ...] = ()
     """``[snapgym] outputs``: directories the strict verifier sees (empty: the working directory)."""
-    network: PhasePolicies = field(default_factory=lambda: PhasePolicies(NetworkPolicy.public(), NetworkPolicy.public()))  # noqa: E501
-    """The network policy of the agent's and the verifier's phase (Harbor's default: public)."""
+    network: PhasePolicies = field(
+        default_factory=lambda: PhasePolicies(agent=NetworkPolicy.public(), verifier=NetworkPolicy.public())
+    )
+    """The network policy of each phase (Harbor's default: public)."""
 
 
 def parse_task_toml(path: Path) -> TaskSettings:
@@ -164,7 +169,7 @@ class _Reader:
         if baseline is None:
             legacy = env.get("allow_internet")
             baseline = NetworkPolicy.offline() if legacy is False else NetworkPolicy.public()
-        return PhasePolicies(
+        return PhasePolicies(  # the build: public, as Harbor builds (task.toml has no setting for it)
             agent=self.policy("agent", agent) or baseline, verifier=self.policy("verifier", verifier) or baseline
         )
 

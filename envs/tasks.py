@@ -149,6 +149,7 @@ def _load_dir(path: Path, bases: dict[str, str]) -> Task:
         setup=settings.verifier_setup,
         workdir=workdir,
         healthcheck=settings.environment.healthcheck,
+        network=settings.network.build,
         setup_timeout_s=settings.environment.build_timeout_s,
         resources=settings.environment.resources,
     )

@@ -44,6 +44,9 @@ class Capabilities:
     """The network policies (``pool.egress.NetworkMode`` values) ``sandbox.set_network`` enforces."""
     egress_audit: bool = False
     """``sandbox.network_log()`` records every connection attempt, allowed or denied."""
+    build_network_modes: tuple[str, ...] = ("no-network", "public")
+    """The build policies (``Template.network``) a build enforces; ``public`` without the proxy is the
+    backend's own network, unfiltered and unrecorded (see pool.buildnetwork)."""
     limits: dict[str, Enforcement] = field(default_factory=dict)
     """Per resource ("memory", "cpu", "pids", "disk"): how it is enforced."""
     isolation: tuple[str, ...] = ()
@@ -79,6 +82,7 @@ class Capabilities:
             "GPU": ", ".join(self.gpu_types) or "yes" if self.gpu else "no",
             "egress": f"{self.egress_control} ({', '.join(self.network_modes)})"
             + ("; every attempt audited" if self.egress_audit else ""),
+            "build network": ", ".join(self.build_network_modes),
             "limits": limits or "none",
             "verification": ", ".join(self.verification) or "none",
             "shared verifier kept from the agent's processes by": self.verifier_isolation,

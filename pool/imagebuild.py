@@ -4,8 +4,9 @@ A template is either plain (a base, setup commands, files) or a Dockerfile
 (:class:`~pool.templates.DockerBuild`) followed by its setup and files. A
 backend that builds by running steps in a sandbox (the local backend; the
 Docker backend for the host base) asks :func:`recipe_for` what to start from
-and which steps to run, starts a sandbox over that base with the recipe's
-network, runs :func:`run_recipe`, and freezes the result. A backend with its
+and which steps to run, starts a sandbox over that base (with the network
+:func:`pool.buildnetwork.build_route` picks for the recipe's policy), runs
+:func:`run_recipe`, and freezes the result. A backend with its
 own image builder uses only the parts it needs.
 
 ``prebuilt``: a task may name an image that already holds the built result
@@ -20,8 +21,10 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from pool.buildnetwork import BuildNetwork, BuildRoute, attached
 from pool.contract import Sandbox
 from pool.dockerfile import ImageCopy, Step, translate
+from pool.egress.policy import NetworkPolicy
 from pool.errors import BuildError
 from pool.hostview import DEFAULT_PATH
 from pool.results import ExecResult
@@ -46,11 +49,14 @@ class Recipe:
     """The environment of every build step and of every exec in episodes."""
     workdir: str
     healthcheck: str | None
-    network: bool
-    """Whether build steps may use the network."""
+    network: NetworkPolicy
+    """What build steps may reach (the template's build policy)."""
     images: tuple[str, ...] = ()
     """Images that ``COPY --from`` steps copy out of (their identity is part of the snapshot's)."""
     notes: tuple[str, ...] = ()
+    builder_route: BuildRoute | None = None
+    """How the backend's own image builder's ``RUN`` steps reached the network, when one built the
+    Dockerfile before ``steps`` (its route is ``none`` or ``direct``: it is not behind the proxy)."""
 
 
 def recipe_for(
@@ -85,7 +91,7 @@ def recipe_for(
             env={**env, **template.env},
             workdir=workdir,
             healthcheck=template.healthcheck,
-            network=template.network,
+            network=template.build_network(runs_commands=bool(template.setup)),
         )
     plan = translate(
         build,
@@ -100,7 +106,7 @@ def recipe_for(
         env={**plan.env, **template.env},
         workdir=workdir,
         healthcheck=template.healthcheck or plan.healthcheck,
-        network=template.network or plan.runs_commands,
+        network=template.build_network(runs_commands=plan.runs_commands),
         images=tuple(step.image for step in plan.steps if isinstance(step, ImageCopy)),
         notes=plan.notes,
     )
@@ -110,26 +116,37 @@ ImageCopier = Callable[[Sandbox, ImageCopy], None]
 """Places the files of a ``COPY --from=<image>`` step in the build sandbox."""
 
 
-def run_recipe(sandbox: Sandbox, recipe: Recipe, template: Template, *, copy_from_image: ImageCopier) -> None:
-    """Run the recipe's steps, place the template's files, and check its healthcheck.
+def run_recipe(
+    sandbox: Sandbox, recipe: Recipe, template: Template, *, copy_from_image: ImageCopier, route: BuildRoute
+) -> BuildNetwork:
+    """Run the recipe's steps, place the template's files, and check its healthcheck, the
+    commands under the recipe's network policy by ``route`` (see :mod:`pool.buildnetwork`).
+
+    Returns:
+        What the build's commands reached, for the snapshot's record.
 
     Raises:
-        BuildError: a step or the healthcheck failed; the message holds the step and its output.
+        BuildError: a step or the healthcheck failed; the message holds the step, its output
+            and what the network refused.
     """
     timeout = template.setup_timeout_s
     workdir = shlex.quote(recipe.workdir)
     _require_ok(sandbox.exec(f"mkdir -p {workdir}", timeout_s=timeout, cwd="/"), template, "create workdir", "")
-    for index, step in enumerate(recipe.steps, 1):
-        if isinstance(step, ImageCopy):
-            copy_from_image(sandbox, step)
-            continue
-        result = sandbox.exec(step, timeout_s=timeout, cwd=recipe.workdir)
-        _require_ok(result, template, f"setup step {index}", step)
-    for path, content in template.files.items():
-        sandbox.write_file(path, content)
-    if recipe.healthcheck:
-        result = sandbox.exec(recipe.healthcheck, timeout_s=timeout, cwd=recipe.workdir)
-        _require_ok(result, template, "healthcheck", recipe.healthcheck)
+    with attached(sandbox, BuildNetwork(recipe.network, route)) as network:
+        for index, step in enumerate(recipe.steps, 1):
+            if isinstance(step, ImageCopy):
+                copy_from_image(sandbox, step)
+                continue
+            result = sandbox.exec(step, timeout_s=timeout, cwd=recipe.workdir)
+            _require_ok(result, template, f"setup step {index}", step)
+        for path, content in template.files.items():
+            sandbox.write_file(path, content)
+        if recipe.healthcheck:
+            result = sandbox.exec(recipe.healthcheck, timeout_s=timeout, cwd=recipe.workdir)
+            _require_ok(result, template, "healthcheck", recipe.healthcheck)
+    if recipe.builder_route is not None:
+        network.builder_route = recipe.builder_route
+    return network
 
 
 def file_target(sandbox: Sandbox, step: ImageCopy, source: str) -> str:

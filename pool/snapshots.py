@@ -56,6 +56,10 @@ class Snapshot:
     """Unix time of creation."""
     resources: Resources = field(default_factory=Resources)
     """What each sandbox started from it gets (the template's; checkpoints keep their parent's)."""
+    build_network: Mapping[str, Any] = field(default_factory=dict)
+    """What the build's commands could and did reach: the build policy, the route that realised it
+    and, through the egress proxy, the attempts summarised (see pool.buildnetwork). Empty for
+    mid-episode snapshots. Not part of the content digest."""
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values."""
@@ -63,6 +67,7 @@ class Snapshot:
         data["layers"] = list(self.layers)
         data["env"] = dict(self.env)
         data["resources"] = self.resources.fingerprint()
+        data["build_network"] = dict(self.build_network)
         return data
 
     def to_json(self) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pool.egress.policy import NetworkPolicy
 from pool.errors import ConfigError
 from pool.resources import Resources
 
@@ -90,8 +91,12 @@ class Template:
     working directory, else ``/``."""
     healthcheck: str | None = None
     """A command that must exit 0 before the snapshot is accepted."""
-    network: bool = False
-    """Whether setup may use the host network (episodes never do)."""
+    network: NetworkPolicy | bool | None = None
+    """What the build's commands (setup and Dockerfile ``RUN`` steps) may reach: the build phase's
+    :class:`~pool.egress.NetworkPolicy`, enforced and audited like an episode's where the backend
+    can (``Capabilities.build_network_modes``); ``True`` is ``public``, ``False`` ``no-network``.
+    None: as ``docker build`` does it, public when a Dockerfile runs commands (its ``RUN``
+    steps and the setup after them), else no network. Episodes never inherit it."""
     setup_timeout_s: float = 600.0
     """Timeout of each setup step and of the healthcheck."""
     resources: Resources = field(default_factory=Resources)
@@ -119,6 +124,19 @@ class Template:
             raise ConfigError(f"Template.dockerfile must be a pool.DockerBuild, got {type(self.dockerfile).__name__}")
         if self.setup_timeout_s <= 0:
             raise ConfigError("Template.setup_timeout_s must be positive")
+        if isinstance(self.network, bool):
+            object.__setattr__(self, "network", NetworkPolicy.public() if self.network else NetworkPolicy.offline())
+        elif self.network is not None and not isinstance(self.network, NetworkPolicy):
+            try:
+                object.__setattr__(self, "network", NetworkPolicy.parse(self.network))
+            except (ConfigError, TypeError) as exc:
+                raise ConfigError(f"Template.network: {exc}") from None
+
+    def build_network(self, runs_commands: bool) -> NetworkPolicy:
+        """The build's policy: ``network``, or for None public when a Dockerfile ``runs_commands``."""
+        if isinstance(self.network, NetworkPolicy):
+            return self.network
+        return NetworkPolicy.public() if self.dockerfile is not None and runs_commands else NetworkPolicy.offline()
 
     def fingerprint(self) -> dict[str, Any]:
         """The fields that define the template's content, as JSON-ready data."""
@@ -132,7 +150,7 @@ class Template:
             "env": dict(sorted(self.env.items())),
             "workdir": self.workdir,
             "healthcheck": self.healthcheck,
-            "network": self.network,
+            "network": _network_fingerprint(self.network),
             "dockerfile": self.dockerfile.fingerprint() if self.dockerfile else None,
             "resources": self.resources.fingerprint(),
         }
@@ -141,6 +159,14 @@ class Template:
         """A hex digest naming the snapshot this template builds over a base."""
         payload = json.dumps({"template": self.fingerprint(), "base": base_identity}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _network_fingerprint(policy: NetworkPolicy | bool | None) -> bool | dict[str, Any]:
+    """``False`` for the default, ``True`` for public (the fields' values before build policies)."""
+    if policy is None:
+        return False
+    assert isinstance(policy, NetworkPolicy)
+    return True if policy == NetworkPolicy.public() else policy.as_dict()
 
 
 def _as_bytes(content: str | bytes) -> bytes:

@@ -42,7 +42,7 @@ def snap(backend: LocalBackend) -> Snapshot:
     return backend.build(WORKSPACE_TEMPLATE)
 
 
-def _backend_params() -> list[Any]:
+def backend_params() -> list[Any]:
     """One parameter per backend; one this machine cannot run is skipped with the reason.
 
     CI starts a Docker engine, so there the Docker backend runs and a broken engine fails
@@ -62,7 +62,7 @@ def _backend_params() -> list[Any]:
     return params
 
 
-@pytest.fixture(scope="session", params=_backend_params())
+@pytest.fixture(scope="session", params=backend_params())
 def any_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     """Each backend this machine can run, with the test limits."""
     name = str(request.param)

@@ -38,7 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import BACKEND_OPTIONS, LIMITS
 from testca import TestCA
+
+from pool import Backend, load_backend
 
 SERVER = Path(__file__).with_name("internet_server.py")
 PREFIX = "10.231"
@@ -418,3 +421,21 @@ def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestInternet]
         except NamespaceUnavailable as exc:
             pytest.skip(f"cannot make a network namespace here: {exc}")
         yield net
+
+
+def egress_options(internet: TestInternet, **overrides: Any) -> dict[str, Any]:
+    """Egress settings that reach the test internet and trust its CA."""
+    return {
+        "hosts": dict(internet.hosts),
+        "trusted_networks": [internet.network],
+        "extra_ca_files": [str(internet.ca.cert_path)],
+        **overrides,
+    }
+
+
+def open_backend(name: str, store: Path, egress: Mapping[str, Any]) -> Backend:
+    """A backend by name with the tests' limits and these egress settings (``store``: the local one's)."""
+    options: dict[str, Any] = {**LIMITS, **BACKEND_OPTIONS.get(name, {}), "egress": dict(egress)}
+    if name == "local":
+        options["store_dir"] = store
+    return load_backend(name, **options)

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BACKEND_OPTIONS, LIMITS, WORKSPACE_TEMPLATE
-from net_fixtures import TestInternet, wait_until
+from conftest import WORKSPACE_TEMPLATE, backend_params
+from net_fixtures import TestInternet, egress_options, open_backend, wait_until
 
-from pool import Backend, Sandbox, Snapshot, available_backends, load_backend
+from pool import Backend, Sandbox, Snapshot
 from pool.egress import NetworkPolicy, Phase
 from pool.verification import VerificationPlan, VerifyMode
 
@@ -28,33 +28,6 @@ CURL = "curl -sS -m 10 -o /dev/null -w '%{http_code}'"
 """curl printing only the HTTP status (000 when nothing came back), errors on stderr."""
 
 
-def _params() -> list[Any]:
-    params = []
-    for name, reason in available_backends().items():
-        marks = [pytest.mark.skip(reason=f"backend {name!r} cannot run here: {reason}")] if reason else []
-        if name == "docker":
-            marks.append(pytest.mark.docker)
-        params.append(pytest.param(name, marks=marks, id=name))
-    return params
-
-
-def egress_options(internet: TestInternet, **overrides: Any) -> dict[str, Any]:
-    """Egress settings that reach the test internet and trust its CA."""
-    return {
-        "hosts": dict(internet.hosts),
-        "trusted_networks": [internet.network],
-        "extra_ca_files": [str(internet.ca.cert_path)],
-        **overrides,
-    }
-
-
-def open_backend(name: str, store: Path, egress: dict[str, Any]) -> Backend:
-    options: dict[str, Any] = {**LIMITS, **BACKEND_OPTIONS.get(name, {}), "egress": egress}
-    if name == "local":
-        options["store_dir"] = store
-    return load_backend(name, **options)
-
-
 @contextlib.contextmanager
 def fresh_sandbox(name: str, store: Path, egress: dict[str, Any]) -> Iterator[Sandbox]:
     """A sandbox of a backend of its own with these egress settings."""
@@ -62,7 +35,7 @@ def fresh_sandbox(name: str, store: Path, egress: dict[str, Any]) -> Iterator[Sa
         yield sandbox
 
 
-@pytest.fixture(scope="module", params=_params())
+@pytest.fixture(scope="module", params=backend_params())
 def net_backend(
     request: pytest.FixtureRequest, internet: TestInternet, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Backend]:

@@ -20,7 +20,7 @@ from net_fixtures import TestInternet, publish_installer, publish_wheel
 from runner_fixtures import REPO
 
 import envs  # noqa: F401 (registers the environments)
-from pool import LocalBackend
+from pool import BuildError, LocalBackend
 
 pytest_plugins = ["net_fixtures"]
 
@@ -233,3 +233,26 @@ def test_the_runner_records_the_audit_and_names_the_blocked_tasks(
     assert blocked["outcome"] == "network_denied" and "astral.sh:443" in blocked["hosts"]
     assert "network differs from the task's" in done.stderr and "no-network (task: public)" in done.stderr
     assert "unscored download-at-verify (network_denied" in done.stdout
+
+
+def test_the_build_downloads_as_harbor_builds_and_a_run_can_take_that_away(
+    net_local: LocalBackend, tmp_path: Path
+) -> None:
+    """Dockerfile RUN steps get the public network (through the proxy, on the snapshot's record), as
+    in Harbor; ``network={"build": "offline"}`` is another snapshot, whose build fails naming the host."""
+    task = write_task(tmp_path / "build-downloads")
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM snapgym/host\nWORKDIR /app\nRUN curl -fsSL https://astral.sh/uv/0.9.5/install.sh -o /app/install.sh\n"
+    )
+    env = gym.make("snapgym/Shell-v0", task=task, backend=net_local)
+    try:
+        _, info = env.reset()
+        assert info["network"]["build"]["network_mode"] == "public"
+        record = env.unwrapped.task_snapshot.build_network  # type: ignore[attr-defined]
+        assert record["route"] == "proxy" and record["audit"]["hosts"]["allowed"] == ["astral.sh:443"]
+        obs, *_ = env.step("test -s /app/install.sh && echo fetched")
+        assert "fetched" in obs["output"]
+    finally:
+        env.close()
+    with pytest.raises(BuildError, match=r"(?s)astral\.sh.*the build had no network"):
+        gym.make("snapgym/Shell-v0", task=task, backend=net_local, network={"build": "offline"})

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,10 +52,15 @@ class TaskImages:
 
 def _build_network_address() -> str:
     """Where build steps on every backend reach a server of the test: the Docker bridge's gateway
-    when an engine runs (its builds use the bridge network: with userns-remap they cannot use the
-    host's), else 127.0.0.1 (the local backend's builds use the host's network)."""
+    when an engine runs (the engine's builder gives RUN steps the bridge network), else this
+    machine's first address that is not loopback. Either is a private address, which the local
+    backend's builds reach through the egress proxy only because the tests trust it."""
     if available_backends()["docker"] is not None:
-        return "127.0.0.1"
+        import socket
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("10.255.255.255", 9))  # no packet is sent: this only picks the source address
+            return str(probe.getsockname()[0])
     import docker
 
     client = docker.from_env()
@@ -175,12 +181,22 @@ def image_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("tb2-store")
 
 
+def local_backend(images: TaskImages, store: Path) -> LocalBackend:
+    """The local backend, reaching the test registry (plain HTTP) and, through its egress proxy, the
+    apt repository on a private address (trusted here: a build's public network is the internet)."""
+    apt_host = urllib.parse.urlsplit(images.apt_url).hostname
+    return LocalBackend(
+        store_dir=store,
+        registry=RegistrySettings(insecure_registries=[images.registry]),
+        egress={"trusted_networks": [f"{apt_host}/32"]},
+    )
+
+
 @pytest.fixture(scope="module", params=_backend_names())
 def image_backend(request: pytest.FixtureRequest, task_images: TaskImages, image_store: Path) -> Iterator[Backend]:
     """Each backend, able to reach the test registry (plain HTTP on 127.0.0.1)."""
     if request.param == "local":
-        settings = RegistrySettings(insecure_registries=[task_images.registry])
-        backend: Backend = LocalBackend(store_dir=image_store, registry=settings)
+        backend: Backend = local_backend(task_images, image_store)
     else:
         backend = load_backend(str(request.param))
     try:
@@ -198,6 +214,12 @@ def test_a_tb2_style_task_scores_oracle_one_and_noop_zero(
     assert (check.oracle.reward, check.noop.reward) == (1.0, 0.0), (check.oracle.output[-2000:], check.noop)
     snapshot = image_backend.build(task.template)
     assert snapshot.resources.memory_mb == 4096
+    apt = urllib.parse.urlsplit(task_images.apt_url).netloc
+    if image_backend.name == "local":  # RUN apt-get went through the egress proxy, on record
+        assert snapshot.build_network["route"] == "proxy", snapshot.build_network
+        assert apt in snapshot.build_network["audit"]["hosts"]["allowed"], snapshot.build_network
+    else:  # the engine's builder gave RUN the bridge: not filtered, and the record says so
+        assert snapshot.build_network["builder_route"] == "direct", snapshot.build_network
     assert snapshot.workdir == "/app"
     with image_backend.create(snapshot) as sandbox:
         r = sandbox.exec(f"{PACKAGE}; uv; cat /etc/debian_version; id -u; pwd")
@@ -213,8 +235,7 @@ def test_the_same_image_gives_the_same_files_on_every_backend(
         pytest.skip(f"needs the Docker backend: {available_backends()['docker']}")
     task = envs.load_task(write_tb2_task(tmp_path, task_images))
     digests = {}
-    settings = RegistrySettings(insecure_registries=[task_images.registry])
-    local = LocalBackend(store_dir=image_store, registry=settings)
+    local = local_backend(task_images, image_store)
     docker = load_backend("docker")
     try:
         for name, backend in (("local", local), ("docker", docker)):
@@ -236,9 +257,8 @@ def test_a_missing_image_fails_the_build_and_says_how_to_provide_it(
     dockerfile = task_dir / "environment" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace(task_images.base, f"{task_images.registry}/test/nope:1"))
     task = envs.load_task(task_dir)
-    settings = RegistrySettings(insecure_registries=[task_images.registry])
     with (
-        LocalBackend(store_dir=image_store, registry=settings) as backend,
+        local_backend(task_images, image_store) as backend,
         pytest.raises(envs.errors.ConfigError) as raised,
     ):
         backend.build(task.template)
@@ -257,8 +277,7 @@ def test_a_tarball_of_the_image_is_another_source(task_images: TaskImages, tmp_p
     assert tarfile.is_tarfile(archive)
     task_dir = write_tb2_task(tmp_path, task_images)
     task = envs.load_task(task_dir, bases={task_images.base: f"docker-archive:{archive}"})
-    settings = RegistrySettings(insecure_registries=[task_images.registry])
-    with LocalBackend(store_dir=image_store, registry=settings) as backend:
+    with local_backend(task_images, image_store) as backend:
         check = envs.check_task(backend, task)
     assert (check.oracle.reward, check.noop.reward) == (1.0, 0.0)
 

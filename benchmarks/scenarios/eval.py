@@ -42,7 +42,7 @@ from benchmarks.progress import Progress
 from benchmarks.schemas import PoolKind
 from benchmarks.suites import Suite, image_sources, select_tasks
 from benchmarks.supply import SandboxSupply
-from envs.network import describe_difference, effective_policies, modes_needed
+from envs.network import describe_difference, effective_policies, modes_needed, template_for
 from envs.tasks import Task
 from pool.capabilities import Capabilities
 from pool.egress.policy import PhasePolicies
@@ -229,7 +229,14 @@ def _networkable(
             )
             log.warning("skipping task %s: %s", task.id, skipped[task.id])
             continue
-        kept.append(task)
+        if policies.build.mode.value not in capabilities.build_network_modes:
+            skipped[task.id] = (
+                f"its build needs network {policies.build.mode.value}, which the {backend} backend's builds do "
+                f"not enforce (they enforce {', '.join(capabilities.build_network_modes)})"
+            )
+            log.warning("skipping task %s: %s", task.id, skipped[task.id])
+            continue
+        kept.append(dataclasses.replace(task, template=template_for(task.template, policies)))
         change = describe_difference(task.settings.network, policies)
         if change is not None:
             changes.setdefault(change, []).append(task.id)

@@ -193,25 +193,30 @@ class NetworkPolicy:
 
 @dataclass(frozen=True, slots=True)
 class PhasePolicies:
-    """The policy of each phase of an episode."""
+    """The policy of each phase: the template's build, the agent's turn, the verifier's."""
 
     agent: NetworkPolicy = field(default_factory=NetworkPolicy.offline)
     verifier: NetworkPolicy = field(default_factory=NetworkPolicy.offline)
+    build: NetworkPolicy = field(default_factory=NetworkPolicy.public)
+    """Setup and Dockerfile ``RUN`` steps. Harbor's task format has no setting for it and builds
+    with the network, as ``docker build`` does: public unless a run says otherwise."""
 
     def for_phase(self, phase: Phase) -> NetworkPolicy:
-        """The policy of ``phase`` (build steps are the template's business, not an episode's)."""
+        """The policy of ``phase``."""
         if phase is Phase.VERIFIER:
             return self.verifier
+        if phase is Phase.BUILD:
+            return self.build
         return self.agent
 
     @property
     def allows_any(self) -> bool:
-        """Whether some phase may reach something."""
+        """Whether an episode phase (agent or verifier) may reach something."""
         return self.agent.allows_any or self.verifier.allows_any
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form: ``{"agent": {...}, "verifier": {...}}``."""
-        return {"agent": self.agent.as_dict(), "verifier": self.verifier.as_dict()}
+        """JSON-ready form: ``{"build": {...}, "agent": {...}, "verifier": {...}}``."""
+        return {"build": self.build.as_dict(), "agent": self.agent.as_dict(), "verifier": self.verifier.as_dict()}
 
 
 def normalise_host(host: str) -> str:

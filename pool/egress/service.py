@@ -6,8 +6,9 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pool.buildnetwork import BuildRoute, build_route
 from pool.egress.gatekeeper import Gatekeeper
-from pool.egress.policy import NetworkMode
+from pool.egress.policy import NetworkMode, NetworkPolicy
 from pool.egress.settings import EgressSettings
 
 if TYPE_CHECKING:
@@ -41,8 +42,17 @@ class EgressService:
     def capability_fields(self) -> dict[str, Any]:
         """``egress_control``, ``network_modes`` and ``egress_audit`` for the backend's Capabilities."""
         if not self.available:
-            return {"egress_control": "loopback-only", "network_modes": (NetworkMode.NO_NETWORK.value,)}
-        return {"egress_control": "proxy", "network_modes": tuple(m.value for m in NetworkMode), "egress_audit": True}
+            return {
+                "egress_control": "loopback-only",
+                "network_modes": (NetworkMode.NO_NETWORK.value,),
+                "build_network_modes": (NetworkMode.NO_NETWORK.value, NetworkMode.PUBLIC.value),
+            }
+        every = tuple(m.value for m in NetworkMode)
+        return {"egress_control": "proxy", "network_modes": every, "build_network_modes": every, "egress_audit": True}
+
+    def build_route(self, policy: NetworkPolicy, *, backend: str) -> BuildRoute:
+        """How a build under ``policy`` reaches the network here (see pool.buildnetwork)."""
+        return build_route(policy, proxy_available=self.available, why_not=self.unavailable_reason, backend=backend)
 
     def gatekeeper(self) -> Gatekeeper:
         """A gatekeeper for one new sandbox."""

@@ -14,8 +14,13 @@ Three ways in, one way out:
 Either way the build container is committed (paused) into
 ``<prefix>/snapshot:<id>`` with the snapshot's record in a label; the id is
 the template's content hash over the base's identity, so the next build of
-the same template finds the image and runs nothing. A build container gets
-the engine's default bridge only when the recipe asks for network.
+the same template finds the image and runs nothing. The build's network
+policy (see :mod:`pool.buildnetwork`): a build container has no network of
+its own and reaches out through snapgym's egress proxy, which enforces and
+records the policy, where the proxy runs here (else the engine's bridge, for
+a public policy only); the engine's builder gives ``RUN`` steps the bridge or
+nothing, so a Dockerfile under an allowlist is built the shared recipe's way,
+in a build container behind the proxy.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from pool.backends.docker.catalog import RECORD, ROLE, SANDBOX, SNAPSHOT
 from pool.backends.docker.engine import engine_errors
 from pool.backends.docker.execution import run_helper
 from pool.backends.docker.sandbox import DockerSandbox
+from pool.buildnetwork import BuildRoute
 from pool.dockerfile import ImageCopy
+from pool.egress.policy import NetworkMode
 from pool.errors import ConfigError
 from pool.hostview import DEFAULT_PATH
 from pool.imagebuild import BaseConfig, Recipe, file_target, recipe_for, run_recipe
@@ -83,13 +90,20 @@ class Builder:
         build = template.dockerfile
         bases = backend.bases
         prebuilt = build is not None and build.prebuilt and backend.prefer_prebuilt and self._can_get(build.prebuilt)
-        if build is not None and not prebuilt and not dockerbuild.builds_on_host(build):
+        engine_policy = template.build_network(runs_commands=True)
+        if (
+            build is not None
+            and not prebuilt
+            and not dockerbuild.builds_on_host(build)
+            and engine_policy.mode is not NetworkMode.ALLOWLIST  # the engine's builder cannot filter by host
+        ):
             engine_plan = dockerbuild.plan(build, bases)
 
             def built() -> tuple[BaseImage, Recipe]:
                 assert build is not None
-                # RUN steps get the build's network, as on every backend (and in docker build).
-                image = dockerbuild.build_image(backend.client, build, engine_plan, network=True, name=template.name)
+                # RUN steps get the engine's network when the build policy allows any (as in docker build)
+                network = engine_policy.allows_any
+                image = dockerbuild.build_image(backend.client, build, engine_plan, network=network, name=template.name)
                 env = {"PATH": DEFAULT_PATH, **image.env, **template.env}
                 recipe = Recipe(
                     base=engine_plan.first_image,
@@ -97,7 +111,8 @@ class Builder:
                     env=env,
                     workdir=template.workdir or image.workdir or "/",
                     healthcheck=template.healthcheck,
-                    network=template.network or bool(template.setup),  # the setup steps act as more RUN steps
+                    network=template.build_network(runs_commands=bool(template.setup)),  # setup: more RUN steps
+                    builder_route=BuildRoute.DIRECT if network else BuildRoute.NONE,
                 )
                 return image, recipe
 
@@ -139,13 +154,14 @@ class Builder:
             resources=template.resources,
         )
         labels = {OWNER: backend.owner, ROLE: "build", SNAPSHOT: snapshot_id}
+        route = backend.egress.build_route(recipe.network, backend="docker")
         container = backend.start_container(
-            draft, labels, network=recipe.network, what=f"the build container of template {template.name!r}"
+            draft, labels, network=route is BuildRoute.DIRECT, what=f"the build container of template {template.name!r}"
         )
         sandbox = DockerSandbox(backend, f"build-{snapshot_id[:12]}", container, draft, labels)
         try:
-            run_recipe(sandbox, recipe, template, copy_from_image=self._copy_from_image)
-            return self._commit(container, draft, base)
+            network = run_recipe(sandbox, recipe, template, copy_from_image=self._copy_from_image, route=route)
+            return self._commit(container, replace(draft, build_network=network.record()), base)
         finally:
             sandbox.close()
 

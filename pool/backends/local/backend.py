@@ -33,6 +33,7 @@ from pool.backends.local.ocilayer import unpack_layer
 from pool.backends.local.ocisettings import Credentials, RegistrySettings
 from pool.backends.local.sandbox import LocalSandbox
 from pool.backends.local.store import BaseRecord, SnapshotStore, default_runtime_dir, default_store_dir
+from pool.buildnetwork import BuildRoute
 from pool.capabilities import Capabilities, Enforcement
 from pool.contract import Sandbox
 from pool.digest import combine, source_key
@@ -263,10 +264,13 @@ class LocalBackend:
                 workdir="/",
                 resources=template.resources,
             )
-            sandbox = self._open(start, network=recipe.network)
+            route = self.egress.build_route(recipe.network, backend=self.name)
+            sandbox = self._open(start, network=route is BuildRoute.DIRECT)
             try:
-                run_recipe(sandbox, recipe, template, copy_from_image=self._copy_from_image)
-                snap = self.snapshot_sandbox(sandbox, snapshot_id=snap_id, template=template, recipe=recipe)
+                network = run_recipe(sandbox, recipe, template, copy_from_image=self._copy_from_image, route=route)
+                snap = self.snapshot_sandbox(
+                    sandbox, snapshot_id=snap_id, template=template, recipe=recipe, build_network=network.record()
+                )
             finally:
                 sandbox.close()
         return snap
@@ -399,6 +403,7 @@ class LocalBackend:
         snapshot_id: str | None = None,
         template: Template | None = None,
         recipe: Recipe | None = None,
+        build_network: Mapping[str, Any] | None = None,
     ) -> Snapshot:
         """Freeze a sandbox's writable layer into a new layer and record it.
 
@@ -443,6 +448,7 @@ class LocalBackend:
             parent=None if template else parent.id,
             created_at=time.time(),
             resources=template.resources if template else parent.resources,
+            build_network=dict(build_network or {}),
         )
         self.store.save(snap)
         return snap
