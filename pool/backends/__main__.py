@@ -2,14 +2,16 @@
 
 Each backend that can run here is opened with its default options and its
 ``Capabilities`` printed (the README's table comes from this); one that cannot
-run is listed with the reason. Nothing is built and no sandbox starts.
+run is listed with the reason, and with the capabilities it declares without
+being opened (a cloud backend's, which need no credentials to state). Nothing is
+built and no sandbox starts.
 """
 
 from __future__ import annotations
 
 import sys
 
-from pool.backends import BACKENDS, load_backend, unavailable_reason
+from pool.backends import BACKENDS, backend_class, load_backend, unavailable_reason
 
 
 def capability_table() -> str:
@@ -18,7 +20,8 @@ def capability_table() -> str:
     for name in BACKENDS:
         reason = unavailable_reason(name)
         if reason is not None:
-            columns[name] = {"available here": f"no: {reason}"}
+            declared = getattr(backend_class(name), "declared_capabilities", None)
+            columns[name] = {"available here": f"no: {reason}", **(declared().table_row() if declared else {})}
             continue
         backend = load_backend(name)
         try:

@@ -1,0 +1,160 @@
+"""The E2B backend, through the real ``e2b`` SDK, against the stand-in E2B service (tests/e2b_standin.py),
+whose sandboxes are local ones: the conformance suite, the build cache by name, the start digest, the
+hand-off, lifetimes and leaks, and the API key kept out of every sandbox."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2b_standin import E2BStandin
+
+from pool import ConfigError, Template
+from pool.backends import load_backend, unavailable_reason
+from pool.backends.e2b import E2BBackend
+from pool.egress import NetworkPolicy, Phase
+from pool.errors import SnapshotCorruptError, UnsupportedError
+from pool.labels import OWNER
+from pool.testing import check_backend
+
+pytest_plugins = ["e2b_standin"]
+
+TEMPLATE = Template(name="e2b-test", setup=["mkdir -p /w && echo ready > /w/state"], workdir="/w")
+
+
+@pytest.fixture
+def e2b_backend(e2b_standin: E2BStandin) -> Iterator[E2BBackend]:
+    with E2BBackend(api_key=e2b_standin.api_key, api_url=e2b_standin.url, sandbox_url=e2b_standin.url) as backend:
+        yield backend
+
+
+def running(standin: E2BStandin) -> list[str]:
+    return [sid for sid, record in standin.sandboxes().items() if record.state == "running"]
+
+
+def test_the_conformance_suite_passes(e2b_backend: E2BBackend) -> None:
+    check_backend(e2b_backend)
+
+
+def test_a_second_build_finds_the_snapshot_by_name_even_in_another_backend(
+    e2b_standin: E2BStandin, e2b_backend: E2BBackend
+) -> None:
+    first = e2b_backend.build(TEMPLATE)
+    created = e2b_standin.created_count
+    with E2BBackend(api_key=e2b_standin.api_key, api_url=e2b_standin.url, sandbox_url=e2b_standin.url) as other:
+        again = other.build(TEMPLATE)
+    assert again.digest == first.digest and again.layers == first.layers
+    assert e2b_standin.created_count == created  # no build sandbox: found by name
+    with e2b_backend.create(first) as sandbox:
+        assert sandbox.exec("cat state").stdout == "ready\n"
+
+
+def test_restore_hands_over_a_fresh_sandbox_and_the_old_one_is_killed(
+    e2b_standin: E2BStandin, e2b_backend: E2BBackend
+) -> None:
+    snapshot = e2b_backend.build(TEMPLATE)
+    with e2b_backend.create(snapshot) as sandbox:
+        first = sandbox.remote_id
+        sandbox.exec("echo dirty > state; (sleep 300 &)")
+        sandbox.restore()
+        assert sandbox.remote_id != first
+        assert sandbox.exec("cat state").stdout == "ready\n"
+        deadline = time.monotonic() + 10
+        while first in running(e2b_standin) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert first not in running(e2b_standin)
+    deadline = time.monotonic() + 10
+    while running(e2b_standin) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert running(e2b_standin) == []  # the spare went too
+
+
+def test_a_snapshot_whose_workdir_changed_at_the_provider_is_refused(
+    e2b_standin: E2BStandin, e2b_backend: E2BBackend
+) -> None:
+    """The workdir digest computed inside each new sandbox must match the one recorded at build."""
+    snapshot = e2b_backend.build(TEMPLATE)
+    forged = snapshot.__class__(**{**snapshot.to_dict(), "layers": (snapshot.layers[0], "workdir-sha256:" + "0" * 64),
+                                   "resources": snapshot.resources})  # fmt: skip
+    with pytest.raises(SnapshotCorruptError, match="digest"):
+        e2b_backend.create(forged)
+
+
+def test_every_remote_sandbox_carries_labels_and_a_lifetime(e2b_standin: E2BStandin, e2b_backend: E2BBackend) -> None:
+    snapshot = e2b_backend.build(TEMPLATE)
+    with e2b_backend.create(snapshot, labels={"snapgym.run": "r1"}) as sandbox:
+        record = e2b_standin.sandboxes()[str(sandbox.remote_id)]
+        assert record.metadata["snapgym.run"] == "r1" and record.metadata[OWNER] == e2b_backend.owner
+        assert record.end_at - time.time() > e2b_backend.sandbox_timeout_s - 60
+
+
+def test_the_api_key_never_reaches_a_sandbox(e2b_standin: E2BStandin, e2b_backend: E2BBackend) -> None:
+    snapshot = e2b_backend.build(TEMPLATE)
+    with e2b_backend.create(snapshot) as sandbox:
+        seen = sandbox.exec("env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; grep -rs . /w /tmp 2>/dev/null")
+        assert e2b_standin.api_key not in seen.stdout + seen.stderr
+    assert all(e2b_standin.api_key not in command.command for command in e2b_standin.commands)
+
+
+def test_a_runner_killed_with_sigkill_leaves_nothing_past_the_lifetime_and_reap_cleans_up(
+    e2b_standin: E2BStandin, tmp_path: Path
+) -> None:
+    script = tmp_path / "client.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import time
+        from pool import Template
+        from pool.backends.e2b import E2BBackend
+        backend = E2BBackend(api_url={e2b_standin.url!r}, sandbox_url={e2b_standin.url!r}, sandbox_timeout_s=60)
+        snap = backend.build(Template(name="e2b-test", setup=["mkdir -p /w && echo ready > /w/state"], workdir="/w"))
+        sandbox = backend.create(snap)
+        print("ready", flush=True)
+        time.sleep(600)
+    """)
+    )
+    env = {**os.environ, "E2B_API_KEY": e2b_standin.api_key, "PYTHONPATH": str(Path(__file__).parents[1])}
+    client = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout is not None and client.stdout.readline().strip() == "ready"
+    finally:
+        client.kill()
+        client.wait()
+    left = running(e2b_standin)
+    assert left  # the sandbox and its spare are still there: the provider's lifetime is the backstop
+    assert all(e2b_standin.sandboxes()[sid].end_at <= time.time() + 61 for sid in left)
+    with E2BBackend(api_key=e2b_standin.api_key, api_url=e2b_standin.url, sandbox_url=e2b_standin.url) as reaper:
+        assert reaper.reap_orphans() == 1
+    assert running(e2b_standin) == []
+
+
+def test_what_it_cannot_do_yet_is_refused_not_faked(e2b_backend: E2BBackend) -> None:
+    capabilities = e2b_backend.capabilities
+    assert capabilities.verification == () and capabilities.network_modes == ("no-network",)
+    with e2b_backend.create(e2b_backend.build(TEMPLATE)) as sandbox:
+        with pytest.raises(UnsupportedError):
+            sandbox.set_network(NetworkPolicy.public(), phase=Phase.AGENT)
+        assert sandbox.exec("curl -sS -m 5 https://example.com -o /dev/null").exit_code != 0
+    with pytest.raises(ConfigError, match="snapgym/host"):
+        e2b_backend.build(Template(name="from-image", base="debian:bookworm"))
+
+
+def test_without_a_key_the_backend_says_which_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    reason = unavailable_reason("e2b")
+    assert reason is not None and "E2B_API_KEY" in reason
+    with pytest.raises(ConfigError, match="E2B_API_KEY"):
+        load_backend("e2b")
+
+
+def test_a_wrong_key_is_a_config_error_naming_it(e2b_standin: E2BStandin) -> None:
+    with (
+        E2BBackend(api_key="e2b_wrong", api_url=e2b_standin.url, sandbox_url=e2b_standin.url) as backend,
+        pytest.raises(ConfigError, match="E2B_API_KEY"),
+    ):
+        backend.build(TEMPLATE)
