@@ -12,6 +12,7 @@ refused by a backend without GPUs.
 
 from __future__ import annotations
 
+import errno
 import functools
 import tempfile
 import time
@@ -167,6 +168,10 @@ def check_files(sandbox: Sandbox) -> None:
     sandbox.write_file("rel.txt", "text")
     _expect(sandbox.exec("cat /workspace/rel.txt").stdout == "text", "relative paths use workdir")
     _expect_raises(lambda: sandbox.read_file("/no/such/file"), FileOperationError, "missing file")
+    try:
+        sandbox.read_file("/no/such/file")
+    except FileOperationError as exc:  # the verifier tells "no reward file" from "a bad one" by it
+        _expect(exc.errno == errno.ENOENT, "a missing file's errno is ENOENT", repr(exc.errno))
     _expect_raises(lambda: sandbox.read_file("/workspace"), FileOperationError, "reading a directory")
 
 

@@ -36,6 +36,7 @@ Two modes:
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,6 +123,15 @@ class VerificationPlan:
             for other in private:
                 if _overlaps(out, other):
                     raise ConfigError(f"the output {out!r} overlaps the verifier's private {other!r}; pick another")
+
+
+def outermost(paths: Sequence[str]) -> tuple[str, ...]:
+    """The paths not inside another of them, sorted (what to copy or freeze once)."""
+    kept: list[str] = []
+    for path in sorted(set(paths)):
+        if not any(path.startswith(k + "/") for k in kept):
+            kept.append(path)
+    return tuple(kept)
 
 
 def _overlaps(a: str, b: str) -> bool:

@@ -32,7 +32,7 @@ import posixpath
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +41,7 @@ from pool.backends.docker.engine import engine_errors
 from pool.backends.docker.execution import run_helper
 from pool.errors import ConfigError, FileOperationError, SandboxCrashedError
 from pool.snapshots import Snapshot
-from pool.verification import SHARED_HOOKS, VerificationPlan, VerificationReport, VerifyMode
+from pool.verification import SHARED_HOOKS, VerificationPlan, VerificationReport, VerifyMode, outermost
 
 if TYPE_CHECKING:
     from pool.backends.docker.backend import DockerBackend
@@ -67,7 +67,7 @@ def strict(
         known_good, sandbox.container_labels, what="a verifier"
     )
     try:
-        outputs = _outermost(plan.outputs)
+        outputs = outermost(plan.outputs)
         _helper(api, verifier, ["fresh", *outputs, plan.tests_path, *plan.private_dirs])
         missing = tuple(out for out in outputs if not _copy_folder(api, agent, verifier, out))
         _put_tests(api, verifier, plan)
@@ -88,7 +88,7 @@ def shared(
     hooks = backend.hooks.archive(known_good)
     with engine_errors("listing the agent's changes", missing=_gone):
         changed = [str(c["Path"]) for c in api.diff(container) or () if c.get("Kind") in (0, 1)]
-    missing = tuple(out for out in _outermost(plan.outputs) if not _is_folder(api, container, out))
+    missing = tuple(out for out in outermost(plan.outputs) if not _is_folder(api, container, out))
     _helper(api, container, ["remove", *SHARED_HOOKS, *hooks.top_links])
     _helper(api, container, ["fresh", plan.tests_path, *plan.private_dirs, *missing])
     if hooks.path is not None:
@@ -190,15 +190,6 @@ def _known_good(backend: DockerBackend, sandbox: DockerSandbox, plan: Verificati
             "verify against the snapshot the episode started from"
         )
     return known_good
-
-
-def _outermost(paths: Sequence[str]) -> tuple[str, ...]:
-    """The paths not inside another of them, in order."""
-    kept: list[str] = []
-    for path in sorted(set(paths)):
-        if not any(path.startswith(k + "/") for k in kept):
-            kept.append(path)
-    return tuple(kept)
 
 
 def _copy_folder(api: Any, source: str, dest: str, path: str) -> bool:

@@ -24,8 +24,8 @@ SIGKILL leaves nothing running past it; ``reap_orphans`` kills what a run whose
 process is gone left. Credentials come from ``E2B_API_KEY`` (or ``api_key``)
 and never enter a sandbox.
 
-Not yet (``Capabilities`` says so): episode verification, network policies
-other than no-network (every sandbox is created without internet access),
+Verification is strict only (:mod:`pool.backends.e2b.verify`). Not yet
+(``Capabilities`` says so): network policies other than no-network (every sandbox is created without internet access),
 resource limits (E2B fixes them per template), image and Dockerfile bases other
 than ``FROM snapgym/host``.
 """
@@ -157,7 +157,7 @@ class E2BBackend:
             build_network_modes=("no-network", "public"),
             limits=dict.fromkeys(("memory", "cpu", "pids", "disk"), Enforcement.NONE),
             isolation=("microvm",),
-            verification=(),
+            verification=("strict",),
             sandbox_location="remote",
             snapshot_location="remote",
             bases=("host",),
@@ -311,6 +311,11 @@ class E2BBackend:
             kill()
         else:
             self._workers.submit(kill)
+
+    def kill_now(self, remote: Any) -> None:
+        """Kill an E2B sandbox and wait for the answer (a sandbox already gone counts as killed)."""
+        with provider_errors("killing a sandbox"):
+            remote.kill()
 
     def forget(self, sandbox: E2BSandbox) -> None:
         """Drop a closed sandbox from the backend's table."""

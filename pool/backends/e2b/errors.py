@@ -8,6 +8,7 @@ this module sees an ``e2b`` exception: a caller can tell a configuration fault
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections.abc import Iterator
 
 import e2b
@@ -33,7 +34,7 @@ def provider_errors(what: str, *, file_operation: bool = False) -> Iterator[None
         yield
     except e2b.InvalidArgumentException as exc:
         if file_operation:
-            raise FileOperationError(f"{what}: {exc}") from None
+            raise FileOperationError(errno.EISDIR, f"{what}: {exc}") from None
         raise ConfigError(f"E2B refused the request while {what}: {exc}") from None
     except e2b.AuthenticationException as exc:
         raise ConfigError(
@@ -44,7 +45,7 @@ def provider_errors(what: str, *, file_operation: bool = False) -> Iterator[None
     except e2b.ServiceBusyException as exc:
         raise ProviderBusyError(f"E2B is busy ({exc}) while {what}; try again later") from None
     except e2b.FileNotFoundException as exc:
-        raise FileOperationError(f"{what}: no such file ({exc})") from None
+        raise FileOperationError(errno.ENOENT, f"{what}: no such file ({exc})") from None
     except e2b.SandboxNotFoundException as exc:
         raise SandboxCrashedError(
             f"the E2B sandbox is gone while {what} ({exc}): it was killed or outlived its lifetime"
@@ -54,6 +55,6 @@ def provider_errors(what: str, *, file_operation: bool = False) -> Iterator[None
     except (e2b.SandboxNotRunningException, e2b.SandboxUnreachableException, e2b.GuestUnresponsiveException) as exc:
         raise SandboxCrashedError(f"the E2B sandbox stopped answering while {what} ({exc})") from None
     except e2b.NotEnoughSpaceException as exc:
-        raise FileOperationError(f"{what}: the sandbox's disk is full ({exc})") from None
+        raise FileOperationError(errno.ENOSPC, f"{what}: the sandbox's disk is full ({exc})") from None
     except e2b.SandboxException as exc:
         raise BackendError(f"E2B failed while {what}: {type(exc).__name__}: {exc}") from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import posixpath
 import shlex
 import time
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import e2b
 
+from pool.backends.e2b import verify
 from pool.backends.e2b.errors import provider_errors
 from pool.egress.audit import NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase
@@ -36,7 +38,7 @@ from pool.errors import (
 )
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
-from pool.verification import VerificationPlan, VerificationReport
+from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
 if TYPE_CHECKING:
     from pool.backends.e2b.backend import E2BBackend
@@ -92,6 +94,7 @@ class E2BSandbox:
         self._snapshot = snapshot
         self._labels = dict(labels)
         self._closed = False
+        self._sealed: VerifyMode | None = None
         self._spare: tuple[str, concurrent.futures.Future[e2b.Sandbox]] | None = None
         self._prepare_spare(snapshot)
 
@@ -215,11 +218,11 @@ class E2BSandbox:
         remote = self._live()
         path = posixpath.join(self._snapshot.workdir, path)
         if not follow_symlinks and self.exec(f"test -L {shlex.quote(path)}", timeout_s=30).ok:
-            raise FileOperationError(f"{path} is a symbolic link")
+            raise FileOperationError(errno.ELOOP, f"{path} is a symbolic link", path)
         with provider_errors(f"reading {path}", file_operation=True):
             data = bytes(remote.files.read(path, format="bytes", user=ROOT))
         if max_bytes is not None and len(data) > max_bytes:
-            raise FileOperationError(f"{path} is {len(data)} bytes, over the {max_bytes} asked for")
+            raise FileOperationError(errno.EFBIG, f"{path} is {len(data)} bytes, over the {max_bytes} asked for", path)
         return data
 
     def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
@@ -234,7 +237,7 @@ class E2BSandbox:
         if mode is not None:
             result = self.exec(f"chmod {mode:o} {shlex.quote(path)}", timeout_s=30)
             if not result.ok:
-                raise FileOperationError(f"chmod {mode:o} {path}: {result.stderr.strip()}")
+                raise FileOperationError(errno.EPERM, f"chmod {mode:o} {path}: {result.stderr.strip()}", path)
 
     # -- time -----------------------------------------------------------------
 
@@ -252,11 +255,37 @@ class E2BSandbox:
             self._backend.kill_later(old)
         self._remote = self._take_spare(target) or self._backend.start(target, self._labels)
         self._snapshot = target
+        self._sealed = None
         self._prepare_spare(target)
 
     def begin_verification(self, plan: VerificationPlan) -> VerificationReport:
-        """Not yet on E2B: ``Capabilities.verification`` is empty, and the runner skips such tasks."""
-        raise UnsupportedError("the e2b backend does not verify episodes yet (Capabilities.verification is empty)")
+        """End the agent's turn: strict only (see :mod:`pool.backends.e2b.verify`); until restore(),
+        commands and files are the verifier's, in a fresh E2B sandbox at the known-good snapshot.
+
+        Raises:
+            UnsupportedError: shared mode.
+            SandboxError: the outputs could not be carried (over the size cap, an archive error).
+        """
+        self._check_open()
+        if plan.mode is not VerifyMode.STRICT:
+            raise UnsupportedError("the e2b backend verifies in strict mode only (Capabilities.verification)")
+        if self._sealed is not None:
+            raise UnsupportedError("the verifier's turn has begun already; restore() first")
+        known_good = plan.known_good or self._snapshot
+        self._backend.check_snapshot(known_good)
+        archive, carried, missing = verify.collect_outputs(self, plan)
+        agent, self._remote = self._remote, None
+        if agent is not None:
+            self._backend.kill_now(agent)  # the agent's microVM, and every process in it, ends first
+        self._remote = self._take_spare(known_good) or self._backend.start(known_good, self._labels)
+        self._sealed = VerifyMode.STRICT
+        self._prepare_spare(self._snapshot)
+        return verify.install(self, plan, archive, carried, missing)
+
+    @property
+    def sealed(self) -> VerifyMode | None:
+        """The verification mode in force since begin_verification(), or None."""
+        return self._sealed
 
     def set_network(self, policy: NetworkPolicy, *, phase: Phase) -> dict[str, str]:
         """Every E2B sandbox of snapgym starts without internet access; only no-network is enforced."""
