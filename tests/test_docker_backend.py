@@ -416,3 +416,20 @@ def made_containers(owner: str) -> list[str]:
         return [c.id for c in client.containers.list(all=True, filters={"label": f"{OWNER}={owner}"})]
     finally:
         client.close()
+
+
+def test_reap_by_run_removes_every_container_of_that_run_only(docker_backend: DockerBackend, snap: Snapshot) -> None:
+    """``python -m pool.reap --backend docker --run ID``: what a run left, wherever its process was."""
+    from pool.reap import main
+
+    mine = docker_backend.create(snap, labels={"snapgym.run": "reap-me"})
+    other = docker_backend.create(snap, labels={"snapgym.run": "keep-me"})
+    try:
+        assert main(["--backend", "docker", "--run", "reap-me", "--dry-run"]) == 0
+        assert mine.is_alive
+        found = docker_backend.reap_run("reap-me")
+        assert mine.container_id in found and other.container_id not in found
+        assert not mine.is_alive and other.is_alive
+    finally:
+        mine.close()
+        other.close()

@@ -125,10 +125,13 @@ def test_a_runner_killed_with_sigkill_leaves_nothing_past_the_lifetime_and_reap_
     finally:
         client.kill()
         client.wait()
-    deadline = time.monotonic() + 10  # a create of the spare may have been on the wire when the client died
-    while len(left := running(e2b_standin)) < 2 and time.monotonic() < deadline:
+    settled, count = time.monotonic(), e2b_standin.created_count
+    while time.monotonic() - settled < 1.0:  # a create of the spare may have been on the wire when the client died
         time.sleep(0.05)
-    assert len(left) == 2  # the sandbox and its spare are still there: the provider's lifetime is the backstop
+        if e2b_standin.created_count != count:
+            settled, count = time.monotonic(), e2b_standin.created_count
+    left = running(e2b_standin)
+    assert left  # the sandbox (and its spare) are still there: the provider's lifetime is the backstop
     assert all(e2b_standin.sandboxes()[sid].end_at <= time.time() + 61 for sid in left)
     with E2BBackend(api_key=e2b_standin.api_key, api_url=e2b_standin.url, sandbox_url=e2b_standin.url) as reaper:
         assert reaper.reap_orphans() == 1
@@ -187,3 +190,24 @@ def test_the_runner_scores_builtin_tasks_on_e2b(
     while running(e2b_standin) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert running(e2b_standin) == []  # the run closed every sandbox it made
+
+
+def test_pool_reap_destroys_a_runs_sandboxes_by_label(
+    e2b_standin: E2BStandin,
+    e2b_backend: E2BBackend,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pool.reap import main
+
+    snapshot = e2b_backend.build(TEMPLATE)
+    gone = e2b_backend.create(snapshot, labels={"snapgym.run": "r7"})
+    kept = e2b_backend.create(snapshot, labels={"snapgym.run": "r8"})
+    monkeypatch.setenv("E2B_API_KEY", e2b_standin.api_key)
+    endpoint = ["-o", f"api_url={e2b_standin.url}", "-o", f"sandbox_url={e2b_standin.url}"]
+    assert main(["--backend", "e2b", "--run", "r7", "--dry-run", *endpoint]) == 0
+    assert str(gone.remote_id) in capsys.readouterr().out and str(gone.remote_id) in running(e2b_standin)
+    assert main(["--backend", "e2b", "--run", "r7", *endpoint]) == 0
+    assert "destroyed 2 sandbox(es) of run r7" in capsys.readouterr().out  # the sandbox and its spare
+    assert str(gone.remote_id) not in running(e2b_standin) and str(kept.remote_id) in running(e2b_standin)
+    assert main(["--backend", "e2b", "--run", "r7", "-o", "nonsense"]) == 2

@@ -258,6 +258,10 @@ class DockerBackend:
         """Remove the containers and checkpoint images of processes that are gone; how many runs."""
         return reaper.reap_orphans(self.client)
 
+    def reap_run(self, run: str, *, dry_run: bool = False) -> list[str]:
+        """Remove every container labelled ``snapgym.run=run``, whoever made it; their ids."""
+        return reaper.reap_run(self.client, run, dry_run=dry_run)
+
     def close(self) -> None:
         """Remove every container of this backend and its checkpoint images. Idempotent."""
         with self._lock:

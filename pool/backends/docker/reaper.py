@@ -15,7 +15,7 @@ from typing import Any
 
 from pool.backends.docker.catalog import ROLE
 from pool.backends.docker.engine import engine_errors
-from pool.labels import OWNER, owner_is_gone
+from pool.labels import OWNER, RUN, owner_is_gone
 
 
 def reap_orphans(client: Any) -> int:
@@ -39,3 +39,15 @@ def reap_orphans(client: Any) -> int:
             with contextlib.suppress(Exception):  # in use by a live container: it stays
                 api.remove_image(image["Id"], force=False)
     return len(dead)
+
+
+def reap_run(client: Any, run: str, *, dry_run: bool = False) -> list[str]:
+    """Remove every container labelled ``snapgym.run=run`` (whoever made it); their ids."""
+    with engine_errors(f"listing the containers of run {run}"):
+        containers = client.api.containers(all=True, filters={"label": f"{RUN}={run}"})
+    found = [str(container["Id"]) for container in containers]
+    if not dry_run:
+        for container_id in found:
+            with contextlib.suppress(Exception):  # gone meanwhile
+                client.api.remove_container(container_id, force=True)
+    return found

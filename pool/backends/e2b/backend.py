@@ -51,7 +51,7 @@ from pool.capabilities import Capabilities, Enforcement
 from pool.errors import BuildError, ConfigError, SnapshotCorruptError, SnapshotNotFoundError
 from pool.hostview import DEFAULT_PATH
 from pool.imagebuild import BaseConfig, recipe_for, run_recipe
-from pool.labels import OWNER, check_labels, new_owner, owner_is_gone
+from pool.labels import OWNER, RUN, check_labels, new_owner, owner_is_gone
 from pool.resources import require_supported
 from pool.snapshots import BASE_ENV, Snapshot
 from pool.templates import HOST_BASE, Template
@@ -337,6 +337,19 @@ class E2BBackend:
                 with contextlib.suppress(Exception):
                     e2b.Sandbox.kill(sandbox_id, **self._api())
         return len(owners)
+
+    def reap_run(self, run: str, *, dry_run: bool = False) -> list[str]:
+        """Kill every E2B sandbox labelled ``snapgym.run=run`` (made anywhere); their ids."""
+        found: list[str] = []
+        with provider_errors("listing the run's sandboxes"):
+            pages = e2b.Sandbox.list(query=e2b.SandboxQuery(metadata={RUN: run}), **self._api())
+            while pages.has_next:
+                found += [str(info.sandbox_id) for info in pages.next_items()]
+        if not dry_run:
+            for sandbox_id in found:
+                with provider_errors(f"killing {sandbox_id}"):
+                    e2b.Sandbox.kill(sandbox_id, **self._api())
+        return found
 
     def close(self) -> None:
         """Kill every sandbox this backend made. Idempotent."""
