@@ -17,7 +17,7 @@ Known differences from E2B: commands run as root whatever ``user`` says (only ``
 and the default cwd follow the user); output is buffered and sent when the command ends, stdout
 before stderr; ``stdin=True`` gives the command an empty stdin (no ``SendInput``); snapshots,
 forks and pauses keep files only, never processes; ``allow_internet_access`` and ``network`` are
-ignored (local sandboxes have no network); files belong to root; no PTY, watch, signals or process
+recorded, not enforced (local sandboxes have no network); files belong to root; no PTY, watch, signals or process
 list. Tests inject faults with :meth:`E2BStandin.fail_next` and read what was asked of it in
 :attr:`E2BStandin.requests` and :attr:`E2BStandin.commands`.
 
@@ -137,6 +137,9 @@ class SandboxRecord:
     """``running``, ``paused`` or ``killed``."""
     ended_by: str | None = None
     """What killed it: ``api`` (kill), ``timeout`` (the reaper) or ``close`` (the stand-in closed)."""
+    network: tuple[dict[str, Any], ...] = ()
+    """The egress settings as sent, oldest first: the create's ``allow_internet_access`` and ``network``
+    fields, then each ``update_network`` body (recorded, not enforced: the local sandboxes have loopback only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +381,7 @@ class E2BStandin:
             ("GET", re.compile(r"/sandboxes/([^/]+)"), self._info),
             ("DELETE", re.compile(r"/sandboxes/([^/]+)"), self._kill),
             ("POST", re.compile(r"/sandboxes/([^/]+)/timeout"), self._set_timeout),
+            ("PUT", re.compile(r"/sandboxes/([^/]+)/network"), self._update_network),
             ("POST", re.compile(r"/sandboxes/([^/]+)/snapshots"), self._create_snapshot),
             ("POST", re.compile(r"/sandboxes/([^/]+)/fork"), self._fork),
             ("POST", re.compile(r"/sandboxes/([^/]+)/pause"), self._pause),
@@ -579,7 +583,9 @@ class E2BStandin:
                 envs=body.get("envVars") or {},
                 auto_pause=bool(body.get("autoPause")),
             )
+            sent = {k: body[k] for k in ("allow_internet_access", "network") if k in body}
             with self._lock:
+                box.record = replace(box.record, network=(sent,))
                 if key:
                     self._idempotent[key] = box.record.sandbox_id
         return _json(201, self._created_json(box))
@@ -623,6 +629,14 @@ class E2BStandin:
             if box is None:
                 return _error(404, f"sandbox '{sandbox_id}' not found")
             box.record = replace(box.record, end_at=time.time() + timeout_s)
+        return _Reply(204)
+
+    def _update_network(self, request: _Request, sandbox_id: str) -> _Reply:
+        with self._lock:
+            box = self._live_box(sandbox_id)
+            if box is None:
+                return _error(404, f"sandbox '{sandbox_id}' not found")
+            box.record = replace(box.record, network=(*box.record.network, request.json()))
         return _Reply(204)
 
     def _create_snapshot(self, request: _Request, sandbox_id: str) -> _Reply:

@@ -138,13 +138,34 @@ def test_a_runner_killed_with_sigkill_leaves_nothing_past_the_lifetime_and_reap_
     assert running(e2b_standin) == []
 
 
+def test_network_policies_become_e2b_egress_rules(e2b_standin: E2BStandin, e2b_backend: E2BBackend) -> None:
+    """Each phase's policy is one atomic update of E2B's egress filter; a sandbox starts with nothing."""
+    with e2b_backend.create(e2b_backend.build(TEMPLATE)) as sandbox:
+        sandbox.set_network(NetworkPolicy.allowlist(["pypi.org", "*.astral.sh", "203.0.113.0/24"]), phase=Phase.AGENT)
+        sandbox.set_network(NetworkPolicy.public(), phase=Phase.VERIFIER)
+        sandbox.set_network(NetworkPolicy.offline(), phase=Phase.VERIFIER)
+        sent = e2b_standin.sandboxes()[str(sandbox.remote_id)].network
+        with pytest.raises(UnsupportedError, match="not port"):
+            sandbox.set_network(NetworkPolicy.allowlist(["pypi.org:443"]), phase=Phase.AGENT)
+        assert sandbox.network_log().connections == ()  # E2B records nothing: egress_audit is False
+    assert sent[0] == {"allow_internet_access": False}
+    # as E2B's API has them on the wire
+    assert sent[1] == {"allowOut": ["pypi.org", "*.astral.sh", "203.0.113.0/24"], "denyOut": ["0.0.0.0/0"]}
+    assert "10.0.0.0/8" in sent[2]["denyOut"] and "169.254.0.0/16" in sent[2]["denyOut"]
+    assert "allowOut" not in sent[2]  # public: everything else
+    assert sent[3] == {"denyOut": ["0.0.0.0/0"]}
+    assert e2b_backend.capabilities.egress_control == "provider" and not e2b_backend.capabilities.egress_audit
+
+
 def test_what_it_cannot_do_yet_is_refused_not_faked(e2b_backend: E2BBackend) -> None:
     capabilities = e2b_backend.capabilities
-    assert capabilities.verification == ("strict",) and capabilities.network_modes == ("no-network",)
+    assert capabilities.verification == ("strict",)
     with e2b_backend.create(e2b_backend.build(TEMPLATE)) as sandbox:
-        with pytest.raises(UnsupportedError):
-            sandbox.set_network(NetworkPolicy.public(), phase=Phase.AGENT)
-        assert sandbox.exec("curl -sS -m 5 https://example.com -o /dev/null").exit_code != 0
+        from pool.verification import VerificationPlan, VerifyMode
+
+        plan = VerificationPlan(VerifyMode.SHARED, tests_dir=Path(__file__).parent)
+        with pytest.raises(UnsupportedError, match="strict"):
+            sandbox.begin_verification(plan)
     with pytest.raises(ConfigError, match="snapgym/host"):
         e2b_backend.build(Template(name="from-image", base="debian:bookworm"))
 

@@ -24,10 +24,10 @@ SIGKILL leaves nothing running past it; ``reap_orphans`` kills what a run whose
 process is gone left. Credentials come from ``E2B_API_KEY`` (or ``api_key``)
 and never enter a sandbox.
 
-Verification is strict only (:mod:`pool.backends.e2b.verify`). Not yet
-(``Capabilities`` says so): network policies other than no-network (every sandbox is created without internet access),
-resource limits (E2B fixes them per template), image and Dockerfile bases other
-than ``FROM snapgym/host``.
+Verification is strict only (:mod:`pool.backends.e2b.verify`). Network policies map onto
+E2B's egress filter (:mod:`pool.backends.e2b.network`), without an audit of the attempts.
+Not yet (``Capabilities`` says so): resource limits (E2B fixes them per template),
+image and Dockerfile bases other than ``FROM snapgym/host``.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ class E2BBackend:
             fork=True,
             gpu=False,
             egress_control="provider",
-            network_modes=("no-network",),
+            network_modes=("no-network", "public", "allowlist"),
             build_network_modes=("no-network", "public"),
             limits=dict.fromkeys(("memory", "cpu", "pids", "disk"), Enforcement.NONE),
             isolation=("microvm",),

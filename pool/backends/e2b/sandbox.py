@@ -27,6 +27,7 @@ import e2b
 
 from pool.backends.e2b import verify
 from pool.backends.e2b.errors import provider_errors
+from pool.backends.e2b.network import provider_network
 from pool.egress.audit import NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import (
@@ -288,12 +289,16 @@ class E2BSandbox:
         return self._sealed
 
     def set_network(self, policy: NetworkPolicy, *, phase: Phase) -> dict[str, str]:
-        """Every E2B sandbox of snapgym starts without internet access; only no-network is enforced."""
-        self._check_open()
-        if policy.allows_any:
-            raise UnsupportedError(
-                f"the e2b backend enforces only no-network so far, not {policy.describe()} for the {phase.value} phase"
-            )
+        """Until restore(), reach what ``policy`` allows, enforced by E2B's egress filter
+        (:mod:`pool.backends.e2b.network`); nothing is recorded of the attempts.
+
+        Raises:
+            UnsupportedError: an allowlist entry with a port (E2B filters by destination only).
+        """
+        remote = self._live()
+        body = provider_network(policy)
+        with provider_errors(f"setting the {phase.value} phase's network"):
+            remote.update_network(body)
         return {}
 
     def network_log(self) -> NetworkLog:
