@@ -232,3 +232,39 @@ def test_pool_reap_destroys_a_runs_sandboxes_by_label(
     assert "destroyed 2 sandbox(es) of run r7" in capsys.readouterr().out  # the sandbox and its spare
     assert str(gone.remote_id) not in running(e2b_standin) and str(kept.remote_id) in running(e2b_standin)
     assert main(["--backend", "e2b", "--run", "r7", "-o", "nonsense"]) == 2
+
+
+def test_refused_creates_are_retried_with_one_idempotency_key(e2b_standin: E2BStandin, e2b_backend: E2BBackend) -> None:
+    """429s past the SDK's own retries, then a 503, then success: one sandbox, one key on every attempt."""
+    snapshot = e2b_backend.build(TEMPLATE)
+    e2b_backend.prewarm = False
+    before = len(e2b_standin.requests)
+    e2b_standin.fail_next("POST", "/v2/sandboxes", 429, count=5, retry_after=0)
+    e2b_standin.fail_next("POST", "/v2/sandboxes", 503, count=1, retry_after=0)
+    created = e2b_standin.created_count
+    with e2b_backend.create(snapshot) as sandbox:
+        assert sandbox.exec("cat state").stdout == "ready\n"
+    creates = [r for r in e2b_standin.requests[before:] if r.method == "POST" and r.path == "/v2/sandboxes"]
+    assert len(creates) >= 7 and creates[-1].status == 201
+    assert len({r.headers["idempotency-key"] for r in creates}) == 1
+    assert e2b_standin.created_count == created + 1
+
+
+def test_a_shared_pace_keeps_a_burst_under_the_providers_limit(e2b_standin: E2BStandin, tmp_path: Path) -> None:
+    """Two backends (as two processes of a run would) share one bucket file: no 429 from a provider
+    that allows 4 creations a second."""
+    options = {"api_key": e2b_standin.api_key, "api_url": e2b_standin.url, "sandbox_url": e2b_standin.url,
+               "max_creates_per_s": 3.0, "create_burst": 1, "rate_limit_file": str(tmp_path / "bucket"),
+               "prewarm": False}  # fmt: skip
+    e2b_standin.max_creates_per_s = 4
+    with E2BBackend(**options) as first, E2BBackend(**options) as second:
+        snapshot = first.build(TEMPLATE)
+        before = len(e2b_standin.requests)
+        started = time.monotonic()
+        made = first.fork(snapshot, 4) + second.fork(snapshot, 4)
+        elapsed = time.monotonic() - started
+        for sandbox in made:
+            sandbox.close()
+    statuses = [r.status for r in e2b_standin.requests[before:] if r.path == "/v2/sandboxes" and r.method == "POST"]
+    assert statuses.count(429) == 0 and statuses.count(201) == 8
+    assert elapsed >= 7 / 3 * 0.9  # 8 creations at 3/s after a burst of 1

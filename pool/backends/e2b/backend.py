@@ -37,9 +37,13 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import random
 import shlex
 import threading
+import time
+import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import e2b
@@ -48,10 +52,11 @@ from pool.backends.e2b.errors import provider_errors
 from pool.backends.e2b.sandbox import ROOT, E2BSandbox
 from pool.buildnetwork import BuildRoute, build_route
 from pool.capabilities import Capabilities, Enforcement
-from pool.errors import BuildError, ConfigError, SnapshotCorruptError, SnapshotNotFoundError
+from pool.errors import BackendError, BuildError, ConfigError, SnapshotCorruptError, SnapshotNotFoundError
 from pool.hostview import DEFAULT_PATH
 from pool.imagebuild import BaseConfig, recipe_for, run_recipe
 from pool.labels import OWNER, RUN, check_labels, new_owner, owner_is_gone
+from pool.ratelimit import CreationLimiter
 from pool.resources import require_supported
 from pool.snapshots import BASE_ENV, Snapshot
 from pool.templates import HOST_BASE, Template
@@ -86,6 +91,10 @@ class E2BBackend:
         max_output_bytes: int = 1 << 20,
         prewarm: bool = True,
         max_workers: int = 8,
+        max_creates_per_s: float | None = 5.0,
+        create_burst: int = 10,
+        create_retries: int = 4,
+        rate_limit_file: str | None = None,
     ) -> None:
         """
         Args:
@@ -101,6 +110,13 @@ class E2BBackend:
             max_output_bytes: a command's output cap per stream when ``exec`` is given none.
             prewarm: keep a spare E2B sandbox per sandbox, so that restore is a hand-off.
             max_workers: threads for background creates and kills.
+            max_creates_per_s: sandbox creations per second, on average, for every process on this
+                machine that uses the same account and endpoint (None: unpaced). E2B refuses bursts.
+            create_burst: creations allowed at once before the pace applies.
+            create_retries: how often a create the provider refused for now (429, 5xx: after the SDK's
+                own retries) is tried again, with backoff and the same idempotency key.
+            rate_limit_file: where the shared pace is kept (default: a file per account and endpoint
+                under the user's runtime folder).
         """
         if sandbox_timeout_s < 60:
             raise ConfigError(f"sandbox_timeout_s must be at least 60, got {sandbox_timeout_s}")
@@ -116,6 +132,12 @@ class E2BBackend:
         self.default_timeout_s = default_timeout_s
         self.max_output_bytes = max_output_bytes
         self.prewarm = prewarm
+        self.create_retries = create_retries
+        self.limiter = (
+            None
+            if max_creates_per_s is None
+            else CreationLimiter(max_creates_per_s, create_burst, rate_limit_file or self._default_bucket())
+        )
         self.owner = new_owner()
         self._workers = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="snapgym-e2b")
         self._lock = threading.Lock()
@@ -379,14 +401,32 @@ class E2BBackend:
         return params
 
     def _create(self, template: str, labels: Mapping[str, str], *, internet: bool) -> Any:
-        with provider_errors(f"creating a sandbox from {template}"):
-            return e2b.Sandbox.create(
-                template=template,
-                timeout=self.sandbox_timeout_s,
-                metadata=dict(labels),
-                allow_internet_access=internet,
-                **self._api(),
-            )
+        """Create an E2B sandbox, paced by the shared limiter; a refusal for now is retried with
+        backoff under the same idempotency key, so a create whose answer was lost is not made twice."""
+        key = uuid.uuid4().hex
+        for attempt in range(self.create_retries + 1):
+            if self.limiter is not None:
+                self.limiter.acquire()
+            try:
+                with provider_errors(f"creating a sandbox from {template}"):
+                    return e2b.Sandbox.create(
+                        template=template,
+                        timeout=self.sandbox_timeout_s,
+                        metadata=dict(labels),
+                        allow_internet_access=internet,
+                        idempotency_key=key,
+                        **self._api(),
+                    )
+            except BackendError:  # ProviderBusyError (429, 503) and other provider failures
+                if attempt == self.create_retries:
+                    raise
+                time.sleep(min(30.0, 0.5 * 2**attempt) * random.uniform(0.5, 1.0))
+        raise AssertionError("unreachable")
+
+    def _default_bucket(self) -> Path:
+        account = hashlib.sha256(f"{self.api_key}|{self.api_url or self.domain or 'e2b.app'}".encode()).hexdigest()
+        folder = Path(os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/snapgym-{os.getuid()}")
+        return folder / "snapgym-ratelimit" / f"e2b-{account[:16]}.bucket"
 
     def _inside_digest(self, remote: Any, workdir: str) -> str:
         with provider_errors("computing the working directory's digest"):
