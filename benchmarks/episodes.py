@@ -72,6 +72,10 @@ class AttemptResult:
     steps: int = 0
     snapshot_id: str | None = None
     start_digest: str | None = None
+    sandbox_id: str | None = None
+    """The backend's name for the episode's sandbox (a cloud provider's sandbox id on remote backends)."""
+    provider: str | None = None
+    """The cloud backend that ran it (None: sandboxes on this run's own machines)."""
     verification: str | None = None
     """The verification mode the episode ran in ("strict" or "shared")."""
     reset_latency_ms: float | None = None
@@ -127,6 +131,7 @@ def _play(
     obs, info = env.reset(seed=spec.seed)
     result.env_s += time.perf_counter() - clock
     result.snapshot_id, result.start_digest = info.get("snapshot_id"), info.get("start_digest")
+    result.sandbox_id, result.provider = info.get("sandbox_id"), info.get("provider")
     result.verification = info.get("verification")
     result.reset_latency_ms = float(info.get("reset_latency_s", 0.0)) * 1000
     policy = _agent_call(result, lambda: agent.start(EpisodeContext(task, env, limits.env_id, spec.seed)))

@@ -85,6 +85,7 @@ class SessionRecords:
             "attempt_id": attempt_id(spec.episode_id, attempt),
             "infra_failures": failures,
             **fields,
+            "sandbox_s": result.episode_s,  # what a provider bills: the episode held a sandbox from reset to verdict
             "passed": result.reward is not None and result.reward >= self._threshold,
             "task_snapshot_id": getattr(snapshot, "id", None),
             "task_snapshot_digest": getattr(snapshot, "digest", None),

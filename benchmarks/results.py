@@ -27,6 +27,10 @@
   ``denied``, ``unreachable``, ``bytes_up``, ``bytes_down``) and
   ``tasks_blocked``: per task whose verifier the network failed, the outcome,
   the hosts and the setting that would let it run.
+- ``sandbox_seconds``: ``total`` seconds episodes held a sandbox (reset to
+  verdict; each result's ``sandbox_s``) and ``by_provider`` for the cloud
+  backends, which bill them; each result also names its ``sandbox_id`` and
+  ``provider``.
 - ``outages`` (when there were any): this session's outages (reason, duration, probes).
 - ``stopped`` (when the run stopped early): why, in one line.
 - ``headline``: the few numbers a multirun compares.
@@ -130,6 +134,7 @@ def summarize_run(
         },
         "throughput": _throughput(frame),
         "network": _network_figures(frame),
+        "sandbox_seconds": _sandbox_seconds(frame),
     }
     summary["headline"] = {
         "mean_reward": summary["mean_reward"],
@@ -257,6 +262,16 @@ def _percentiles(values: Any) -> dict[str, float] | None:
         return None
     samples = [float(v) for v in values if v is not None and not math.isnan(v)]
     return asdict(summarize(samples)) if samples else None
+
+
+def _sandbox_seconds(frame: pd.DataFrame) -> dict[str, Any]:
+    """Seconds episodes held a sandbox, in all and per cloud provider (what providers bill)."""
+    if frame.empty or "sandbox_s" not in frame:
+        return {"total": 0.0, "by_provider": {}}
+    held = frame["sandbox_s"].fillna(frame["episode_s"])
+    providers = frame["provider"] if "provider" in frame else pd.Series([None] * len(frame), index=frame.index)
+    by_provider = {str(name): float(held[providers == name].sum()) for name in providers.dropna().unique()}
+    return {"total": float(held.sum()), "by_provider": by_provider}
 
 
 def _throughput(frame: pd.DataFrame) -> dict[str, Any]:

@@ -181,6 +181,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             "task_id": self.task.id,
             "snapshot_id": target.id,
             "start_digest": self._sandbox.start_digest,
+            "sandbox_id": self._sandbox.id,
+            "provider": self._source.name if self._capabilities.sandbox_location == "remote" else None,
             "reset_latency_s": latency,
             "backend": self._source.name,
             "verification": self.verification.value,

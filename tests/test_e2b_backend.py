@@ -207,6 +207,9 @@ def test_the_runner_scores_builtin_tasks_on_e2b(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["mean_reward"] == reward and summary["counts"].get("scored") == 2, summary
     assert e2b_standin.api_key not in (run_dir / "ledger.jsonl").read_text()
+    results = [r for r in map(json.loads, (run_dir / "ledger.jsonl").read_text().splitlines()) if r["kind"] == "result"]
+    assert all(r["provider"] == "e2b" and r["sandbox_id"] and r["sandbox_s"] > 0 for r in results)
+    assert summary["sandbox_seconds"]["by_provider"]["e2b"] == pytest.approx(sum(r["sandbox_s"] for r in results))
     deadline = time.monotonic() + 15
     while running(e2b_standin) and time.monotonic() < deadline:
         time.sleep(0.1)
