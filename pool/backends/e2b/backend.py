@@ -36,6 +36,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
+import logging
 import os
 import random
 import shlex
@@ -62,6 +63,8 @@ from pool.snapshots import BASE_ENV, Snapshot
 from pool.templates import HOST_BASE, Template
 
 NAME = "e2b"
+if logging.getLogger("httpx").level == logging.NOTSET:  # the SDK's client logs every request at INFO
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 _PREFIX = "snapgym-"
 _WORKDIR_DIGEST = "workdir-sha256:"
 DIGEST_SCRIPT = (
