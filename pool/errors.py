@@ -132,6 +132,10 @@ class BackendError(SnapgymError):
     """The backend itself failed (daemon start, store, cleanup)."""
 
 
+class ProviderBusyError(BackendError):
+    """A cloud provider refused for now (429, 503, RESOURCE_EXHAUSTED) after its SDK's own retries."""
+
+
 class HostBrokenError(BackendError):
     """A pool host's backend (its sandbox daemon) died; the host must be replaced."""
 

@@ -17,13 +17,10 @@ from pool.errors import (
     BackendError,
     ConfigError,
     FileOperationError,
+    ProviderBusyError,
     SandboxCrashedError,
     SnapshotNotFoundError,
 )
-
-
-class ProviderBusyError(BackendError):
-    """The provider refused for now (429, 503) after the SDK's own retries; try again later."""
 
 
 @contextlib.contextmanager

@@ -1,9 +1,9 @@
-"""The E2B backend's side of ``sandbox.begin_verification``: strict mode (see :mod:`pool.verification`).
+"""A cloud backend's side of ``sandbox.begin_verification``: strict mode (see :mod:`pool.verification`).
 
-The agent's outputs are archived in its E2B sandbox and read out; then that
-sandbox is killed (its microVM, and every process the agent started, ends
-before anything of the verifier's runs), and the verifier gets a fresh E2B
-sandbox at the known-good snapshot (the spare, when that is the one). Into it
+The agent's outputs are archived in its sandbox and read out; then that
+sandbox is killed at the provider (its machine, and every process the agent
+started, ends before anything of the verifier's runs), and the verifier gets a
+fresh sandbox at the known-good snapshot (the spare, when that is the one). Into it
 go the outputs, extracted by the verifier's own ``tar`` (the known-good one:
 an archive made by a ``tar`` the agent replaced cannot write outside the
 outputs, through ``..`` or through links it plants, because the extraction is
@@ -14,7 +14,7 @@ folder or its top-level folder, ``/proc`` or ``/sys`` is removed and
 reported.
 
 Shared mode (the verifier beside the agent's live processes) is not offered:
-nothing inside one microVM would keep them from the reward.
+nothing inside one provider sandbox would keep them from the reward.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from pool.errors import FileOperationError, SandboxError
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode, outermost
 
 if TYPE_CHECKING:
-    from pool.backends.e2b.sandbox import E2BSandbox
+    from pool.remote.sandbox import RemoteSandbox
 
 MAX_OUTPUTS_BYTES = 512 << 20
 """The largest archive of outputs carried to the verifier."""
 _ARCHIVE_DIR = "/tmp/.snapgym-verify"
 
 
-def collect_outputs(sandbox: E2BSandbox, plan: VerificationPlan) -> tuple[bytes, tuple[str, ...], tuple[str, ...]]:
+def collect_outputs(sandbox: RemoteSandbox, plan: VerificationPlan) -> tuple[bytes, tuple[str, ...], tuple[str, ...]]:
     """In the agent's sandbox: (a tar of the outputs that are folders, the ones carried, the missing ones)."""
     carried: list[str] = []
     missing: list[str] = []
@@ -57,12 +57,12 @@ def collect_outputs(sandbox: E2BSandbox, plan: VerificationPlan) -> tuple[bytes,
     if int(size) > MAX_OUTPUTS_BYTES:
         raise SandboxError(
             f"the outputs {carried} are {int(size) >> 20} MiB, over the {MAX_OUTPUTS_BYTES >> 20} MiB a strict "
-            "verification on e2b carries"
+            "verification on a cloud backend carries"
         )
     return sandbox.read_file(archive), tuple(carried), tuple(missing)
 
 
-def install(sandbox: E2BSandbox, plan: VerificationPlan, archive: bytes, carried: tuple[str, ...],
+def install(sandbox: RemoteSandbox, plan: VerificationPlan, archive: bytes, carried: tuple[str, ...],
             missing: tuple[str, ...]) -> VerificationReport:  # fmt: skip
     """In the verifier's fresh sandbox: the outputs, the tests, fresh private folders, and the link audit."""
     private = (plan.tests_path, *plan.private_dirs)
@@ -78,7 +78,7 @@ def install(sandbox: E2BSandbox, plan: VerificationPlan, archive: bytes, carried
     return VerificationReport(VerifyMode.STRICT, removed_links=removed, missing_outputs=missing)
 
 
-def _put_tests(sandbox: E2BSandbox, plan: VerificationPlan) -> None:
+def _put_tests(sandbox: RemoteSandbox, plan: VerificationPlan) -> None:
     root = Path(plan.tests_dir)
     if not root.is_dir():
         raise FileOperationError(errno.ENOENT, f"the task's tests folder {root} is missing", str(root))
@@ -89,7 +89,9 @@ def _put_tests(sandbox: E2BSandbox, plan: VerificationPlan) -> None:
         sandbox.write_file(target, source.read_bytes(), mode=source.stat().st_mode & 0o777)
 
 
-def _remove_escaping_links(sandbox: E2BSandbox, outputs: tuple[str, ...], private: tuple[str, ...]) -> tuple[str, ...]:
+def _remove_escaping_links(
+    sandbox: RemoteSandbox, outputs: tuple[str, ...], private: tuple[str, ...]
+) -> tuple[str, ...]:
     if not outputs:
         return ()
     guarded = {*private, *("/" + p.strip("/").split("/")[0] for p in private), "/proc", "/sys"}
@@ -97,13 +99,13 @@ def _remove_escaping_links(sandbox: E2BSandbox, outputs: tuple[str, ...], privat
     script = (
         f"find {' '.join(shlex.quote(o) for o in outputs)} -xdev -type l -print0 | "
         "while IFS= read -r -d '' link; do target=$(readlink -f -- \"$link\"); "
-        f"case \"$target\" in {patterns}) rm -f -- \"$link\"; printf '%s\\n' \"$link\";; esac; done"
+        f'case "$target" in {patterns}) rm -f -- "$link"; printf \'%s\\n\' "$link";; esac; done'
     )
     result = _run(sandbox, f"bash -c {shlex.quote(script)}", "removing links into the verifier's paths")
     return tuple(line for line in result.splitlines() if line)
 
 
-def _run(sandbox: E2BSandbox, command: str, what: str) -> str:
+def _run(sandbox: RemoteSandbox, command: str, what: str) -> str:
     result = sandbox.exec(command, timeout_s=600, cwd="/")
     if not result.ok:
         raise SandboxError(f"{what} in the verifier's sandbox failed: {result.stderr[-500:]}")

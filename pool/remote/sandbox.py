@@ -1,14 +1,14 @@
-"""One sandbox of the E2B backend: an E2B sandbox at a time, handed over at each restore.
+"""One sandbox of a cloud backend: a provider sandbox at a time, handed over at each restore.
 
-An E2B sandbox cannot go back in time in place, so ``restore()`` kills the
-episode's sandbox (every process of it goes with its microVM), hands over a
-spare already created from the target snapshot (``prewarm``), and creates the
-next spare in the background; the caller waits for a hand-off, not a cloud
-create. A spare's start digest is checked before it is handed over.
+A provider sandbox cannot go back in time in place, so ``restore()`` kills the
+episode's sandbox at the provider (every process of it goes with its machine),
+hands over a spare already created from the target snapshot (``prewarm``), and
+creates the next spare in the background; the caller waits for a hand-off, not
+a cloud create. A spare's start digest is checked before it is handed over.
 
-Commands run as root with ``/bin/sh -c`` under ``timeout -s KILL`` (see :data:`_WRAPPER`); output is
-consumed as it streams and capped, so a command that prints gigabytes costs
-the client no memory. Standard input travels as a file.
+Commands run as root with ``/bin/sh -c`` under ``timeout -s KILL`` (see
+:data:`WRAPPER`); standard input travels as a file; the provider returns at most
+the output cap of each stream.
 """
 
 from __future__ import annotations
@@ -23,11 +23,6 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import e2b
-
-from pool.backends.e2b import verify
-from pool.backends.e2b.errors import provider_errors
-from pool.backends.e2b.network import provider_network
 from pool.egress.audit import NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import (
@@ -37,19 +32,18 @@ from pool.errors import (
     SandboxCrashedError,
     UnsupportedError,
 )
+from pool.remote import verify
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
 if TYPE_CHECKING:
-    from pool.backends.e2b.backend import E2BBackend
+    from pool.remote.backend import RemoteBackend
 
-ROOT = "root"
-"""Every command and file operation runs as the sandbox's root, as on the other backends."""
 MAX_COMMAND_BYTES = 128 << 10
 _STDIN_DIR = "/tmp/.snapgym-stdin"
 _MARK = "SNAPGYM_EXEC_MARK"
-_WRAPPER = (
+WRAPPER = (
     _MARK + "={mark} timeout -s KILL {timeout} /bin/sh -c {command} < {stdin}; status=$?\n"
     "if [ $status -eq 137 ]; then for p in /proc/[0-9]*; do "
     "tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -qx " + _MARK + "={mark} && kill -9 ${{p#/proc/}} 2>/dev/null; "
@@ -62,58 +56,36 @@ timeout every process it started (``setsid`` ones included) is killed. A process
 own environment escapes the mark and lives until the next restore, which ends the whole sandbox."""
 
 
-class _Capped:
-    """Collects a stream's text up to a byte cap, dropping the rest."""
+class RemoteSandbox:
+    """A sandbox whose current state is one provider sandbox."""
 
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.truncated = False
-
-    def __call__(self, text: str) -> None:
-        data = text.encode("utf-8", "surrogateescape")
-        room = self.cap - self.size
-        if len(data) > room:
-            self.truncated = True
-            data = data[: max(room, 0)]
-        if data:
-            self.parts.append(data)
-            self.size += len(data)
-
-    def text(self) -> str:
-        return b"".join(self.parts).decode("utf-8", "replace")
-
-
-class E2BSandbox:
-    """A sandbox whose current state is one E2B sandbox."""
-
-    def __init__(self, backend: E2BBackend, remote: e2b.Sandbox, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
+    def __init__(self, backend: RemoteBackend, remote: Any, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
         self._backend = backend
-        self._id = f"e2b-{uuid.uuid4().hex[:12]}"
-        self._remote: e2b.Sandbox | None = remote
+        self._provider = backend.provider
+        self._id = f"{backend.name}-{uuid.uuid4().hex[:12]}"
+        self._remote: Any | None = remote
         self._snapshot = snapshot
         self._labels = dict(labels)
         self._closed = False
         self._sealed: VerifyMode | None = None
-        self._spare: tuple[str, concurrent.futures.Future[e2b.Sandbox]] | None = None
+        self._spare: tuple[str, concurrent.futures.Future[Any]] | None = None
         self._prepare_spare(snapshot)
 
     # -- identity -------------------------------------------------------------
 
     @property
     def id(self) -> str:
-        """snapgym's name for the sandbox (stable across the E2B sandboxes it hands over to)."""
+        """snapgym's name for the sandbox (stable across the provider sandboxes it hands over to)."""
         return self._id
 
     @property
     def remote_id(self) -> str | None:
-        """The E2B sandbox id of the current state."""
-        return None if self._remote is None else str(self._remote.sandbox_id)
+        """The provider's id of the current state."""
+        return None if self._remote is None else self._provider.sandbox_id(self._remote)
 
     @property
     def labels(self) -> dict[str, str]:
-        """The caller's labels and the backend's (every E2B sandbox of this one carries them as metadata)."""
+        """The caller's labels and the backend's (every provider sandbox of this one carries them)."""
         return dict(self._labels)
 
     @property
@@ -123,7 +95,7 @@ class E2BSandbox:
 
     @property
     def start_digest(self) -> str:
-        """The digest of that snapshot (checked inside each E2B sandbox before it is used)."""
+        """The digest of that snapshot (checked inside each provider sandbox before it is used)."""
         return self._snapshot.digest
 
     @property
@@ -133,13 +105,18 @@ class E2BSandbox:
 
     @property
     def is_alive(self) -> bool:
-        """True while the current E2B sandbox runs."""
+        """True while the current provider sandbox answers."""
         if self._closed or self._remote is None:
             return False
         try:
-            return bool(self._remote.is_running())
+            return self._provider.is_running(self._remote)
         except Exception:  # any failure to ask means it does not answer
             return False
+
+    @property
+    def sealed(self) -> VerifyMode | None:
+        """The verification mode in force since begin_verification(), or None."""
+        return self._sealed
 
     # -- commands -------------------------------------------------------------
 
@@ -157,18 +134,17 @@ class E2BSandbox:
 
         Args:
             command: shell source; at most 128 KiB (pass data with ``stdin``).
-            timeout_s: kill the command after this long (default: the backend's ``default_timeout_s``);
-                exit 137 and ``timed_out``. Processes it left in the background live until restore.
+            timeout_s: kill the command and what it started after this long (default: the backend's
+                ``default_timeout_s``); exit 137 and ``timed_out``.
             cwd: working directory (default: the snapshot's workdir).
             env: variables added to the snapshot's environment.
             stdin: data on standard input (default: empty).
             max_output_bytes: cap per stream (default: the backend's).
         """
         remote = self._live()
-        if len(command.encode()) > MAX_COMMAND_BYTES:
-            raise CommandRejectedError(
-                f"command is {len(command.encode())} bytes, over {MAX_COMMAND_BYTES}; pass data with stdin"
-            )
+        size = len(command.encode())
+        if size > MAX_COMMAND_BYTES:
+            raise CommandRejectedError(f"command is {size} bytes, over {MAX_COMMAND_BYTES}; pass data with stdin")
         if "\0" in command:
             raise CommandRejectedError("command contains a NUL byte")
         timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
@@ -177,41 +153,28 @@ class E2BSandbox:
         if stdin:
             source = f"{_STDIN_DIR}/{uuid.uuid4().hex}"
             self.write_file(source, stdin, mode=0o600)
-        wrapped = _WRAPPER.format(
+        wrapped = WRAPPER.format(
             mark=uuid.uuid4().hex, timeout=f"{max(timeout, 0.001):.3f}", command=shlex.quote(command), stdin=source
         )
-        out, err = _Capped(cap), _Capped(cap)
         started = time.monotonic()
-        exit_code = 0
-        with provider_errors("running a command"):
-            try:
-                result = remote.commands.run(
-                    wrapped,
-                    envs={**self._snapshot.env, **(env or {})},
-                    user=ROOT,
-                    cwd=cwd or self._snapshot.workdir,
-                    on_stdout=out,
-                    on_stderr=err,
-                    timeout=timeout + self._backend.request_timeout_s,
-                    retain_output=False,
-                )
-                exit_code = int(result.exit_code)
-            except e2b.CommandExitException as exc:
-                exit_code = int(exc.exit_code)
-            except e2b.TimeoutException as exc:
-                if isinstance(exc, (e2b.SandboxNotRunningException, e2b.SandboxUnreachableException)):
-                    raise
-                exit_code = 137
+        raw = self._provider.run(
+            remote,
+            wrapped,
+            cwd=cwd or self._snapshot.workdir,
+            env={**self._snapshot.env, **(env or {})},
+            timeout_s=timeout + self._backend.request_timeout_s,
+            cap=cap,
+        )
         elapsed = time.monotonic() - started
-        timed_out = exit_code == 137 and elapsed >= timeout * 0.98
+        exit_code = 137 if raw.lost else raw.exit_code
         return ExecResult(
             exit_code=exit_code,
-            stdout=out.text(),
-            stderr=err.text(),
+            stdout=raw.stdout,
+            stderr=raw.stderr,
             duration_s=elapsed,
-            timed_out=timed_out,
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
+            timed_out=raw.lost or (exit_code == 137 and elapsed >= timeout * 0.98),
+            stdout_truncated=raw.stdout_truncated,
+            stderr_truncated=raw.stderr_truncated,
         )
 
     def read_file(self, path: str, *, max_bytes: int | None = None, follow_symlinks: bool = True) -> bytes:
@@ -220,8 +183,7 @@ class E2BSandbox:
         path = posixpath.join(self._snapshot.workdir, path)
         if not follow_symlinks and self.exec(f"test -L {shlex.quote(path)}", timeout_s=30).ok:
             raise FileOperationError(errno.ELOOP, f"{path} is a symbolic link", path)
-        with provider_errors(f"reading {path}", file_operation=True):
-            data = bytes(remote.files.read(path, format="bytes", user=ROOT))
+        data = self._provider.read(remote, path)
         if max_bytes is not None and len(data) > max_bytes:
             raise FileOperationError(errno.EFBIG, f"{path} is {len(data)} bytes, over the {max_bytes} asked for", path)
         return data
@@ -230,11 +192,7 @@ class E2BSandbox:
         """Write a file as root, creating parent directories."""
         remote = self._live()
         path = posixpath.join(self._snapshot.workdir, path)
-        folder = posixpath.dirname(path)
-        payload = data.encode() if isinstance(data, str) else bytes(data)
-        with provider_errors(f"writing {path}", file_operation=True):
-            remote.files.make_dir(folder, user=ROOT)
-            remote.files.write(path, payload, user=ROOT)
+        self._provider.write(remote, path, data.encode() if isinstance(data, str) else bytes(data))
         if mode is not None:
             result = self.exec(f"chmod {mode:o} {shlex.quote(path)}", timeout_s=30)
             if not result.ok:
@@ -243,11 +201,11 @@ class E2BSandbox:
     # -- time -----------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        """Freeze the current state into an E2B snapshot (memory and files) and record it."""
+        """Freeze the current state into a provider snapshot and record it."""
         return self._backend.snapshot_of(self._live(), parent=self._snapshot)
 
     def restore(self, snapshot: Snapshot | None = None) -> None:
-        """Hand over to a fresh E2B sandbox at ``snapshot`` (default: the last start); the old one is killed."""
+        """Hand over to a fresh provider sandbox at ``snapshot`` (default: the last start); the old one is killed."""
         self._check_open()
         target = snapshot or self._snapshot
         self._backend.check_snapshot(target)
@@ -260,8 +218,8 @@ class E2BSandbox:
         self._prepare_spare(target)
 
     def begin_verification(self, plan: VerificationPlan) -> VerificationReport:
-        """End the agent's turn: strict only (see :mod:`pool.backends.e2b.verify`); until restore(),
-        commands and files are the verifier's, in a fresh E2B sandbox at the known-good snapshot.
+        """End the agent's turn: strict only (see :mod:`pool.remote.verify`); until restore(),
+        commands and files are the verifier's, in a fresh provider sandbox at the known-good snapshot.
 
         Raises:
             UnsupportedError: shared mode.
@@ -269,7 +227,7 @@ class E2BSandbox:
         """
         self._check_open()
         if plan.mode is not VerifyMode.STRICT:
-            raise UnsupportedError("the e2b backend verifies in strict mode only (Capabilities.verification)")
+            raise UnsupportedError(f"the {self._backend.name} backend verifies in strict mode only")
         if self._sealed is not None:
             raise UnsupportedError("the verifier's turn has begun already; restore() first")
         known_good = plan.known_good or self._snapshot
@@ -277,36 +235,28 @@ class E2BSandbox:
         archive, carried, missing = verify.collect_outputs(self, plan)
         agent, self._remote = self._remote, None
         if agent is not None:
-            self._backend.kill_now(agent)  # the agent's microVM, and every process in it, ends first
+            self._provider.kill(agent)  # the agent's machine, and every process in it, ends first
         self._remote = self._take_spare(known_good) or self._backend.start(known_good, self._labels)
         self._sealed = VerifyMode.STRICT
         self._prepare_spare(self._snapshot)
         return verify.install(self, plan, archive, carried, missing)
 
-    @property
-    def sealed(self) -> VerifyMode | None:
-        """The verification mode in force since begin_verification(), or None."""
-        return self._sealed
-
     def set_network(self, policy: NetworkPolicy, *, phase: Phase) -> dict[str, str]:
-        """Until restore(), reach what ``policy`` allows, enforced by E2B's egress filter
-        (:mod:`pool.backends.e2b.network`); nothing is recorded of the attempts.
+        """Until restore(), reach what ``policy`` allows, enforced by the provider's egress controls;
+        nothing is recorded of the attempts (``Capabilities.egress_audit`` is False).
 
         Raises:
-            UnsupportedError: an allowlist entry with a port (E2B filters by destination only).
+            UnsupportedError: a policy the provider cannot express (the message says which part).
         """
-        remote = self._live()
-        body = provider_network(policy)
-        with provider_errors(f"setting the {phase.value} phase's network"):
-            remote.update_network(body)
+        self._provider.set_network(self._live(), policy)
         return {}
 
     def network_log(self) -> NetworkLog:
-        """Empty: E2B does not report connection attempts (``Capabilities.egress_audit`` is False)."""
+        """Empty: the providers do not report connection attempts."""
         return NetworkLog()
 
     def close(self) -> None:
-        """Kill the current E2B sandbox and the spare. Idempotent."""
+        """Kill the current provider sandbox and the spare. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -316,7 +266,7 @@ class E2BSandbox:
         self._drop_spare()
         self._backend.forget(self)
 
-    def __enter__(self) -> E2BSandbox:
+    def __enter__(self) -> RemoteSandbox:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -330,7 +280,7 @@ class E2BSandbox:
         self._drop_spare()
         self._spare = (snapshot.id, self._backend.start_later(snapshot, self._labels))
 
-    def _take_spare(self, snapshot: Snapshot) -> e2b.Sandbox | None:
+    def _take_spare(self, snapshot: Snapshot) -> Any | None:
         spare, self._spare = self._spare, None
         if spare is None:
             return None
@@ -348,8 +298,8 @@ class E2BSandbox:
         if spare is not None:
             self._discard(spare[1])
 
-    def _discard(self, future: concurrent.futures.Future[e2b.Sandbox]) -> None:
-        def kill(done: concurrent.futures.Future[e2b.Sandbox]) -> None:
+    def _discard(self, future: concurrent.futures.Future[Any]) -> None:
+        def kill(done: concurrent.futures.Future[Any]) -> None:
             with contextlib.suppress(Exception):
                 self._backend.kill_later(done.result())
 
@@ -364,5 +314,5 @@ class E2BSandbox:
     def _live(self) -> Any:
         self._check_open()
         if self._remote is None:
-            raise SandboxCrashedError(f"sandbox {self._id} has no E2B sandbox; restore() it")
+            raise SandboxCrashedError(f"sandbox {self._id} has no provider sandbox; restore() it")
         return self._remote
