@@ -150,6 +150,10 @@ def check_exec(sandbox: Sandbox) -> None:
     r = sandbox.exec("cat")
     _expect(r.ok and r.stdout == "", "exec without stdin gets EOF", repr(r))
     started = time.monotonic()
+    r = sandbox.exec("(sleep 30 &) ; echo started", timeout_s=25)
+    _expect(r.ok and r.stdout == "started\n" and time.monotonic() - started < 15,
+            "exec returns when the shell does, not when a background process it left ends", repr(r))  # fmt: skip
+    started = time.monotonic()
     r = sandbox.exec("(setsid sleep 60 &) ; sleep 60", timeout_s=0.5)
     _expect(r.timed_out and time.monotonic() - started < 10, "exec timeout", repr(r))
     r = sandbox.exec("ps -eo args 2>/dev/null | grep -c '^sleep 60' || true")

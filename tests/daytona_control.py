@@ -79,6 +79,7 @@ class ControlPlane:
             ("POST", re.compile(f"/sandbox/{s}/(autostop|autoarchive|autodelete|ttl)/{n}"), self._set_interval),
             ("POST", re.compile(f"/sandbox/{s}/last-activity"), lambda r, x: box(r, x, self._touch)),
             ("PUT", re.compile(f"/sandbox/{s}/labels"), lambda r, x: box(r, x, self._labels)),
+            ("POST", re.compile(f"/sandbox/{s}/network-settings"), lambda r, x: box(r, x, self._network_settings)),
             ("GET", re.compile(f"/sandbox/{s}/toolbox-proxy-url"), lambda r, x: json_reply(200, {"url": toolbox_url})),
             *self.snapshots.routes,
         ]
@@ -334,6 +335,19 @@ class ControlPlane:
         with self._lock:
             box.labels = dict(request.json().get("labels") or {})
             return json_reply(200, {"labels": dict(box.labels)})
+
+    def _network_settings(self, request: Request, box: Box) -> Reply:
+        """``update_network_settings``: recorded as sent, as Daytona's runner would apply it (block all
+        lifts an allow list; an allow list lifts block all)."""
+        body = request.json()
+        with self._lock:
+            if body.get("networkBlockAll") is False:
+                box.network = {k: v for k, v in box.network.items() if k not in ("networkAllowList", "domainAllowList")}
+            if "networkAllowList" in body or "domainAllowList" in body:
+                box.network["networkBlockAll"] = False
+            box.network.update({k: body[k] for k in _NETWORK_KEYS if k in body})
+            box.updated_at = box.last_activity = time.time()
+        return self._dto(box)
 
     # -- lifetimes ---------------------------------------------------------------------------
 

@@ -1,0 +1,159 @@
+"""Daytona through its SDK, as a :class:`~pool.remote.provider.Provider`: the only module that calls ``daytona``.
+
+Commands run in one session per sandbox (Daytona's only call that returns stdout
+and stderr apart), each in its own ``bash -c`` so nothing carries over from one
+to the next; each stream is cut at the cap inside the sandbox (:data:`_SCRIPT`),
+so the client never holds more. Daytona has no idempotency key: a create is named
+``sg-<key>``, and a retry that meets the name taken (the first answer was lost)
+takes the sandbox that has it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shlex
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import daytona
+
+from pool.backends.daytona.errors import provider_errors
+from pool.backends.daytona.network import provider_network
+from pool.egress.policy import NetworkPolicy
+from pool.remote.provider import Listed, RawResult
+
+SESSION = "snapgym"
+_SCRIPT = """cd {cwd} || exit 1
+{exports}
+out=$(mktemp /tmp/.snapgym-out.XXXXXX)
+err=$(mktemp /tmp/.snapgym-err.XXXXXX)
+( {command}
+) >"$out" 2>"$err"
+status=$?
+head -c {cap} "$out"
+head -c {cap} "$err" >&2
+rm -f "$out" "$err"
+exit $status"""
+"""Each stream goes to a file and at most ``cap`` bytes of it come back: a process the command left in the
+background keeps writing to a file, not to the session (which would wait for it to end)."""
+
+
+class DaytonaProvider:
+    """Daytona sandboxes: created from a snapshot, run as root in a session, filtered by Daytona's egress rules."""
+
+    name = "daytona"
+
+    def __init__(self, config: Any, *, base_snapshot: str | None, lifetime_s: int, request_timeout_s: float) -> None:
+        """``config``: a ``daytona.DaytonaConfig``."""
+        self.client = daytona.Daytona(config)
+        self.base_snapshot = base_snapshot
+        self.lifetime_min = max(1, math.ceil(lifetime_s / 60))
+        self.request_timeout_s = request_timeout_s
+        self._sessions: set[str] = set()
+        self._lock = threading.Lock()
+
+    def create(
+        self, source: str | None, labels: Mapping[str, str], *, idempotency_key: str, internet: bool = False
+    ) -> Any:
+        name = f"sg-{idempotency_key}"
+        params = daytona.CreateSandboxFromSnapshotParams(
+            snapshot=source or self.base_snapshot,
+            name=name,
+            labels=dict(labels),
+            network_block_all=not internet,
+            auto_stop_interval=self.lifetime_min,  # idle minutes, then stopped, and being ephemeral, deleted
+            ttl_minutes=self.lifetime_min,  # and never longer than the lifetime
+            ephemeral=True,
+        )
+        with provider_errors(f"creating a sandbox from {source or 'the base snapshot'}"):
+            try:
+                return self.client.create(params, timeout=self.request_timeout_s)
+            except daytona.DaytonaConflictError:  # a retry of a create whose answer was lost
+                return self.client.get(name)
+
+    def sandbox_id(self, remote: Any) -> str:
+        return str(remote.id)
+
+    def is_running(self, remote: Any) -> bool:
+        remote.refresh_data()
+        return str(remote.state).lower().endswith("started")
+
+    def kill(self, remote: Any) -> None:
+        with provider_errors("deleting a sandbox"), contextlib.suppress(daytona.DaytonaNotFoundError):
+            self.client.delete(remote)
+        with self._lock:
+            self._sessions.discard(str(remote.id))
+
+    def run(self, remote: Any, command: str, *, cwd: str, env: Mapping[str, str], timeout_s: float,
+            cap: int) -> RawResult:  # fmt: skip
+        exports = "\n".join(f"export {key}={shlex.quote(value)}" for key, value in env.items())
+        script = _SCRIPT.format(cwd=shlex.quote(cwd), exports=exports, command=command, cap=cap + 1)
+        request = daytona.SessionExecuteRequest(command=f"bash -c {shlex.quote(script)}", run_async=False)
+        self._session(remote)
+        with provider_errors("running a command"):
+            try:
+                result = remote.process.execute_session_command(SESSION, request, timeout=math.ceil(timeout_s))
+            except daytona.DaytonaTimeoutError:
+                return RawResult(137, "", "", lost=True)
+        stdout, stderr = str(result.stdout or ""), str(result.stderr or "")
+        code = result.exit_code if result.exit_code is not None else 137
+        return RawResult(int(code), stdout[:cap], stderr[:cap], len(stdout.encode()) > cap, len(stderr.encode()) > cap)
+
+    def read(self, remote: Any, path: str) -> bytes:
+        with provider_errors(f"reading {path}", file_operation=True):
+            return bytes(remote.fs.download_file(path))
+
+    def write(self, remote: Any, path: str, data: bytes) -> None:
+        with provider_errors(f"writing {path}", file_operation=True):
+            remote.fs.upload_file(data, path)
+
+    def make_snapshot(self, remote: Any, name: str | None) -> str:
+        if name is None:
+            raise ValueError("Daytona snapshots need a name")
+        with provider_errors("snapshotting a sandbox"):
+            remote.create_snapshot(name, timeout=self.request_timeout_s * 10)
+        return name
+
+    def find_snapshot(self, prefix: str) -> tuple[str, str] | None:
+        page = 1
+        with provider_errors("listing snapshots"):
+            while True:
+                listing = self.client.snapshot.list(page=page, limit=100)
+                for item in listing.items:
+                    if str(item.name).startswith(prefix):
+                        return str(item.name), str(item.name)
+                if page >= int(listing.total_pages or 1):
+                    return None
+                page += 1
+
+    def set_network(self, remote: Any, policy: NetworkPolicy) -> None:
+        settings = provider_network(policy)
+        with provider_errors("setting the network"):
+            remote.update_network_settings(**settings)
+
+    def listed(self, labels: Mapping[str, str]) -> Iterator[Listed]:
+        with provider_errors("listing sandboxes"):
+            for sandbox in self.client.list(daytona.ListSandboxesQuery(labels=dict(labels))):
+                yield Listed(str(sandbox.id), dict(sandbox.labels or {}))
+
+    def kill_id(self, sandbox_id: str) -> None:
+        with provider_errors(f"deleting {sandbox_id}"), contextlib.suppress(daytona.DaytonaNotFoundError):
+            self.client.delete(self.client.get(sandbox_id))
+
+    def close(self) -> None:
+        """Release the SDK's HTTP clients."""
+        closer = getattr(self.client, "close", None)
+        if callable(closer):
+            closer()
+
+    def _session(self, remote: Any) -> None:
+        key = str(remote.id)
+        with self._lock:
+            if key in self._sessions:
+                return
+        with provider_errors("opening the command session"):
+            remote.process.create_session(SESSION)
+        with self._lock:
+            self._sessions.add(key)
