@@ -29,6 +29,7 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "docker": ("pool.backends.docker:DockerBackend", "docker"),
     "e2b": ("pool.backends.e2b:E2BBackend", "e2b"),
     "daytona": ("pool.backends.daytona:DaytonaBackend", "daytona"),
+    "modal": ("pool.backends.modal:ModalBackend", "modal"),
 }
 """name -> ("module:class", the pip extra that brings its SDK, or None)."""
 

@@ -51,7 +51,7 @@ from pool.labels import OWNER, RUN, check_labels, new_owner, owner_is_gone
 from pool.ratelimit import CreationLimiter
 from pool.remote.provider import Provider
 from pool.remote.sandbox import RemoteSandbox
-from pool.resources import require_supported
+from pool.resources import Resources, require_supported
 from pool.snapshots import BASE_ENV, Snapshot
 from pool.templates import HOST_BASE, Template
 
@@ -144,7 +144,8 @@ class RemoteBackend:
             ConfigError: a base other than ``host``; GPUs.
         """
         self._check_open()
-        require_supported(template.resources, backend=self.name, gpu=self.capabilities.gpu)
+        capabilities = self.capabilities
+        require_supported(template.resources, backend=self.name, gpu=capabilities.gpu, gpu_types=capabilities.gpu_types)
         recipe = recipe_for(template, base_config=lambda spec: BaseConfig(), host_path=DEFAULT_PATH)
         if recipe.base != HOST_BASE or recipe.images:
             raise ConfigError(
@@ -171,7 +172,7 @@ class RemoteBackend:
             backend=self.name,
         )  # fmt: skip
         labels = {OWNER: self.owner, "snapgym.role": "build"}
-        builder = self._create(None, labels, internet=route is BuildRoute.DIRECT)
+        builder = self._create(None, labels, internet=route is BuildRoute.DIRECT, resources=template.resources)
         sandbox = RemoteSandbox(self, builder, draft, {})
         try:
             network = run_recipe(sandbox, recipe, template, copy_from_image=_no_image_copy, route=route)
@@ -235,7 +236,7 @@ class RemoteBackend:
 
     def start(self, snapshot: Snapshot, labels: Mapping[str, str]) -> Any:
         """A new provider sandbox at ``snapshot``, its workdir digest checked."""
-        remote = self._create(snapshot.layers[0], labels)
+        remote = self._create(snapshot.layers[0], labels, resources=snapshot.resources)
         try:
             inside = self.inside_digest(remote, snapshot.workdir)
             if f"{WORKDIR_DIGEST}{inside}" != snapshot.layers[1]:
@@ -311,7 +312,14 @@ class RemoteBackend:
 
     # -- helpers --------------------------------------------------------------
 
-    def _create(self, source: str | None, labels: Mapping[str, str], *, internet: bool = False) -> Any:
+    def _create(
+        self,
+        source: str | None,
+        labels: Mapping[str, str],
+        *,
+        internet: bool = False,
+        resources: Resources | None = None,
+    ) -> Any:
         """Create a provider sandbox, paced by the shared limiter; a refusal for now is retried with
         backoff under the same idempotency key, so a create whose answer was lost is not made twice."""
         key = uuid.uuid4().hex
@@ -319,7 +327,7 @@ class RemoteBackend:
             if self.limiter is not None:
                 self.limiter.acquire()
             try:
-                return self.provider.create(source, labels, idempotency_key=key, internet=internet)
+                return self.provider.create(source, labels, idempotency_key=key, internet=internet, resources=resources)
             except BackendError:  # ProviderBusyError (429, 503) and other provider failures
                 if attempt == self.settings.create_retries:
                     raise

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pool.egress.policy import NetworkPolicy
+from pool.resources import Resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +51,17 @@ class Provider(Protocol):
     """The backend's name (``e2b``, ``daytona``)."""
 
     def create(
-        self, source: str | None, labels: Mapping[str, str], *, idempotency_key: str, internet: bool = False
+        self,
+        source: str | None,
+        labels: Mapping[str, str],
+        *,
+        idempotency_key: str,
+        internet: bool = False,
+        resources: Resources | None = None,
     ) -> Any:
         """A started sandbox from a provider snapshot or template (``None``: the provider's base), with
         ``labels`` as its metadata and the backend's lifetime; no network unless ``internet`` (a build's
-        public policy)."""
+        public policy); ``resources`` where the provider sets them per sandbox (GPUs)."""
 
     def sandbox_id(self, remote: Any) -> str:
         """The provider's id of a sandbox."""

@@ -2,8 +2,8 @@
 
 Commands run in one session per sandbox (Daytona's only call that returns stdout
 and stderr apart), each in its own ``bash -c`` so nothing carries over from one
-to the next; each stream is cut at the cap inside the sandbox (:data:`_SCRIPT`),
-so the client never holds more. Daytona has no idempotency key: a create is named
+to the next; each stream is cut at the cap inside the sandbox
+(:mod:`pool.remote.capped`), so the client never holds more. Daytona has no idempotency key: a create is named
 ``sg-<key>``, and a retry that meets the name taken (the first answer was lost)
 takes the sandbox that has it.
 """
@@ -22,22 +22,11 @@ import daytona
 from pool.backends.daytona.errors import provider_errors
 from pool.backends.daytona.network import provider_network
 from pool.egress.policy import NetworkPolicy
+from pool.remote.capped import capped_script
 from pool.remote.provider import Listed, RawResult
+from pool.resources import Resources
 
 SESSION = "snapgym"
-_SCRIPT = """cd {cwd} || exit 1
-{exports}
-out=$(mktemp /tmp/.snapgym-out.XXXXXX)
-err=$(mktemp /tmp/.snapgym-err.XXXXXX)
-( {command}
-) >"$out" 2>"$err"
-status=$?
-head -c {cap} "$out"
-head -c {cap} "$err" >&2
-rm -f "$out" "$err"
-exit $status"""
-"""Each stream goes to a file and at most ``cap`` bytes of it come back: a process the command left in the
-background keeps writing to a file, not to the session (which would wait for it to end)."""
 
 
 class DaytonaProvider:
@@ -55,7 +44,13 @@ class DaytonaProvider:
         self._lock = threading.Lock()
 
     def create(
-        self, source: str | None, labels: Mapping[str, str], *, idempotency_key: str, internet: bool = False
+        self,
+        source: str | None,
+        labels: Mapping[str, str],
+        *,
+        idempotency_key: str,
+        internet: bool = False,
+        resources: Resources | None = None,
     ) -> Any:
         name = f"sg-{idempotency_key}"
         params = daytona.CreateSandboxFromSnapshotParams(
@@ -88,8 +83,7 @@ class DaytonaProvider:
 
     def run(self, remote: Any, command: str, *, cwd: str, env: Mapping[str, str], timeout_s: float,
             cap: int) -> RawResult:  # fmt: skip
-        exports = "\n".join(f"export {key}={shlex.quote(value)}" for key, value in env.items())
-        script = _SCRIPT.format(cwd=shlex.quote(cwd), exports=exports, command=command, cap=cap + 1)
+        script = capped_script(command, cwd=cwd, env=env, cap=cap)
         request = daytona.SessionExecuteRequest(command=f"bash -c {shlex.quote(script)}", run_async=False)
         self._session(remote)
         with provider_errors("running a command"):

@@ -12,6 +12,7 @@ from pool.backends.e2b.errors import provider_errors
 from pool.backends.e2b.network import provider_network
 from pool.egress.policy import NetworkPolicy
 from pool.remote.provider import Listed, RawResult
+from pool.resources import Resources
 
 ROOT = "root"
 """Every command and file operation runs as the sandbox's root, as on the other backends."""
@@ -55,7 +56,13 @@ class E2BProvider:
         self.lifetime_s = lifetime_s
 
     def create(
-        self, source: str | None, labels: Mapping[str, str], *, idempotency_key: str, internet: bool = False
+        self,
+        source: str | None,
+        labels: Mapping[str, str],
+        *,
+        idempotency_key: str,
+        internet: bool = False,
+        resources: Resources | None = None,
     ) -> Any:
         template = source or self.base_template
         with provider_errors(f"creating a sandbox from {template}"):

@@ -1,0 +1,176 @@
+"""Modal through its SDK, as a :class:`~pool.remote.provider.Provider`: the only module that calls ``modal``.
+
+A sandbox runs ``sleep infinity`` under an app (``app_name``) from an image id:
+the base image, or a filesystem snapshot (``snapshot_filesystem``). Commands run
+as ``bash -c`` through Modal's exec, each stream cut at the cap inside the
+sandbox (:mod:`pool.remote.capped`). A create is named ``sg-<key>`` (names are
+unique within an app), so a retry whose first answer was lost takes that
+sandbox. Modal images have no names to find them by, so a build's image id is
+remembered in a small registry file on this machine (``registry_file``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import modal
+import modal.exception as mx
+
+from pool.backends.modal.errors import provider_errors
+from pool.egress.policy import NetworkPolicy
+from pool.errors import UnsupportedError
+from pool.remote.capped import capped_script, cut
+from pool.remote.provider import Listed, RawResult
+from pool.resources import Resources
+
+
+class ModalProvider:
+    """Modal sandboxes (GPU ones too), created from image ids, networked only as the build asks."""
+
+    name = "modal"
+
+    def __init__(
+        self, client: Any, *, app_name: str, base_image: str, lifetime_s: int, gpu: str | None, registry: Path
+    ) -> None:
+        self.client = client
+        self.lifetime_s = lifetime_s
+        self.default_gpu = gpu
+        self.registry = registry
+        self._base_image = base_image
+        self._lock = threading.Lock()
+        self.app_name = app_name
+        with provider_errors(f"looking up the app {app_name}"):
+            self.app = modal.App.lookup(app_name, create_if_missing=True, client=client)
+
+    def create(
+        self,
+        source: str | None,
+        labels: Mapping[str, str],
+        *,
+        idempotency_key: str,
+        internet: bool = False,
+        resources: Resources | None = None,
+    ) -> Any:
+        name = f"sg-{idempotency_key}"
+        with provider_errors(f"creating a sandbox from {source or self._base_image}"):
+            image = self._image(source or self._base_image)
+            try:
+                sandbox = modal.Sandbox.create(
+                    "sleep", "infinity", app=self.app, name=name, image=image, timeout=self.lifetime_s,
+                    block_network=not internet, gpu=self._gpu(resources), client=self.client,
+                )  # fmt: skip
+            except mx.AlreadyExistsError:  # a retry of a create whose answer was lost
+                sandbox = modal.Sandbox.from_name(self.app_name, name, client=self.client)
+            sandbox.set_tags(dict(labels))
+        return sandbox
+
+    def sandbox_id(self, remote: Any) -> str:
+        return str(remote.object_id)
+
+    def is_running(self, remote: Any) -> bool:
+        return remote.poll() is None
+
+    def kill(self, remote: Any) -> None:
+        with provider_errors("terminating a sandbox"), contextlib.suppress(mx.NotFoundError):
+            remote.terminate()
+
+    def run(self, remote: Any, command: str, *, cwd: str, env: Mapping[str, str], timeout_s: float,
+            cap: int) -> RawResult:  # fmt: skip
+        script = capped_script(command, cwd=cwd, env=env, cap=cap)
+        with provider_errors("running a command"):
+            process = remote.exec("bash", "-c", script, timeout=math.ceil(timeout_s))
+            code = process.wait()
+            stdout, stdout_cut = cut(process.stdout.read(), cap)
+            stderr, stderr_cut = cut(process.stderr.read(), cap)
+        if code == -1:  # Modal's exec timeout: no exit status
+            return RawResult(137, stdout, stderr, stdout_cut, stderr_cut, lost=True)
+        return RawResult(int(code), stdout, stderr, stdout_cut, stderr_cut)
+
+    def read(self, remote: Any, path: str) -> bytes:
+        with provider_errors(f"reading {path}", file_operation=True):
+            return bytes(remote.filesystem.read_bytes(path))
+
+    def write(self, remote: Any, path: str, data: bytes) -> None:
+        with provider_errors(f"writing {path}", file_operation=True):
+            remote.filesystem.write_bytes(data, path)
+
+    def make_snapshot(self, remote: Any, name: str | None) -> str:
+        with provider_errors("snapshotting a sandbox's filesystem"):
+            image_id = str(remote.snapshot_filesystem().object_id)
+        if name is not None:
+            self._remember(name, image_id)
+        return image_id
+
+    def find_snapshot(self, prefix: str) -> tuple[str, str] | None:
+        for name, image_id in self._registry().items():
+            if name.startswith(prefix):
+                return image_id, name
+        return None
+
+    def set_network(self, remote: Any, policy: NetworkPolicy) -> None:
+        if policy.allows_any:
+            raise UnsupportedError(
+                f"the modal backend enforces only no-network so far (every sandbox is created with "
+                f"block_network), not {policy.describe()}"
+            )
+
+    def listed(self, labels: Mapping[str, str]) -> Iterator[Listed]:
+        with provider_errors("listing sandboxes"):
+            for sandbox in modal.Sandbox.list(app_id=self.app.app_id, tags=dict(labels), client=self.client):
+                yield Listed(str(sandbox.object_id), dict(sandbox.get_tags()))
+
+    def kill_id(self, sandbox_id: str) -> None:
+        with provider_errors(f"terminating {sandbox_id}"), contextlib.suppress(mx.NotFoundError):
+            modal.Sandbox.from_id(sandbox_id, client=self.client).terminate()
+
+    def close(self) -> None:
+        """The client is the backend's; nothing else to release."""
+
+    # -- helpers --------------------------------------------------------------
+
+    def _image(self, reference: str) -> Any:
+        """An image id (``im-...``, a build or the base), ``debian_slim``, or a registry reference."""
+        if reference.startswith("im-"):
+            return modal.Image.from_id(reference, client=self.client)
+        if reference == "debian_slim":
+            return modal.Image.debian_slim()
+        return modal.Image.from_registry(reference)
+
+    def _gpu(self, resources: Resources | None) -> str | None:
+        if resources is None or not resources.gpus:
+            return None
+        kind = resources.gpu_types[0] if resources.gpu_types else self.default_gpu
+        if kind is None:
+            raise UnsupportedError("the task asks for a GPU and names no type; set the modal backend's gpu option")
+        return kind if resources.gpus == 1 else f"{kind}:{resources.gpus}"
+
+    def _registry(self) -> dict[str, str]:
+        try:
+            data = json.loads(self.registry.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def _remember(self, name: str, image_id: str) -> None:
+        self.registry.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock, open(self.registry, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.seek(0)
+            try:
+                known = json.loads(handle.read() or "{}")
+            except ValueError:
+                known = {}
+            known[name] = image_id
+            handle.seek(0)
+            handle.truncate()
+            handle.write(json.dumps(known, indent=1, sort_keys=True))
+            handle.flush()
+            os.fsync(handle.fileno())

@@ -1,0 +1,143 @@
+"""The Modal backend, through the real ``modal`` SDK, against the stand-in Modal service
+(tests/modal_standin.py: the gRPC control plane and command router), whose sandboxes are local ones:
+the conformance suite, builds remembered by name, GPU sandboxes for tasks that ask for GPUs, lifetimes,
+labels as tags, retries of RESOURCE_EXHAUSTED, the runner and reaping."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from modal_standin import ModalStandin
+
+from pool import ConfigError, Resources, Template
+from pool.backends import load_backend, unavailable_reason
+from pool.backends.modal import ModalBackend
+from pool.egress import NetworkPolicy, Phase
+from pool.errors import UnsupportedError
+from pool.labels import OWNER
+from pool.testing import check_backend
+
+pytest_plugins = ["modal_standin"]
+
+TEMPLATE = Template(name="modal-test", setup=["mkdir -p /w && echo ready > /w/state"], workdir="/w")
+
+
+def options(standin: ModalStandin, tmp_path: Path, **more: object) -> dict[str, object]:
+    return {"token_id": standin.token_id, "token_secret": standin.token_secret, "server_url": standin.url,
+            "base_image": standin.base_image_id, "registry_file": str(tmp_path / "images.json"), **more}  # fmt: skip
+
+
+@pytest.fixture
+def modal_backend(modal_standin: ModalStandin, tmp_path: Path) -> Iterator[ModalBackend]:
+    with ModalBackend(**options(modal_standin, tmp_path)) as backend:  # type: ignore[arg-type]
+        yield backend
+
+
+def running(standin: ModalStandin) -> list[str]:
+    return [sid for sid, record in standin.sandboxes().items() if record.state == "running"]
+
+
+def settle(standin: ModalStandin, within_s: float = 15) -> list[str]:
+    deadline = time.monotonic() + within_s
+    while (left := running(standin)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def test_the_conformance_suite_passes(modal_backend: ModalBackend) -> None:
+    check_backend(modal_backend)
+
+
+def test_a_second_build_is_remembered_and_sandboxes_carry_tags_and_a_lifetime(
+    modal_standin: ModalStandin, modal_backend: ModalBackend, tmp_path: Path
+) -> None:
+    snapshot = modal_backend.build(TEMPLATE)
+    created = modal_standin.created_count
+    with ModalBackend(**options(modal_standin, tmp_path)) as other:  # type: ignore[arg-type]
+        assert other.build(TEMPLATE).layers == snapshot.layers
+    assert modal_standin.created_count == created
+    with modal_backend.create(snapshot, labels={"snapgym.run": "r1"}) as sandbox:
+        assert sandbox.exec("cat state").stdout == "ready\n"
+        record = modal_standin.sandboxes()[str(sandbox.remote_id)]
+        assert record.tags["snapgym.run"] == "r1" and record.tags[OWNER] == modal_backend.owner
+        assert record.timeout_s == 3600 and record.network == "blocked" and record.gpu is None
+    assert settle(modal_standin) == []
+
+
+def test_a_task_that_asks_for_gpus_gets_a_modal_gpu_sandbox(modal_standin: ModalStandin, tmp_path: Path) -> None:
+    template = Template(
+        name="modal-gpu", setup=["mkdir -p /w"], workdir="/w", resources=Resources(gpus=2, gpu_types=("H100",))
+    )
+    with ModalBackend(**options(modal_standin, tmp_path)) as backend:  # type: ignore[arg-type]
+        assert backend.capabilities.gpu and "H100" in backend.capabilities.gpu_types
+        with backend.create(backend.build(template)) as sandbox:
+            record = modal_standin.sandboxes()[str(sandbox.remote_id)]
+            assert record.gpu == "H100:2" and record.api == "v1"
+        with pytest.raises(ConfigError, match="GPU of type"):
+            backend.build(Template(name="modal-tpu", resources=Resources(gpus=1, gpu_types=("TPU-v5",))))
+
+
+def test_resource_exhausted_creates_are_retried(modal_standin: ModalStandin, modal_backend: ModalBackend) -> None:
+    snapshot = modal_backend.build(TEMPLATE)
+    modal_backend.prewarm = False
+    modal_standin.fail_next("SandboxCreateV2", "RESOURCE_EXHAUSTED", count=2)
+    with modal_backend.create(snapshot) as sandbox:
+        assert sandbox.exec("cat state").stdout == "ready\n"
+
+
+def test_only_no_network_is_enforced_so_far(modal_backend: ModalBackend) -> None:
+    with modal_backend.create(modal_backend.build(TEMPLATE)) as sandbox:
+        sandbox.set_network(NetworkPolicy.offline(), phase=Phase.AGENT)
+        with pytest.raises(UnsupportedError, match="no-network"):
+            sandbox.set_network(NetworkPolicy.public(), phase=Phase.AGENT)
+
+
+@pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("noop", 0.0)])
+def test_the_runner_scores_builtin_tasks_on_modal(
+    modal_standin: ModalStandin, tmp_path: Path, agent: str, reward: float
+) -> None:
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "backend=modal", f"backend.base_image={modal_standin.base_image_id}",
+         f"backend.registry_file={tmp_path / 'images.json'}", f"agent={agent}",
+         "suite.include=[csv-sales-summary,git-*]", "suite.limit=2", "progress=false", "benchmark.plots=false",
+         f"output_dir={run_dir}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+        cwd=Path(__file__).parents[1], env={**os.environ, **modal_standin.sdk_env},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["mean_reward"] == reward and summary["counts"].get("scored") == 2, summary
+    assert modal_standin.token_secret not in (run_dir / "ledger.jsonl").read_text()
+    assert settle(modal_standin) == []
+
+
+def test_pool_reap_ends_a_runs_sandboxes(
+    modal_standin: ModalStandin, modal_backend: ModalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pool.reap import main
+
+    snapshot = modal_backend.build(TEMPLATE)
+    gone = modal_backend.create(snapshot, labels={"snapgym.run": "r7"})
+    kept = modal_backend.create(snapshot, labels={"snapgym.run": "r8"})
+    for key, value in modal_standin.sdk_env.items():
+        monkeypatch.setenv(key, value)
+    assert main(["--backend", "modal", "--run", "r7", "-o", f"base_image={modal_standin.base_image_id}"]) == 0
+    assert str(gone.remote_id) not in running(modal_standin) and str(kept.remote_id) in running(modal_standin)
+
+
+def test_without_a_token_the_backend_says_which_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for key in ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    reason = unavailable_reason("modal")
+    assert reason is not None and "MODAL_TOKEN_ID" in reason
+    with pytest.raises(ConfigError, match="MODAL_TOKEN_ID"):
+        load_backend("modal")
