@@ -36,7 +36,7 @@ from benchmarks.episodes import INFRA_ERROR, AttemptResult, EpisodeLimits, Episo
 from benchmarks.ledger import Ledger, LedgerWriteError
 from benchmarks.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy
 from benchmarks.records import SessionRecords, Started
-from benchmarks.supply import SandboxSupply
+from benchmarks.routing import Supply
 from envs.tasks import Task
 from pool.errors import SnapgymError
 from pool.labels import RUN
@@ -115,7 +115,7 @@ class Evaluation:
         self,
         tasks: Sequence[Task],
         agent: Agent,
-        supply: SandboxSupply,
+        supply: Supply,
         ledger: Ledger,
         settings: EvalSettings,
         *,
@@ -362,5 +362,6 @@ class Evaluation:
         if result.network and result.network.get("connections"):
             folder = episodefiles.episode_dir(spec.task_id, spec.sample, attempt)
             files["network"] = episodefiles.write_network(self.ledger.path.parent, folder, result.network)
+        backend = self.supply.for_task(self.tasks[spec.task_id]).name
         return self.records.result(spec, attempt, result, started=started, failures=failures, snapshot=snapshot,
-                                   backend=self.supply.name, files=files)  # fmt: skip
+                                   backend=backend, files=files)  # fmt: skip

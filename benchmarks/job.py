@@ -10,7 +10,8 @@ from typing import Any, Protocol, cast
 from omegaconf import DictConfig, OmegaConf
 
 from pool import Backend, load_backend
-from pool.errors import SnapgymError
+from pool.backends import backend_class
+from pool.errors import ConfigError, SnapgymError
 
 
 class Outcome(Protocol):
@@ -63,6 +64,33 @@ class Job:
     def open_backend(self) -> Backend:
         """A new backend as the config describes it; closed by :meth:`close`."""
         backend = load_backend(self.config.backend.name, **self.backend_options())
+        self._backends.append(backend)
+        return backend
+
+    def gpu_backend_spec(self) -> tuple[str, dict[str, Any]] | None:
+        """``gpu_backend`` as (name, options), or None when the run has one backend.
+
+        Raises:
+            ConfigError: a ``gpu_backend`` without a name, or one whose backend has no GPUs.
+        """
+        value = self.config.get("gpu_backend")
+        if value is None:
+            return None
+        spec = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        if isinstance(spec, str):
+            spec = {"name": spec}
+        if not isinstance(spec, dict) or not spec.get("name"):
+            raise ConfigError(f"gpu_backend must name a backend ({{name: modal, ...options}}), got {spec!r}")
+        options = {str(k): v for k, v in spec.items() if k != "name"}
+        name = str(spec["name"])
+        declared = getattr(backend_class(name), "declared_capabilities", None)
+        if declared is not None and not declared().gpu:
+            raise ConfigError(f"gpu_backend={name!r} has no GPUs; use a backend with GPUs (modal)")
+        return name, options
+
+    def open_named_backend(self, name: str, options: dict[str, Any]) -> Backend:
+        """Another backend of the run (the GPU one); closed by :meth:`close`."""
+        backend = load_backend(name, **options)
         self._backends.append(backend)
         return backend
 

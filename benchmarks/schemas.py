@@ -166,7 +166,10 @@ class RunConfig:
     """``task`` (each task's own mode), ``strict`` or ``shared`` for every episode."""
     network: Any = "task"
     """``task`` (each task's policy per phase, as in Harbor), ``offline``, ``public``, a list of
-    allowed hosts (an allowlist for both phases), or ``{agent: ..., verifier: ...}``."""
+    allowed hosts (an allowlist for both phases), or ``{build: ..., agent: ..., verifier: ...}``."""
+    gpu_backend: Any = None
+    """A second backend for the tasks that ask for GPUs (``{name: modal, gpu: A10G, ...options}``);
+    None: every task on ``backend``."""
     episodes_per_task: int = 1
     """k: episodes per task, all from the task's snapshot (a group, for pass@k)."""
     seed: int = 0

@@ -104,6 +104,10 @@ class SandboxSupply:
             self._templates[snapshot.id] = task.template
         return snapshot
 
+    def for_task(self, task: Task) -> SandboxSupply:
+        """The supply that serves ``task``: this one (see benchmarks.routing for a run over two)."""
+        return self
+
     def make_env(self, env_id: str, task: Task, **options: Any) -> gym.Env[Any, str]:
         """An environment for ``task`` on this supply."""
         with self._lock:

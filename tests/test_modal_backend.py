@@ -141,3 +141,43 @@ def test_without_a_token_the_backend_says_which_variables(monkeypatch: pytest.Mo
     assert reason is not None and "MODAL_TOKEN_ID" in reason
     with pytest.raises(ConfigError, match="MODAL_TOKEN_ID"):
         load_backend("modal")
+
+
+def _task(root: Path, name: str, gpus: int) -> None:
+    """A minimal Harbor task; with ``gpus`` it asks for an A10G."""
+    for folder in ("environment", "tests", "solution"):
+        (root / name / folder).mkdir(parents=True)
+    resources = f'gpus = {gpus}\ngpu_types = ["A10G"]\n' if gpus else ""
+    (root / name / "task.toml").write_text(f'version = "1.0"\n[environment]\n{resources}network_mode = "no-network"\n')
+    (root / name / "instruction.md").write_text("Write done to /app/out.\n")
+    (root / name / "environment" / "Dockerfile").write_text("FROM snapgym/host\nWORKDIR /app\n")
+    (root / name / "solution" / "solve.sh").write_text("#!/bin/bash\necho done > /app/out\n")
+    (root / name / "tests" / "test.sh").write_text(
+        "#!/bin/bash\ngrep -qx done /app/out && r=1 || r=0\necho $r > /logs/verifier/reward.txt\n"
+    )
+
+
+def test_one_run_routes_gpu_tasks_to_modal_and_the_rest_to_the_local_backend(
+    modal_standin: ModalStandin, tmp_path: Path
+) -> None:
+    """``gpu_backend={name: modal}``: the task that asks for a GPU runs on Modal with gpu set in the
+    request, the other on the run's own backend; both score, and each result names its backend."""
+    tasks = tmp_path / "tasks"
+    _task(tasks, "cpu-task", 0)
+    _task(tasks, "gpu-task", 1)
+    run_dir = tmp_path / "run"
+    gpu = f"{{name:modal,base_image:'{modal_standin.base_image_id}',registry_file:'{tmp_path / 'images.json'}'}}"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "suite=dir", f"suite.path={tasks}", "backend=local",
+         f"backend.store_dir={tmp_path / 'store'}", f"gpu_backend={gpu}", "progress=false", "benchmark.plots=false",
+         f"output_dir={run_dir}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+        cwd=Path(__file__).parents[1], env={**os.environ, **modal_standin.sdk_env},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [r for r in map(json.loads, (run_dir / "ledger.jsonl").read_text().splitlines()) if r["kind"] == "result"]
+    backends = {r["task_id"]: r["backend"] for r in results}
+    assert backends == {"cpu-task": "local", "gpu-task": "modal"}
+    assert all(r["reward"] == 1.0 for r in results)
+    gpus = {record.gpu for record in modal_standin.sandboxes().values()}
+    assert gpus == {"A10G"}  # every Modal sandbox of the run (build, episode, verifier) asked for it

@@ -39,12 +39,12 @@ from benchmarks.ledger import Ledger, LedgerWriteError
 from benchmarks.outage import HealthProbe, OutageError
 from benchmarks.plots import write_plots
 from benchmarks.progress import Progress
+from benchmarks.routing import RoutedSupply, Supply
 from benchmarks.schemas import PoolKind
 from benchmarks.suites import Suite, image_sources, select_tasks
 from benchmarks.supply import SandboxSupply
 from envs.network import describe_difference, effective_policies, modes_needed, template_for
 from envs.tasks import Task
-from pool.capabilities import Capabilities
 from pool.egress.policy import PhasePolicies
 from pool.errors import ConfigError, SnapgymError
 
@@ -100,9 +100,10 @@ def evaluate(
     """Play the plan into ``run_dir``'s ledger and write its reports (also used by throughput)."""
     settings = dataclasses.replace(eval_settings(config), run_id=run_dir.name)
     supply = open_supply(job, config)
-    tasks, unverifiable = _verifiable(tasks, settings.verification, supply.capabilities.verification, supply.name)
-    tasks, unnetworked = _networkable(tasks, settings.network, supply.capabilities, supply.name)
-    unverifiable = {**unverifiable, **unnetworked}
+    tasks, unverifiable = _verifiable(tasks, settings.verification, supply)
+    tasks, unnetworked = _networkable(tasks, settings.network, supply)
+    tasks, unplaced = _placeable(tasks, supply)
+    unverifiable = {**unverifiable, **unnetworked, **unplaced}
     skipped = {**(skipped or {}), **unverifiable}
     if not tasks:
         supply.close()
@@ -141,7 +142,7 @@ def evaluate(
     raise ScenarioStoppedError(reason, outcome) from stopped
 
 
-def health_probes(supply: SandboxSupply, agent: Any) -> list[HealthProbe]:
+def health_probes(supply: Supply, agent: Any) -> list[HealthProbe]:
     """What every episode of the run depends on: the sandbox supply, and the llm agent's model endpoint."""
     probes: list[HealthProbe] = [supply]
     if isinstance(agent, LLMAgent):
@@ -193,12 +194,12 @@ def eval_settings(config: DictConfig) -> EvalSettings:
     )
 
 
-def _verifiable(
-    tasks: list[Task], override: str | None, modes: tuple[str, ...], backend: str
-) -> tuple[list[Task], dict[str, str]]:
-    """The tasks whose verification mode the backend has, and why each other one is skipped."""
+def _verifiable(tasks: list[Task], override: str | None, supply: Supply) -> tuple[list[Task], dict[str, str]]:
+    """The tasks whose verification mode their backend has, and why each other one is skipped."""
     kept, skipped = [], {}
     for task in tasks:
+        served = supply.for_task(task)
+        modes, backend = served.capabilities.verification, served.name
         mode = override or task.verification.value
         if mode in modes:
             kept.append(task)
@@ -210,9 +211,29 @@ def _verifiable(
     return kept, skipped
 
 
-def _networkable(
-    tasks: list[Task], setting: Any, capabilities: Capabilities, backend: str
-) -> tuple[list[Task], dict[str, str]]:
+def _placeable(tasks: list[Task], supply: Supply) -> tuple[list[Task], dict[str, str]]:
+    """The tasks whose GPUs their backend can give, and why each other one is skipped."""
+    kept, skipped = [], {}
+    for task in tasks:
+        served, resources = supply.for_task(task), task.template.resources
+        capabilities = served.capabilities
+        types = set(resources.gpu_types)
+        if resources.gpus and not capabilities.gpu:
+            skipped[task.id] = (
+                f"asks for {resources.gpus} GPU(s) and the {served.name} backend has none; "
+                "run it with gpu_backend='{name: modal}' (or backend=modal)"
+            )
+        elif resources.gpus and types and capabilities.gpu_types and not types & set(capabilities.gpu_types):
+            wanted = "/".join(sorted(types))
+            skipped[task.id] = f"asks for a {wanted} GPU, which the {served.name} backend does not offer"
+        else:
+            kept.append(task)
+            continue
+        log.warning("skipping task %s: %s", task.id, skipped[task.id])
+    return kept, skipped
+
+
+def _networkable(tasks: list[Task], setting: Any, supply: Supply) -> tuple[list[Task], dict[str, str]]:
     """The tasks whose network policies the backend enforces, and why each other one is skipped.
 
     Says, once per distinct change, where the run's ``network`` setting differs from the tasks' own.
@@ -220,6 +241,8 @@ def _networkable(
     kept, skipped = [], {}
     changes: dict[str, list[str]] = {}
     for task in tasks:
+        served = supply.for_task(task)
+        capabilities, backend = served.capabilities, served.name
         policies = effective_policies(task.settings.network, setting)
         missing = modes_needed(policies) - set(capabilities.network_modes)
         if missing:
@@ -264,16 +287,30 @@ def network_setting(config: DictConfig) -> Any:
     return plain
 
 
-def open_supply(job: Job, config: DictConfig) -> SandboxSupply:
-    """The run's sandboxes: a backend here, or a Ray pool."""
+def open_supply(job: Job, config: DictConfig) -> Supply:
+    """The run's sandboxes: a backend here, or a Ray pool; with ``gpu_backend``, a second one for the
+    tasks that ask for GPUs (see benchmarks.routing)."""
     kind = config.pool.kind if isinstance(config.pool.kind, PoolKind) else PoolKind[str(config.pool.kind)]
-    return SandboxSupply(
+    default = SandboxSupply(
         kind,
         job.open_backend,
         backend_options=job.backend_options(),
         pool_settings=config.pool,
         backend_name=str(config.backend.name),
     )
+    gpu = job.gpu_backend_spec()
+    if gpu is None:
+        return default
+    name, options = gpu
+    try:
+        routed = SandboxSupply(
+            kind, lambda: job.open_named_backend(name, options), backend_options=options,
+            pool_settings=config.pool, backend_name=name,
+        )  # fmt: skip
+    except BaseException:
+        default.close()
+        raise
+    return RoutedSupply(default, routed)
 
 
 def _suite(config: DictConfig) -> Suite:

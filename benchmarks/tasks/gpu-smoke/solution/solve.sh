@@ -1,0 +1,2 @@
+#!/bin/bash
+nvidia-smi -L > /app/gpus.txt
