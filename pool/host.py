@@ -116,6 +116,12 @@ class SandboxHost:
         """The capabilities of this host's backend."""
         return self.backend.capabilities
 
+    def reap_labelled(self, labels: Mapping[str, str]) -> int:
+        """End every sandbox carrying ``labels`` that this host's backend can list (a cloud backend's:
+        another host's, which died); how many. 0 where the backend cannot list by label."""
+        reap = getattr(self.backend, "reap_labelled", None)
+        return int(reap(labels)) if callable(reap) else 0
+
     def open(self, snapshot_id: str, n: int) -> list[int]:
         """Start ``n`` sandboxes at a snapshot this host knows; returns their slots."""
         snapshot = self._snapshot(snapshot_id)

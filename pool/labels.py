@@ -24,6 +24,8 @@ RUN = "snapgym.run"
 """The run (the runner's output folder name) the sandbox serves."""
 POOL = "snapgym.pool"
 """The pool that holds the sandbox."""
+HOST = "snapgym.host"
+"""The pool's host actor that holds the sandbox (on a cloud backend, how a dead host's sandboxes are found)."""
 ATTEMPT = "snapgym.attempt"
 """The episode attempt (``<task>/<episode>/<attempt>``) the sandbox was made for."""
 

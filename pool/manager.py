@@ -34,7 +34,7 @@ from pool.errors import (
 )
 from pool.fastpath import FastPathServer
 from pool.host import BackendFactory, RestoreReport, host_actor_class
-from pool.labels import POOL
+from pool.labels import HOST, POOL
 from pool.orphans import exit_when_orphaned
 from pool.pool_config import HOST_RESOURCE, SLOTS_RESOURCE, PoolConfig
 from pool.pool_metrics import PoolMetrics, percentiles_ms
@@ -217,6 +217,7 @@ class PoolManager:
                 "host_failures": m.host_failures,
                 "host_restarts": m.host_restarts,
                 "hosts_joined": m.hosts_joined,
+                "remote_reaped": m.remote_reaped,
                 "hosts": [
                     {"id": h.id, "node_id": h.node_id, "alive": h.alive, "slots": h.slots, "capacity": h.capacity}
                     for h in self._hosts.values()
@@ -516,7 +517,28 @@ class PoolManager:
             self._cond.notify_all()
         with contextlib.suppress(Exception):  # broken or hung: make sure it is gone with its sandboxes
             ray.kill(host.handle, no_restart=True)
+        if self._snapshots_shared:  # a cloud backend: the dead host's sandboxes live on at the provider
+            threading.Thread(target=self._reap_remote, args=(host,), daemon=True).start()
         threading.Thread(target=self._replace_host, args=(host,), daemon=True).start()
+
+    def _reap_remote(self, dead: HostRecord) -> None:
+        """End a dead host's provider sandboxes through a live host (each carries the pool and host
+        labels), waiting for the replacement when no other host lives; the provider's lifetime ends
+        them anyway if none comes."""
+        import ray
+
+        labels = {POOL: self.pool_id, HOST: dead.id}
+        deadline = time.monotonic() + _REAP_WAIT_S
+        while time.monotonic() < deadline and not self._closed:
+            for host in self._alive_hosts():
+                try:
+                    reaped = ray.get(host.handle.reap_labelled.remote(labels), timeout=120)
+                except Exception:
+                    continue
+                with self._cond:
+                    self._metrics.remote_reaped += int(reaped)
+                return
+            time.sleep(0.5)
 
     def _replace_host(self, dead: HostRecord) -> None:
         if self._node_restarts[dead.node_id] >= self.config.max_host_restarts:
@@ -545,9 +567,10 @@ class PoolManager:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        host_id = uuid.uuid4().hex[:12]
         handle = self._host_class.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
-        ).remote(self._factory, capacity=capacity, labels={POOL: self.pool_id})
+        ).remote(self._factory, capacity=capacity, labels={POOL: self.pool_id, HOST: host_id})
         info = ray.get(handle.ping.remote(), timeout=120)
         if templates and self._snapshots_shared:
             with self._cond:
@@ -564,7 +587,7 @@ class PoolManager:
                 raise SnapshotError(
                     f"node {node_id[:8]} built {foreign[0].id} to another digest: its host userland differs"
                 )
-        record = HostRecord(uuid.uuid4().hex[:12], node_id, handle, capacity, fastpath=info.get("fastpath"))
+        record = HostRecord(host_id, node_id, handle, capacity, fastpath=info.get("fastpath"))
         with self._cond:
             self._hosts[record.id] = record
             for served in self._served.values():
@@ -631,6 +654,10 @@ class PoolManager:
             "crash_looping": served.crash_looping,
             "last_error": served.last_error,
         }
+
+
+_REAP_WAIT_S = 300.0
+"""How long a dead host's cloud sandboxes wait for a live host to end them."""
 
 
 def _hosting_nodes(config: PoolConfig) -> list[tuple[str, int]]:

@@ -34,3 +34,5 @@ class PoolMetrics:
     host_failures: int = 0
     host_restarts: int = 0
     hosts_joined: int = 0
+    remote_reaped: int = 0
+    """Cloud sandboxes of dead hosts ended through a live host."""

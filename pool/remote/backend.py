@@ -292,6 +292,14 @@ class RemoteBackend:
                 self.provider.kill_id(sandbox_id)
         return found
 
+    def reap_labelled(self, labels: Mapping[str, str]) -> int:
+        """End every sandbox carrying all of ``labels`` (a dead pool host's); how many."""
+        found = [listed.sandbox_id for listed in self.provider.listed(dict(labels))]
+        for sandbox_id in found:
+            with contextlib.suppress(Exception):
+                self.provider.kill_id(sandbox_id)
+        return len(found)
+
     def close(self) -> None:
         """End every sandbox this backend made. Idempotent."""
         if self._closed:
