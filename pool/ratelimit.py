@@ -1,4 +1,4 @@
-"""A creation rate limit shared by every process of a run on a machine.
+"""A creation rate limit shared by every process of a run: on a machine, and across a Ray cluster.
 
 Cloud providers refuse bursts (E2B and Modal answer 429 / RESOURCE_EXHAUSTED);
 a run that creates sandboxes from many processes (a Ray node's workers, a
@@ -6,7 +6,10 @@ pool's host actor and the runner) must pace them together, not each alone.
 :class:`CreationLimiter` is a token bucket whose state lives in a small file
 under a lock (``fcntl``), so every process that opens the same file shares one
 budget: ``rate`` creations per second on average, bursts of up to ``burst``.
-Without a file it paces the threads of one process.
+Without a file it paces the threads of one process. In a process of a Ray cluster,
+:func:`shared_limiter` keeps the bucket in one named actor instead, so the
+hosts of a pool on every node share one budget (falling back to the machine's
+file when the actor cannot be reached).
 
     limiter = CreationLimiter(rate=5, burst=10, path=run_dir / "e2b-creates.bucket")
     limiter.acquire()   # blocks until a creation may start
@@ -20,6 +23,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from pool.errors import ConfigError
 
@@ -85,3 +89,54 @@ class CreationLimiter:
             return float(state["tokens"]), float(state["stamp"])
         except (ValueError, KeyError, TypeError):
             return float(self.burst), time.time()  # new or unreadable: a full bucket
+
+    def take(self) -> float:
+        """One attempt: 0.0 when a token was taken, else how long until one is (for :class:`RayLimiter`)."""
+        return self._take()
+
+
+class RayLimiter:
+    """The same bucket in a named Ray actor, shared by every process of the cluster."""
+
+    def __init__(self, handle: Any, fallback: CreationLimiter) -> None:
+        self._handle = handle
+        self._fallback = fallback
+
+    def acquire(self, timeout_s: float | None = None) -> float:
+        """Take a token from the cluster's bucket (the machine's, if the actor is gone); the seconds waited."""
+        import ray
+
+        started = time.monotonic()
+        while True:
+            try:
+                wait = float(ray.get(self._handle.take.remote(), timeout=30))
+            except Exception:
+                return self._fallback.acquire(timeout_s)
+            if wait <= 0:
+                return time.monotonic() - started
+            if timeout_s is not None and time.monotonic() - started + wait > timeout_s:
+                raise TimeoutError(f"no creation slot within {timeout_s:g}s")
+            time.sleep(wait)
+
+
+Limiter = CreationLimiter | RayLimiter
+
+
+def shared_limiter(rate: float, burst: int, path: Path, *, key: str) -> Limiter:
+    """The pace for an account: a Ray actor named after ``key`` when this process is part of a Ray
+    cluster (the first process to ask makes it), else the bucket file at ``path``."""
+    local = CreationLimiter(rate, burst, path)
+    try:
+        import ray
+
+        from pool.raycalls import actor_class
+
+        if not ray.is_initialized():
+            return local
+        actor = actor_class(CreationLimiter, num_cpus=0, max_concurrency=64)
+        handle = actor.options(name=f"snapgym-ratelimit-{key}", namespace="snapgym", get_if_exists=True).remote(
+            rate, burst
+        )
+        return RayLimiter(handle, local)
+    except Exception:  # no Ray, or the actor cannot be made: the machine's file
+        return local

@@ -57,7 +57,7 @@ def test_bad_templates_are_rejected(kwargs: dict[str, object], match: str) -> No
 def test_bad_backend_options_and_names(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="memory_limit_mb"):
         LocalBackend(store_dir=tmp_path, memory_limit_mb=-1)
-    with pytest.raises(ConfigError, match=r"choose one of: docker, local; did you mean 'local'\?"):
+    with pytest.raises(ConfigError, match=r"choose one of: daytona, docker, e2b, local, modal; did you mean 'local'\?"):
         load_backend("lcoal")
     with pytest.raises(ConfigError, match=r"no option 'memory_limt_mb' \(did you mean 'memory_limit_mb'\?\)"):
         load_backend("local", memory_limt_mb=512)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import ray
@@ -55,3 +56,24 @@ def test_a_dead_hosts_cloud_sandboxes_are_ended_through_a_live_host(
         assert fresh.exec("cat state").stdout == "ready\n"
     finally:
         fresh.release()
+
+
+def test_the_creation_pace_is_one_bucket_for_the_whole_ray_cluster(ray_cluster: None, tmp_path: Path) -> None:
+    """Two limiters for the same account (two hosts of a pool, on any nodes) take from one named actor."""
+    from pool.ratelimit import RayLimiter, shared_limiter
+
+    first = shared_limiter(4.0, 1, tmp_path / "a.bucket", key="test-cluster-pace")
+    second = shared_limiter(4.0, 1, tmp_path / "b.bucket", key="test-cluster-pace")
+    assert isinstance(first, RayLimiter) and isinstance(second, RayLimiter)
+    started = time.monotonic()
+    for _ in range(5):
+        first.acquire()
+        second.acquire()
+    assert time.monotonic() - started >= 9 / 4 * 0.9  # ten tokens at 4/s after a burst of one, not 2 x 5 at once
+    assert not (tmp_path / "a.bucket").exists()  # the cluster's bucket, not the machine's file
+
+
+def test_a_pool_on_a_cloud_backend_paces_through_the_cluster_bucket(e2b_pool: SandboxPool) -> None:
+    e2b_pool.add(TEMPLATE)
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    assert any(name.startswith("snapgym-ratelimit-e2b-") for name in names), names

@@ -22,7 +22,7 @@ Leaks and bursts. Every provider sandbox carries the caller's labels and
 client killed with SIGKILL leaves nothing past it; ``reap_orphans`` ends what
 dead processes of this machine left, ``reap_run`` every sandbox of a run.
 Creations go through a token bucket shared by every process on the machine
-that uses the same account (:mod:`pool.ratelimit`), and a create refused for
+that uses the same account, or of the Ray cluster (:mod:`pool.ratelimit`), and a create refused for
 now is retried with backoff under one idempotency key.
 """
 
@@ -43,12 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from pool.buildnetwork import BuildRoute, build_route
-from pool.capabilities import Capabilities
+from pool.capabilities import Capabilities, Enforcement
 from pool.errors import BackendError, BuildError, ConfigError, SnapshotCorruptError, SnapshotNotFoundError
 from pool.hostview import DEFAULT_PATH
 from pool.imagebuild import BaseConfig, recipe_for, run_recipe
 from pool.labels import OWNER, RUN, check_labels, new_owner, owner_is_gone
-from pool.ratelimit import CreationLimiter
+from pool.ratelimit import shared_limiter
 from pool.remote.provider import Provider
 from pool.remote.sandbox import RemoteSandbox
 from pool.resources import Resources, require_supported
@@ -87,6 +87,26 @@ class RemoteSettings:
             raise ConfigError("max_output_bytes and default_timeout_s must be positive, create_retries >= 0")
 
 
+def cloud_capabilities(**fields: Any) -> Capabilities:
+    """What every cloud backend does (hand-offs, strict verification, provider egress without an audit,
+    no per-sandbox limits, remote sandboxes and snapshots, the ``host`` base), with ``fields`` on top."""
+    shared: dict[str, Any] = {
+        "in_place_restore": False,
+        "memory_snapshot": False,
+        "fork": True,
+        "gpu": False,
+        "egress_control": "provider",
+        "network_modes": ("no-network", "public", "allowlist"),
+        "build_network_modes": ("no-network", "public"),
+        "limits": dict.fromkeys(("memory", "cpu", "pids", "disk"), Enforcement.NONE),
+        "verification": ("strict",),
+        "sandbox_location": "remote",
+        "snapshot_location": "remote",
+        "bases": ("host",),
+    }
+    return Capabilities(**{**shared, **fields})
+
+
 class RemoteBackend:
     """A cloud backend: a provider plus the pool's guarantees (see the module docstring)."""
 
@@ -102,11 +122,11 @@ class RemoteBackend:
         self.default_timeout_s = settings.default_timeout_s
         self.max_output_bytes = settings.max_output_bytes
         self.prewarm = settings.prewarm
-        bucket = settings.rate_limit_file or _default_bucket(self.name, account)
+        bucket = Path(settings.rate_limit_file) if settings.rate_limit_file else _default_bucket(self.name, account)
         self.limiter = (
             None
             if settings.max_creates_per_s is None
-            else CreationLimiter(settings.max_creates_per_s, settings.create_burst, bucket)
+            else shared_limiter(settings.max_creates_per_s, settings.create_burst, bucket, key=bucket.stem)
         )
         self.owner = new_owner()
         self._workers = concurrent.futures.ThreadPoolExecutor(settings.max_workers, thread_name_prefix=self.name)

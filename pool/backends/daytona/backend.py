@@ -18,9 +18,9 @@ from typing import Any
 import daytona
 
 from pool.backends.daytona.provider import DaytonaProvider
-from pool.capabilities import Capabilities, Enforcement
+from pool.capabilities import Capabilities
 from pool.errors import ConfigError
-from pool.remote.backend import RemoteBackend, RemoteSettings
+from pool.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
 
 NAME = "daytona"
 _MISSING_KEY = (
@@ -99,21 +99,7 @@ class DaytonaBackend(RemoteBackend):
     @classmethod
     def declared_capabilities(cls) -> Capabilities:
         """The capabilities, stated without credentials or a connection (they do not depend on options)."""
-        return Capabilities(
-            in_place_restore=False,
-            memory_snapshot=False,
-            fork=True,
-            gpu=False,
-            egress_control="provider",
-            network_modes=("no-network", "public", "allowlist"),
-            build_network_modes=("no-network", "public"),
-            limits=dict.fromkeys(("memory", "cpu", "pids", "disk"), Enforcement.NONE),
-            isolation=("container",),
-            verification=("strict",),
-            sandbox_location="remote",
-            snapshot_location="remote",
-            bases=("host",),
-        )
+        return cloud_capabilities(isolation=("container",))
 
     @property
     def base_identity(self) -> str:

@@ -35,9 +35,9 @@ import os
 from typing import Any
 
 from pool.backends.e2b.provider import E2BProvider
-from pool.capabilities import Capabilities, Enforcement
+from pool.capabilities import Capabilities
 from pool.errors import ConfigError
-from pool.remote.backend import RemoteBackend, RemoteSettings
+from pool.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
 
 NAME = "e2b"
 _MISSING_KEY = (
@@ -117,21 +117,7 @@ class E2BBackend(RemoteBackend):
     @classmethod
     def declared_capabilities(cls) -> Capabilities:
         """The capabilities, stated without credentials or a connection (they do not depend on options)."""
-        return Capabilities(
-            in_place_restore=False,
-            memory_snapshot=True,
-            fork=True,
-            gpu=False,
-            egress_control="provider",
-            network_modes=("no-network", "public", "allowlist"),
-            build_network_modes=("no-network", "public"),
-            limits=dict.fromkeys(("memory", "cpu", "pids", "disk"), Enforcement.NONE),
-            isolation=("microvm",),
-            verification=("strict",),
-            sandbox_location="remote",
-            snapshot_location="remote",
-            bases=("host",),
-        )
+        return cloud_capabilities(memory_snapshot=True, isolation=("microvm",))
 
     @property
     def base_identity(self) -> str:

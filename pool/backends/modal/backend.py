@@ -24,9 +24,9 @@ from modal_proto import api_pb2
 
 from pool.backends.modal.errors import provider_errors
 from pool.backends.modal.provider import ModalProvider
-from pool.capabilities import Capabilities, Enforcement
+from pool.capabilities import Capabilities
 from pool.errors import ConfigError
-from pool.remote.backend import RemoteBackend, RemoteSettings
+from pool.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
 
 NAME = "modal"
 GPU_TYPES = (
@@ -133,22 +133,7 @@ class ModalBackend(RemoteBackend):
     @classmethod
     def declared_capabilities(cls) -> Capabilities:
         """The capabilities, stated without credentials or a connection (they do not depend on options)."""
-        return Capabilities(
-            in_place_restore=False,
-            memory_snapshot=False,
-            fork=True,
-            gpu=True,
-            gpu_types=GPU_TYPES,
-            egress_control="provider",
-            network_modes=("no-network",),
-            build_network_modes=("no-network", "public"),
-            limits=dict.fromkeys(("memory", "cpu", "pids", "disk"), Enforcement.NONE),
-            isolation=("gvisor",),
-            verification=("strict",),
-            sandbox_location="remote",
-            snapshot_location="remote",
-            bases=("host",),
-        )
+        return cloud_capabilities(gpu=True, gpu_types=GPU_TYPES, network_modes=("no-network",), isolation=("gvisor",))
 
     @property
     def base_identity(self) -> str:
