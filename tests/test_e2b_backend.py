@@ -271,3 +271,19 @@ def test_a_shared_pace_keeps_a_burst_under_the_providers_limit(e2b_standin: E2BS
     statuses = [r.status for r in e2b_standin.requests[before:] if r.path == "/v2/sandboxes" and r.method == "POST"]
     assert statuses.count(429) == 0 and statuses.count(201) == 8
     assert elapsed >= 7 / 3 * 0.9  # 8 creations at 3/s after a burst of 1
+
+
+def test_a_spare_that_waited_through_half_its_lifetime_is_replaced(
+    e2b_standin: E2BStandin, e2b_backend: E2BBackend
+) -> None:
+    """Restore never hands over a sandbox whose provider lifetime could end under the episode."""
+    snapshot = e2b_backend.build(TEMPLATE)
+    e2b_backend.spare_max_age_s = 0.5
+    with e2b_backend.create(snapshot) as sandbox:
+        time.sleep(1.0)  # the spare is ready, and now old
+        created = e2b_standin.created_count
+        old_spares = set(running(e2b_standin)) - {sandbox.remote_id}
+        sandbox.restore()
+        assert sandbox.remote_id not in old_spares  # a fresh sandbox, not the old spare
+        assert e2b_standin.created_count >= created + 1
+        assert sandbox.exec("cat state").stdout == "ready\n"

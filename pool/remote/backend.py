@@ -122,6 +122,8 @@ class RemoteBackend:
         self.default_timeout_s = settings.default_timeout_s
         self.max_output_bytes = settings.max_output_bytes
         self.prewarm = settings.prewarm
+        self.spare_max_age_s = settings.sandbox_timeout_s / 2
+        """A spare older than this is replaced rather than handed over (it would end under a long episode)."""
         bucket = Path(settings.rate_limit_file) if settings.rate_limit_file else _default_bucket(self.name, account)
         self.limiter = (
             None

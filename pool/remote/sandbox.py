@@ -68,7 +68,7 @@ class RemoteSandbox:
         self._labels = dict(labels)
         self._closed = False
         self._sealed: VerifyMode | None = None
-        self._spare: tuple[str, concurrent.futures.Future[Any]] | None = None
+        self._spare: tuple[str, float, concurrent.futures.Future[Any]] | None = None
         self._prepare_spare(snapshot)
 
     # -- identity -------------------------------------------------------------
@@ -278,14 +278,16 @@ class RemoteSandbox:
         if not self._backend.prewarm or self._closed:
             return
         self._drop_spare()
-        self._spare = (snapshot.id, self._backend.start_later(snapshot, self._labels))
+        self._spare = (snapshot.id, time.monotonic(), self._backend.start_later(snapshot, self._labels))
 
     def _take_spare(self, snapshot: Snapshot) -> Any | None:
+        """The spare, when it is of ``snapshot`` and young enough: a spare that waited through most of
+        its provider lifetime (``spare_max_age_s``) would end under the episode, so it is replaced."""
         spare, self._spare = self._spare, None
         if spare is None:
             return None
-        snapshot_id, future = spare
-        if snapshot_id != snapshot.id:
+        snapshot_id, made_at, future = spare
+        if snapshot_id != snapshot.id or time.monotonic() - made_at > self._backend.spare_max_age_s:
             self._discard(future)
             return None
         try:
@@ -296,7 +298,7 @@ class RemoteSandbox:
     def _drop_spare(self) -> None:
         spare, self._spare = self._spare, None
         if spare is not None:
-            self._discard(spare[1])
+            self._discard(spare[2])
 
     def _discard(self, future: concurrent.futures.Future[Any]) -> None:
         def kill(done: concurrent.futures.Future[Any]) -> None:
