@@ -239,6 +239,8 @@ def check_verification(sandbox: Sandbox, snap: Snapshot, mode: VerifyMode) -> No
         sandbox.exec(
             f"mkdir -p {REWARD_DIR} /etc/agent && echo forged > {REWARD_DIR}/reward.txt && echo out > /workspace/out"
             " && echo mine > /etc/agent/conf && (setsid sleep 1000 >/dev/null 2>&1 &)"
+            # the agent's turn ends with the process running (setsid may not have exec'd sleep yet)
+            " && for i in $(seq 100); do ps -eo args 2>/dev/null | grep -q '^sleep 1000' && break; sleep 0.05; done"
         )
         outputs = ("/workspace",) if mode is VerifyMode.STRICT else ()
         report = sandbox.begin_verification(VerificationPlan(mode, Path(tests), outputs=outputs, known_good=snap))
