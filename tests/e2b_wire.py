@@ -23,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from http_body import read_body
+
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _CONNECT_STATUS = {
     "invalid_argument": 400,
@@ -152,15 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
     do_POST = do_DELETE = do_PUT = do_PATCH = do_GET
 
     def _read_body(self) -> bytes:
-        if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
-            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        chunks = []
-        while size := int(self.rfile.readline(1024).split(b";")[0].strip() or b"0", 16):
-            chunks.append(self.rfile.read(size))
-            self.rfile.readline(1024)
-        while self.rfile.readline(1024).strip():  # trailers, up to the blank line
-            pass
-        return b"".join(chunks)
+        return read_body(self)
 
     def _send(self, reply: Reply) -> None:
         self.send_response(reply.status)

@@ -28,6 +28,7 @@ now is retried with backoff under one idempotency key.
 
 from __future__ import annotations
 
+import abc
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -107,8 +108,9 @@ def cloud_capabilities(**fields: Any) -> Capabilities:
     return Capabilities(**{**shared, **fields})
 
 
-class RemoteBackend:
-    """A cloud backend: a provider plus the pool's guarantees (see the module docstring)."""
+class RemoteBackend(abc.ABC):
+    """A cloud backend: a provider plus the pool's guarantees (see the module docstring). A subclass
+    gives its constructor's options, ``unavailable_reason``, ``declared_capabilities`` and ``base_identity``."""
 
     name: str
 
@@ -137,9 +139,9 @@ class RemoteBackend:
         self._closed = False
 
     @classmethod
+    @abc.abstractmethod
     def declared_capabilities(cls) -> Capabilities:
         """The capabilities, stated without credentials or a connection."""
-        raise NotImplementedError
 
     @property
     def capabilities(self) -> Capabilities:
@@ -205,9 +207,9 @@ class RemoteBackend:
         return dataclasses.replace(self._recorded(draft, reference, inside), build_network=network.record())
 
     @property
+    @abc.abstractmethod
     def base_identity(self) -> str:
         """What the provider's base is, for the content hash (a template name, a snapshot name)."""
-        raise NotImplementedError
 
     def snapshot_of(self, remote: Any, *, parent: Snapshot) -> Snapshot:
         """A mid-episode snapshot of a provider sandbox."""
