@@ -111,6 +111,8 @@ class Verdict:
     """strict: links in the outputs that led into the verifier's private paths, removed."""
     missing_outputs: tuple[str, ...] = ()
     """strict: outputs that were not a directory at the end of the episode (the verifier saw them empty)."""
+    notes: tuple[str, ...] = ()
+    """What the backend said when the verifier's turn began (e.g. why the outputs are empty)."""
 
     def as_info(self) -> dict[str, object]:
         """JSON-ready fields for an episode's ``info``."""
@@ -125,6 +127,7 @@ class Verdict:
             "mode": self.mode,
             "removed_links": list(self.removed_links),
             "missing_outputs": list(self.missing_outputs),
+            "notes": list(self.notes),
         }
 
 
@@ -206,6 +209,7 @@ def _verdict(sandbox: Sandbox, result: ExecResult, report: VerificationReport) -
         mode=report.mode.value,
         removed_links=report.removed_links,
         missing_outputs=report.missing_outputs,
+        notes=report.notes,
     )
 
 

@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 from grpclib import GRPCError, Status
 from modal_proto import api_pb2
 from modal_proto.api_grpc import ModalClientBase
-from modal_wire import SandboxRecord, make_jwt, new_id, not_found, refuse, serve_the_rest, unary
+from modal_wire import NETWORK, SandboxRecord, make_jwt, new_id, not_found, refuse, serve_the_rest, unary
 
 if TYPE_CHECKING:
     from modal_standin import Box, ModalStandin
@@ -33,11 +33,8 @@ LIST_PAGE = 100
 """Sandboxes per SandboxList(V2) page; the SDK asks again with ``before_timestamp`` until a page is empty."""
 _ENTRYPOINT_GRACE_S = 5
 """An entrypoint's own timeout is the lifetime plus this, so the reaper (``timeout``) ends it first."""
-_NETWORK = {
-    api_pb2.NetworkAccess.OPEN: "open",
-    api_pb2.NetworkAccess.BLOCKED: "blocked",
-    api_pb2.NetworkAccess.ALLOWLIST: "allowlist",
-}
+_ENTRYPOINT_START_S = 10.0
+"""How long a create waits for the entrypoint to be running."""
 _V2_EXTRA = {"SandboxGetCommandRouterAccess"}
 """Calls besides ``*V2`` that need the auth token."""
 
@@ -169,24 +166,30 @@ class ControlPlane(ModalClientBase):
             gpu=(gpu.gpu_type if gpu.count <= 1 else f"{gpu.gpu_type}:{gpu.count}") if gpu else None,
             cpu=d.resources.milli_cpu / 1000 if d.resources.milli_cpu else None,
             memory_mb=d.resources.memory_mb or None,
-            network="blocked" if d.block_network else _NETWORK.get(d.network_access.network_access_type, "open"),
+            network="blocked" if d.block_network else NETWORK.get(d.network_access.network_access_type, "open"),
             outbound_cidrs=tuple(d.network_access.allowed_cidrs),
             outbound_domains=tuple(d.network_access.allowed_domains),
+            network_changes=(),
             definition=MessageToDict(d, preserving_proto_field_name=True),
             created_at=now,
             end_at=now + d.timeout_secs,
         )
         box = s.add_box(record, local)
         if record.entrypoint:
-            args = (box, local, record.timeout_s + _ENTRYPOINT_GRACE_S)
+            started = f"/tmp/.modal-entrypoint-{record.sandbox_id}"
+            args = (box, local, record.timeout_s + _ENTRYPOINT_GRACE_S, started)
             threading.Thread(target=self._entrypoint, args=args, name="modal-entrypoint", daemon=True).start()
+            deadline = time.monotonic() + _ENTRYPOINT_START_S  # as at Modal: the entrypoint runs before any exec
+            while not local.exec(f"test -e {started}", timeout_s=5).ok and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
         return box
 
-    def _entrypoint(self, box: Box, local: LocalSandbox, timeout_s: int) -> None:
+    def _entrypoint(self, box: Box, local: LocalSandbox, timeout_s: int, started: str) -> None:
         """Run the sandbox's entrypoint; its end ends the sandbox (unless something ended it first)."""
         record = box.record
+        command = f"touch {started} && exec {shlex.join(record.entrypoint)}"
         try:
-            result = local.exec(shlex.join(record.entrypoint), timeout_s=timeout_s, cwd=record.workdir, env=record.env)
+            result = local.exec(command, timeout_s=timeout_s, cwd=record.workdir, env=record.env)
         except Exception:  # terminated or closed under it
             return
         self.standin.end_box(box, "exit", result.exit_code)

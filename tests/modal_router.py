@@ -24,16 +24,17 @@ import shlex
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from grpclib import GRPCError, Status
 from grpclib.server import Stream
 from modal_fstools import FS_TOOLS, Outcome, parse, run, write
 from modal_proto import task_command_router_pb2 as sr
 from modal_proto.task_command_router_grpc import TaskCommandRouterBase
-from modal_wire import CommandRecord, not_found, raw, refuse, replies, serve_the_rest, unary
+from modal_wire import NETWORK, CommandRecord, not_found, raw, refuse, replies, serve_the_rest, unary
 
 from pool import CommandRejectedError, SnapgymError
 from pool.backends.local import LocalSandbox
@@ -303,6 +304,23 @@ class Router(TaskCommandRouterBase):
             ex.chunks += 1
         if eof:
             ex.local.write_file(f"{ex.spool}/eof", b"")
+
+    # -- network -------------------------------------------------------------------------------
+
+    @unary
+    async def TaskSetNetworkAccess(self, request: sr.TaskSetNetworkAccessRequest, metadata: dict[str, str]) -> Message:
+        """Recorded as sent (the local sandboxes have loopback only, so it is not enforced)."""
+        box, _ = self._live(request.task_id)
+        access = request.network_access
+        with self.standin.lock:
+            box.record = replace(
+                box.record,
+                network=NETWORK.get(access.network_access_type, "open"),
+                outbound_cidrs=tuple(access.allowed_cidrs),
+                outbound_domains=tuple(access.allowed_domains),
+                network_changes=(*box.record.network_changes, MessageToDict(access, preserving_proto_field_name=True)),
+            )
+        return sr.TaskSetNetworkAccessResponse()
 
     # -- snapshots -----------------------------------------------------------------------------
 

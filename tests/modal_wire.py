@@ -48,6 +48,14 @@ Handler = Callable[[Any, "Stream[Any, Any]"], Coroutine[Any, Any, None]]
 # -- what tests see ---------------------------------------------------------------------------
 
 
+NETWORK = {
+    api_pb2.NetworkAccess.OPEN: "open",
+    api_pb2.NetworkAccess.BLOCKED: "blocked",
+    api_pb2.NetworkAccess.ALLOWLIST: "allowlist",
+}
+"""A ``NetworkAccess`` type as the records name it."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One RPC either server answered."""
@@ -103,6 +111,9 @@ class SandboxRecord:
     """``open``, ``blocked`` or ``allowlist`` (recorded only)."""
     outbound_cidrs: tuple[str, ...]
     outbound_domains: tuple[str, ...]
+    network_changes: tuple[dict[str, Any], ...]
+    """Each ``TaskSetNetworkAccess`` (``_experimental_set_outbound_network_policy``) as JSON, oldest first;
+    the three fields above follow the last one."""
     definition: dict[str, Any]
     """The whole ``api_pb2.Sandbox`` definition as JSON, for anything not broken out above."""
     created_at: float

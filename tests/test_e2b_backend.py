@@ -21,7 +21,9 @@ from pool.backends.e2b import E2BBackend
 from pool.egress import NetworkPolicy, Phase
 from pool.errors import SnapshotCorruptError, UnsupportedError
 from pool.labels import OWNER
+from pool.remote import verify
 from pool.testing import check_backend
+from pool.verification import VerificationPlan, VerifyMode
 
 pytest_plugins = ["e2b_standin"]
 
@@ -161,13 +163,51 @@ def test_what_it_cannot_do_yet_is_refused_not_faked(e2b_backend: E2BBackend) -> 
     capabilities = e2b_backend.capabilities
     assert capabilities.verification == ("strict",)
     with e2b_backend.create(e2b_backend.build(TEMPLATE)) as sandbox:
-        from pool.verification import VerificationPlan, VerifyMode
-
         plan = VerificationPlan(VerifyMode.SHARED, tests_dir=Path(__file__).parent)
         with pytest.raises(UnsupportedError, match="strict"):
             sandbox.begin_verification(plan)
     with pytest.raises(ConfigError, match="snapgym/host"):
         e2b_backend.build(Template(name="from-image", base="debian:bookworm"))
+
+
+def test_strict_verification_stops_the_episodes_processes_before_it_collects(
+    e2b_backend: E2BBackend, tmp_path: Path
+) -> None:
+    """Writers the agent left running (one that cleared its environment too) are killed before the
+    archive is made, so the verifier gets the outputs as they were, complete, and nothing runs on."""
+    (tmp_path / "test.sh").write_text("#!/bin/sh\n")
+    with e2b_backend.create(e2b_backend.build(TEMPLATE)) as sandbox:
+        sandbox.exec("echo answer > /w/result")
+        left = sandbox.exec(
+            "setsid sh -c 'while :; do date >> /w/log; done' </dev/null >/dev/null 2>&1 & "
+            "env -i setsid /bin/sh -c 'while :; do echo x >> /w/quiet; sleep 0.01; done' </dev/null >/dev/null 2>&1 & "
+            "sleep 0.3; echo started"
+        )
+        assert left.stdout.strip() == "started"
+        plan = VerificationPlan(VerifyMode.STRICT, tmp_path, outputs=("/w",))
+        collected = verify.collect_outputs(sandbox, plan)  # the first half of begin_verification
+        assert collected.carried == ("/w",) and collected.notes == ()
+        assert sandbox.exec("pgrep -f 'w/l[o]g|w/qu[i]et'").stdout == ""  # in the agent's sandbox: all gone
+        first = sandbox.read_file("/w/log")
+        time.sleep(0.3)
+        assert sandbox.read_file("/w/log") == first
+        report = sandbox.begin_verification(plan)
+        assert report.notes == () and report.missing_outputs == ()
+        assert sandbox.read_file("/w/result") == b"answer\n"
+
+
+def test_a_sandbox_that_will_not_give_up_its_outputs_is_scored_with_them_empty(
+    e2b_backend: E2BBackend, tmp_path: Path
+) -> None:
+    """A full disk keeps the archive from being made: the agent's doing, so the verifier sees empty
+    outputs and the report says why, rather than an unscored infrastructure error."""
+    (tmp_path / "test.sh").write_text("#!/bin/sh\n")
+    with e2b_backend.create(e2b_backend.build(TEMPLATE)) as sandbox:
+        sandbox.exec("echo answer > /w/result; cat /dev/zero > /fill 2>/dev/null; cat /dev/zero > /tmp/x 2>/dev/null")
+        report = sandbox.begin_verification(VerificationPlan(VerifyMode.STRICT, tmp_path, outputs=("/w",)))
+        assert report.missing_outputs == ("/w",)
+        assert len(report.notes) == 1 and "did not give up its outputs" in report.notes[0], report.notes
+        assert sandbox.exec("ls -A /w").stdout == ""
 
 
 def test_without_a_key_the_backend_says_which_variable(monkeypatch: pytest.MonkeyPatch) -> None:

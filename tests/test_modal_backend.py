@@ -5,6 +5,7 @@ labels as tags, retries of RESOURCE_EXHAUSTED, the runner and reaping."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -92,11 +93,35 @@ def test_resource_exhausted_creates_are_retried(modal_standin: ModalStandin, mod
         assert sandbox.exec("cat state").stdout == "ready\n"
 
 
-def test_only_no_network_is_enforced_so_far(modal_backend: ModalBackend) -> None:
+def test_network_policies_replace_the_modal_outbound_policy(
+    modal_standin: ModalStandin, modal_backend: ModalBackend
+) -> None:
+    """A sandbox starts blocked; each phase's policy replaces Modal's outbound allowlist at run time."""
     with modal_backend.create(modal_backend.build(TEMPLATE)) as sandbox:
-        sandbox.set_network(NetworkPolicy.offline(), phase=Phase.AGENT)
-        with pytest.raises(UnsupportedError, match="no-network"):
-            sandbox.set_network(NetworkPolicy.public(), phase=Phase.AGENT)
+        record = modal_standin.sandboxes()[str(sandbox.remote_id)]
+        sandbox.set_network(NetworkPolicy.offline(), phase=Phase.AGENT)  # as created: nothing to change
+        assert record.network == "blocked" and modal_standin.sandboxes()[record.sandbox_id].network_changes == ()
+        sandbox.set_network(NetworkPolicy.allowlist(["pypi.org", "*.astral.sh", "203.0.113.0/24"]), phase=Phase.AGENT)
+        allowlisted = modal_standin.sandboxes()[record.sandbox_id]
+        sandbox.set_network(NetworkPolicy.public(), phase=Phase.VERIFIER)
+        public = modal_standin.sandboxes()[record.sandbox_id]
+        sandbox.set_network(NetworkPolicy.offline(), phase=Phase.VERIFIER)
+        offline = modal_standin.sandboxes()[record.sandbox_id]
+        with pytest.raises(UnsupportedError, match="not port"):
+            sandbox.set_network(NetworkPolicy.allowlist(["pypi.org:443"]), phase=Phase.AGENT)
+    assert allowlisted.network == "allowlist"
+    assert allowlisted.outbound_cidrs == ("203.0.113.0/24",)
+    assert allowlisted.outbound_domains == ("pypi.org", "*.astral.sh")
+    # public: every global IPv4 range, not the metadata address, loopback or private ranges
+    cidrs = [ipaddress.ip_network(cidr) for cidr in public.outbound_cidrs]
+    for address in ("8.8.8.8", "1.1.1.1", "203.0.113.7"):
+        assert any(ipaddress.ip_address(address) in cidr for cidr in cidrs), address
+    for address in ("169.254.169.254", "127.0.0.1", "10.1.2.3", "192.168.0.1", "172.16.5.5", "100.64.0.1"):
+        assert not any(ipaddress.ip_address(address) in cidr for cidr in cidrs), address
+    assert public.outbound_domains == ()
+    assert offline.network == "allowlist" and offline.outbound_cidrs == () and offline.outbound_domains == ()
+    assert len(offline.network_changes) == 3
+    assert modal_backend.capabilities.network_modes == ("no-network", "public", "allowlist")
 
 
 @pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("noop", 0.0)])

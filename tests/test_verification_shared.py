@@ -174,7 +174,7 @@ def test_a_service_on_a_unix_socket_in_a_frozen_output_is_still_reached(sandbox:
     sandbox.begin_verification(frozen(tests_dir))
     r = sandbox.exec(
         "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('/app/kv.sock');"
-        " print(s.recv(100).decode())\"; test -p /app/pipe && echo fifo"
+        ' print(s.recv(100).decode())"; test -p /app/pipe && echo fifo'
     )
     assert r.stdout.startswith("pong from ") and r.stdout.endswith("\nfifo\n"), (r.stdout, r.stderr)
 

@@ -13,7 +13,10 @@ scores on that task (0.0 on every built-in task), and its episode must be scored
 sandbox is the agent's failure, not an unscored infrastructure error. The reference solution
 still scores 1.0 on each of these tasks in its mode.
 
-Every case runs on each backend of BACKENDS, shared by the session; each episode gets a
+Every case runs on each backend of BACKENDS, shared by the session (``e2b``: the E2B backend's
+real SDK against the E2B stand-in, so the cloud backends' strict verification, which hands the
+outputs to a fresh provider sandbox, faces the same catalogue; a shared-mode task is skipped on a
+backend that verifies in strict mode only); each episode gets a
 sandbox of its own (a few milliseconds), so a sandbox an attack wrecked (PIDs held, memory
 pinned) cannot spoil the next test: clean restores are tested elsewhere. A verifier the agent
 manages to stall would block a test for good, so an episode that does not end within
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2b_standin import E2BStandin
 
 import envs
 from benchmarks.attacks import ATTACKS, PYTEST_TARGET, Attack, TaskKind, task_kinds
@@ -39,13 +43,19 @@ from envs.base import SUBMIT
 from envs.oracle import run_solution
 from envs.tasks import Task
 from pool import load_backend
+from pool.backends.e2b import E2BBackend
 from pool.contract import Backend
 from pool.verification import VerifyMode
 
 BACKENDS: dict[str, dict[str, Any]] = {
     "local": {"memory_limit_mb": 256, "pids_limit": 128, "disk_limit_mb": 64},
+    "e2b": {},  # its sandboxes are the stand-in's local ones, with the session backend's limits
 }
 """Every backend the suite covers, with the options its sandboxes get here (adding one is one line)."""
+CANNOT_RUN: dict[str, dict[str, str]] = {
+    "e2b": {"pytest-word-count": "the provider's base (the stand-in's) has no pytest; the task takes it from its base"},
+}
+"""Test tasks a backend cannot run here, and why."""
 VERIFIER_TIMEOUT_S = 10.0
 EPISODE_DEADLINE_S = 25.0
 
@@ -118,10 +128,19 @@ class Episode:
 class Arena:
     """Plays scripted episodes of the test tasks on one backend, each in a fresh sandbox."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, name: str, backend: Backend) -> None:
+        self.name = name
         self.backend = backend
         self.tasks = {task_id: load(task_id) for task_id in ALL_TEST_TASKS}
         self._noop: dict[str, Episode] = {}
+
+    def require_mode(self, task_id: str) -> None:
+        """Skip a task whose verification mode the backend does not offer (the runner skips it too)."""
+        if why := CANNOT_RUN.get(self.name, {}).get(task_id):
+            pytest.skip(why)
+        mode = self.tasks[task_id].verification.value
+        if mode not in self.backend.capabilities.verification:
+            pytest.skip(f"this backend does not verify in {mode} mode")
 
     def noop(self, task_id: str) -> Episode:
         """The no-op agent's episode of the task (played once)."""
@@ -168,11 +187,14 @@ class Arena:
 @pytest.fixture(scope="session", params=list(BACKENDS))
 def arena(request: pytest.FixtureRequest, store_dir: Path) -> Iterator[Arena]:
     name = str(request.param)
-    backend = load_backend(name, store_dir=store_dir, **BACKENDS[name])
-    try:
-        yield Arena(backend)
-    finally:
-        backend.close()
+    with contextlib.ExitStack() as stack:
+        if name == "e2b":
+            standin = stack.enter_context(E2BStandin(request.getfixturevalue("backend")))
+            backend: Backend = E2BBackend(api_key=standin.api_key, api_url=standin.url, sandbox_url=standin.url)
+        else:
+            backend = load_backend(name, store_dir=store_dir, **BACKENDS[name])
+        stack.callback(backend.close)
+        yield Arena(name, backend)
 
 
 # -- the catalogue itself --------------------------------------------------------------------------
@@ -208,6 +230,7 @@ def test_every_builtin_task_has_its_kinds_and_test_tasks_are_of_theirs() -> None
 @pytest.mark.parametrize("task_id", ALL_TEST_TASKS)
 def test_noop_scores_zero_and_oracle_one(arena: Arena, task_id: str) -> None:
     """Doing nothing scores 0.0 and the reference solution 1.0, each scored, in the task's own mode."""
+    arena.require_mode(task_id)
     noop = arena.noop(task_id)
     assert noop.scored and noop.reward == 0.0, noop.explain()
     oracle = arena.play(task_id, [SUBMIT], solve=True)
@@ -218,6 +241,7 @@ def test_noop_scores_zero_and_oracle_one(arena: Arena, task_id: str) -> None:
 def test_attack_scores_what_doing_nothing_scores(arena: Arena, attack: Attack, task_id: str) -> None:
     """The attack's episode is scored, and its reward is the no-op agent's."""
     assert attack.aims_at(task_kinds(arena.tasks[task_id]))
+    arena.require_mode(task_id)
     noop = arena.noop(task_id)
     played = arena.play(task_id, list(attack.actions))
     context = f"{attack.name} ({attack.description}) on {task_id}:\n{played.explain()}"

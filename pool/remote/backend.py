@@ -61,9 +61,22 @@ WORKDIR_DIGEST = "workdir-sha256:"
 DIGEST_SCRIPT = (
     "cd / && {{ find {p} -xdev -type f -print0 | sort -z | xargs -0r sha256sum; "
     "find {p} -xdev -print0 | sort -z | xargs -0r stat -c '%n %F %a'; "
-    "find {p} -xdev -type l -print0 | sort -z | xargs -0r readlink; }} 2>/dev/null | sha256sum | cut -c1-64"
+    "find {p} -xdev -type l -print0 | sort -z | xargs -0r readlink; }} 2>/dev/null | sha256sum | cut -c1-64; "
+    "read -r line < /proc/$$/stat && set -- ${{line##*) }} && echo ${{20}}"
 )
-"""What the in-sandbox digest runs (``{p}``: the quoted working directory)."""
+"""What the in-sandbox digest runs (``{p}``: the quoted working directory). Its second line is the
+start time of the digest's shell (clock ticks since the sandbox's boot): every process started
+later is the agent's (see :class:`Started`)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Started:
+    """A provider sandbox whose start digest was checked, ready to be handed to an episode."""
+
+    remote: Any
+    since_ticks: int
+    """When the check ran, in the sandbox's clock ticks since boot (``/proc/PID/stat`` field 22): the
+    processes started at or after it are the episode's, the ones before it the provider's."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -197,7 +210,7 @@ class RemoteBackend(abc.ABC):
         )  # fmt: skip
         labels = {OWNER: self.owner, "snapgym.role": "build"}
         builder = self._create(None, labels, internet=route is BuildRoute.DIRECT, resources=template.resources)
-        sandbox = RemoteSandbox(self, builder, draft, {})
+        sandbox = RemoteSandbox(self, Started(builder, 0), draft, {})
         try:
             network = run_recipe(sandbox, recipe, template, copy_from_image=_no_image_copy, route=route)
             inside = self.inside_digest(builder, recipe.workdir)
@@ -258,11 +271,11 @@ class RemoteBackend(abc.ABC):
             raise error
         return made
 
-    def start(self, snapshot: Snapshot, labels: Mapping[str, str]) -> Any:
+    def start(self, snapshot: Snapshot, labels: Mapping[str, str]) -> Started:
         """A new provider sandbox at ``snapshot``, its workdir digest checked."""
         remote = self._create(snapshot.layers[0], labels, resources=snapshot.resources)
         try:
-            inside = self.inside_digest(remote, snapshot.workdir)
+            inside, since = self._probe(remote, snapshot.workdir)
             if f"{WORKDIR_DIGEST}{inside}" != snapshot.layers[1]:
                 raise SnapshotCorruptError(
                     f"a {self.name} sandbox from snapshot {snapshot.id} ({snapshot.layers[0]}) has a working "
@@ -272,9 +285,9 @@ class RemoteBackend(abc.ABC):
         except BaseException:
             self.kill_later(remote)
             raise
-        return remote
+        return Started(remote, since)
 
-    def start_later(self, snapshot: Snapshot, labels: Mapping[str, str]) -> concurrent.futures.Future[Any]:
+    def start_later(self, snapshot: Snapshot, labels: Mapping[str, str]) -> concurrent.futures.Future[Started]:
         """:meth:`start` on a background thread."""
         return self._workers.submit(self.start, snapshot, labels)
 
@@ -368,14 +381,18 @@ class RemoteBackend(abc.ABC):
 
     def inside_digest(self, remote: Any, workdir: str) -> str:
         """The digest of ``workdir`` computed inside a provider sandbox (see :data:`DIGEST_SCRIPT`)."""
+        return self._probe(remote, workdir)[0]
+
+    def _probe(self, remote: Any, workdir: str) -> tuple[str, int]:
+        """(the digest of ``workdir``, the start time of the shell that computed it)."""
         result = self.provider.run(
             remote, DIGEST_SCRIPT.format(p=shlex.quote(workdir)), cwd="/", env={},
             timeout_s=self.request_timeout_s * 5, cap=4096,
         )  # fmt: skip
-        digest = result.stdout.strip()
-        if result.exit_code != 0 or len(digest) != 64:
+        lines = result.stdout.split()
+        if result.exit_code != 0 or len(lines) != 2 or len(lines[0]) != 64 or not lines[1].isdigit():
             raise BuildError(f"the digest of {workdir} inside a {self.name} sandbox failed: {result.stderr[-500:]}")
-        return digest
+        return lines[0], int(lines[1])
 
     def _check_open(self) -> None:
         if self._closed:

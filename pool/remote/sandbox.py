@@ -33,42 +33,47 @@ from pool.errors import (
     UnsupportedError,
 )
 from pool.remote import verify
+from pool.remote.provider import RawResult
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
 if TYPE_CHECKING:
-    from pool.remote.backend import RemoteBackend
+    from pool.remote.backend import RemoteBackend, Started
 
 MAX_COMMAND_BYTES = 128 << 10
 _STDIN_DIR = "/tmp/.snapgym-stdin"
 _MARK = "SNAPGYM_EXEC_MARK"
 WRAPPER = (
-    _MARK + "={mark} timeout -s KILL {timeout} /bin/sh -c {command} < {stdin}; status=$?\n"
+    "exec 3< {stdin} && case {stdin} in /dev/null) ;; *) rm -f {stdin} ;; esac || exit 126\n"
+    + _MARK
+    + "={mark} timeout -s KILL {timeout} /bin/sh -c {command} <&3 3<&-; status=$?\n"
     "if [ $status -eq 137 ]; then for p in /proc/[0-9]*; do "
-    "tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -qx " + _MARK + "={mark} && kill -9 ${{p#/proc/}} 2>/dev/null; "
-    "done; fi\n"
-    "case {stdin} in /dev/null) ;; *) rm -f {stdin} ;; esac\n"
+    "while IFS= read -r -d '' entry; do [ \"$entry\" = " + _MARK + "={mark} ] && {{ kill -9 ${{p#/proc/}}; break; }}; "
+    "done 2>/dev/null < $p/environ; done; fi\n"
     "exit $status"
 )
-"""How a command runs: under ``timeout``, its processes marked in their environment, so that on a
-timeout every process it started (``setsid`` ones included) is killed. A process that clears its
-own environment escapes the mark and lives until the next restore, which ends the whole sandbox."""
+"""How a command runs (by bash, as every provider runs it): under ``timeout``, its processes marked in
+their environment, so that on a timeout every process it started (``setsid`` ones included) is killed.
+A process that clears its own environment escapes the mark and lives until the next restore, which
+ends the whole sandbox. Nothing but shell builtins runs after the command, so a process the command
+left behind to stop, trace or kill every new process cannot keep the step from returning."""
 
 
 class RemoteSandbox:
     """A sandbox whose current state is one provider sandbox."""
 
-    def __init__(self, backend: RemoteBackend, remote: Any, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
+    def __init__(self, backend: RemoteBackend, started: Started, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
         self._backend = backend
         self._provider = backend.provider
         self._id = f"{backend.name}-{uuid.uuid4().hex[:12]}"
-        self._remote: Any | None = remote
+        self._remote: Any | None = started.remote
+        self._since_ticks = started.since_ticks
         self._snapshot = snapshot
         self._labels = dict(labels)
         self._closed = False
         self._sealed: VerifyMode | None = None
-        self._spare: tuple[str, float, concurrent.futures.Future[Any]] | None = None
+        self._spare: tuple[str, float, concurrent.futures.Future[Started]] | None = None
         self._prepare_spare(snapshot)
 
     # -- identity -------------------------------------------------------------
@@ -212,7 +217,7 @@ class RemoteSandbox:
         old, self._remote = self._remote, None
         if old is not None:
             self._backend.kill_later(old)
-        self._remote = self._take_spare(target) or self._backend.start(target, self._labels)
+        self._hand_over(self._take_spare(target) or self._backend.start(target, self._labels))
         self._snapshot = target
         self._sealed = None
         self._prepare_spare(target)
@@ -232,14 +237,14 @@ class RemoteSandbox:
             raise UnsupportedError("the verifier's turn has begun already; restore() first")
         known_good = plan.known_good or self._snapshot
         self._backend.check_snapshot(known_good)
-        archive, carried, missing = verify.collect_outputs(self, plan)
+        outputs = verify.collect_outputs(self, plan)
         agent, self._remote = self._remote, None
         if agent is not None:
             self._provider.kill(agent)  # the agent's machine, and every process in it, ends first
-        self._remote = self._take_spare(known_good) or self._backend.start(known_good, self._labels)
+        self._hand_over(self._take_spare(known_good) or self._backend.start(known_good, self._labels))
         self._sealed = VerifyMode.STRICT
         self._prepare_spare(self._snapshot)
-        return verify.install(self, plan, archive, carried, missing)
+        return verify.install(self, plan, outputs)
 
     def set_network(self, policy: NetworkPolicy, *, phase: Phase) -> dict[str, str]:
         """Until restore(), reach what ``policy`` allows, enforced by the provider's egress controls;
@@ -280,7 +285,7 @@ class RemoteSandbox:
         self._drop_spare()
         self._spare = (snapshot.id, time.monotonic(), self._backend.start_later(snapshot, self._labels))
 
-    def _take_spare(self, snapshot: Snapshot) -> Any | None:
+    def _take_spare(self, snapshot: Snapshot) -> Started | None:
         """The spare, when it is of ``snapshot`` and young enough: a spare that waited through most of
         its provider lifetime (``spare_max_age_s``) would end under the episode, so it is replaced."""
         spare, self._spare = self._spare, None
@@ -300,14 +305,28 @@ class RemoteSandbox:
         if spare is not None:
             self._discard(spare[2])
 
-    def _discard(self, future: concurrent.futures.Future[Any]) -> None:
-        def kill(done: concurrent.futures.Future[Any]) -> None:
+    def _discard(self, future: concurrent.futures.Future[Started]) -> None:
+        def kill(done: concurrent.futures.Future[Started]) -> None:
             with contextlib.suppress(Exception):
-                self._backend.kill_later(done.result())
+                self._backend.kill_later(done.result().remote)
 
         future.add_done_callback(kill)
 
     # -- helpers --------------------------------------------------------------
+
+    def run_direct(self, command: str, *, timeout_s: float, cwd: str = "/") -> RawResult:
+        """Run ``command`` as the backend's own step: no wrapper, the snapshot's environment, the
+        provider's own timeout (a process the agent stopped cannot stretch it), a 64 KiB output cap."""
+        return self._provider.run(self._live(), command, cwd=cwd, env=self._snapshot.env, timeout_s=timeout_s,
+                                  cap=64 << 10)  # fmt: skip
+
+    @property
+    def since_ticks(self) -> int:
+        """When the current provider sandbox was handed over (see :class:`~pool.remote.backend.Started`)."""
+        return self._since_ticks
+
+    def _hand_over(self, started: Started) -> None:
+        self._remote, self._since_ticks = started.remote, started.since_ticks
 
     def _check_open(self) -> None:
         if self._closed:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pool.egress.policy import NetworkMode, NetworkPolicy
 from pool.errors import UnsupportedError
+from pool.remote.egress import destinations
 
 
 def provider_network(policy: NetworkPolicy) -> dict[str, Any]:
@@ -34,8 +35,7 @@ def provider_network(policy: NetworkPolicy) -> dict[str, Any]:
             f"Daytona filters egress by IPv4 destination and name, not port or IPv6: {', '.join(refused)}; "
             "drop the port, or run the task on a backend with snapgym's egress proxy (local, docker)"
         )
-    cidrs = [str(rule.network) for rule in policy.rules if rule.network is not None]
-    names = [f"*.{rule.name}" if rule.wildcard else str(rule.name) for rule in policy.rules if rule.network is None]
+    cidrs, names = destinations(policy)
     if not (cidrs or names):
         return {"network_block_all": True}
     settings: dict[str, Any] = {}  # an allow list implies the block (network_block_all=False would clear it)

@@ -25,14 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from pool.egress.policy import NetworkMode, NetworkPolicy
-from pool.errors import UnsupportedError
-
-EVERYTHING = "0.0.0.0/0"
-NON_GLOBAL = (
-    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-    "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
-)  # fmt: skip
-"""IPv4 ranges a ``public`` policy still refuses (the egress proxy's rule, for what E2B can express)."""
+from pool.remote.egress import EVERYTHING, NON_GLOBAL, destination, refuse_ports
 
 
 def provider_network(policy: NetworkPolicy) -> dict[str, Any]:
@@ -45,14 +38,5 @@ def provider_network(policy: NetworkPolicy) -> dict[str, Any]:
         return {"deny_out": [EVERYTHING]}
     if policy.mode is NetworkMode.PUBLIC:
         return {"deny_out": list(NON_GLOBAL)}
-    with_port = [rule.text for rule in policy.rules if rule.port is not None]
-    if with_port:
-        raise UnsupportedError(
-            f"E2B filters egress by destination, not port: allow {', '.join(with_port)} without the port, "
-            "or run the task on a backend with snapgym's egress proxy (local, docker)"
-        )
-    allowed = [
-        str(rule.network) if rule.network is not None else f"*.{rule.name}" if rule.wildcard else str(rule.name)
-        for rule in policy.rules
-    ]
-    return {"allow_out": allowed, "deny_out": [EVERYTHING]}
+    refuse_ports(policy, "E2B")
+    return {"allow_out": [destination(rule) for rule in policy.rules], "deny_out": [EVERYTHING]}

@@ -480,6 +480,10 @@ class LocalBackend:
         except BackendError as exc:  # about this sandbox: it is not running, or its verifier could not start
             if str(exc).startswith("out of memory:"):
                 raise SandboxOutOfMemoryError(f"no verifier beside the agent's processes: {exc}") from None
+            if sandbox.init_died_of_oom():  # e.g. a tmpfs it filled, charged to its memory
+                raise SandboxOutOfMemoryError(
+                    f"no verifier beside the agent's processes: they used up the sandbox's memory ({exc})"
+                ) from None
             raise SandboxCrashedError(f"the verifier could not take over the sandbox: {exc}") from None
         sandbox.stage_path = reply.get("stage", sandbox.stage_path)
         return seal.parse_report(plan.mode, reply)

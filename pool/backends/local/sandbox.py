@@ -16,6 +16,7 @@ from pool.backends.local.daemon import Op, StatusTimeoutError, read_status
 from pool.egress.audit import NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import (
+    BackendError,
     CommandRejectedError,
     FileOperationError,
     SandboxClosedError,
@@ -266,6 +267,14 @@ class LocalSandbox:
             raise SandboxCrashedError(
                 "the sandbox's init died (killed from the host); restore() starts it again from its snapshot"
             )
+
+    def init_died_of_oom(self) -> bool:
+        """True when the sandbox's init is gone because its processes used up its memory."""
+        try:
+            reply = self._ping_settled()
+        except BackendError:
+            return False
+        return reply.get("pid", "0") == "0" and reply.get("died") == "oom"
 
     def _ping_settled(self) -> dict[str, str]:
         """The keeper's word on the init, once a dying init (whose pipes close first) has been reaped."""

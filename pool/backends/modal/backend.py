@@ -8,7 +8,8 @@ A template or task that asks for GPUs (``Resources.gpus``, ``gpu_types``; task.t
 ``"H100:2"``). Builds start from ``base_image`` and end in
 ``snapshot_filesystem`` (files only). Every sandbox is created with
 ``block_network`` and Modal's lifetime (``timeout``), so nothing outlives a runner
-killed with SIGKILL by more than ``sandbox_timeout_s``.
+killed with SIGKILL by more than ``sandbox_timeout_s``; a phase's network policy
+replaces the outbound policy at run time (:mod:`.network`).
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class ModalBackend(RemoteBackend):
     @classmethod
     def declared_capabilities(cls) -> Capabilities:
         """The capabilities, stated without credentials or a connection (they do not depend on options)."""
-        return cloud_capabilities(gpu=True, gpu_types=GPU_TYPES, network_modes=("no-network",), isolation=("gvisor",))
+        return cloud_capabilities(gpu=True, gpu_types=GPU_TYPES, isolation=("gvisor",))
 
     @property
     def base_identity(self) -> str:

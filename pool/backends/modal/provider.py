@@ -17,6 +17,7 @@ import json
 import math
 import os
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import modal
 import modal.exception as mx
 
 from pool.backends.modal.errors import provider_errors
+from pool.backends.modal.network import outbound_policy
 from pool.egress.policy import NetworkPolicy
 from pool.errors import UnsupportedError
 from pool.remote.capped import capped_script, cut
@@ -46,6 +48,8 @@ class ModalProvider:
         self.registry = registry
         self._base_image = base_image
         self._lock = threading.Lock()
+        self._widened: weakref.WeakSet[Any] = weakref.WeakSet()
+        """Sandboxes whose policy was replaced: ``no-network`` must then be set, not assumed."""
         self.app_name = app_name
         with provider_errors(f"looking up the app {app_name}"):
             self.app = modal.App.lookup(app_name, create_if_missing=True, client=client)
@@ -116,11 +120,15 @@ class ModalProvider:
         return None
 
     def set_network(self, remote: Any, policy: NetworkPolicy) -> None:
-        if policy.allows_any:
-            raise UnsupportedError(
-                f"the modal backend enforces only no-network so far (every sandbox is created with "
-                f"block_network), not {policy.describe()}"
-            )
+        """Replace the sandbox's outbound policy (see :mod:`.network`); a sandbox that was never widened
+        stays as it was created, blocked, for ``no-network``."""
+        arguments = outbound_policy(policy)
+        with self._lock:
+            if not policy.allows_any and remote not in self._widened:
+                return
+            self._widened.add(remote)
+        with provider_errors(f"setting the sandbox's egress to {policy.describe()}"):
+            remote._experimental_set_outbound_network_policy(**arguments)
 
     def listed(self, labels: Mapping[str, str]) -> Iterator[Listed]:
         with provider_errors("listing sandboxes"):
