@@ -79,6 +79,9 @@ class AttemptResult:
     verification: str | None = None
     """The verification mode the episode ran in ("strict" or "shared")."""
     reset_latency_ms: float | None = None
+    reset_kind: str | None = None
+    """How reset() placed the sandbox: ``restored``, ``created`` (a new sandbox: the first episode of an
+    environment, or after a crash) or ``pristine`` (restored ahead of time)."""
     agent_s: float = 0.0
     env_s: float = 0.0
     episode_s: float = 0.0
@@ -134,6 +137,7 @@ def _play(
     result.sandbox_id, result.provider = info.get("sandbox_id"), info.get("provider")
     result.verification = info.get("verification")
     result.reset_latency_ms = float(info.get("reset_latency_s", 0.0)) * 1000
+    result.reset_kind = info.get("reset_kind")
     policy = _agent_call(result, lambda: agent.start(EpisodeContext(task, env, limits.env_id, spec.seed)))
     if policy is _FAILED:
         return

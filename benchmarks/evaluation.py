@@ -38,7 +38,7 @@ from benchmarks.outage import HealthProbe, Outage, OutageError, OutageGate, Outa
 from benchmarks.records import SessionRecords, Started
 from benchmarks.routing import Supply
 from envs.tasks import Task
-from pool.errors import SnapgymError
+from pool.errors import ConfigError, SnapgymError
 from pool.labels import RUN
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,19 @@ class EvalSettings:
     """An outage longer than this stops the run (the circuit breaker)."""
     outage_backoff_max_s: float = 30.0
     """The longest pause between health probes during an outage."""
+
+    def __post_init__(self) -> None:
+        """Refuse values no episode could run with, before any work starts (naming the key)."""
+        at_least_one = ("episodes_per_task", "concurrency", "max_steps", "max_action_bytes", "max_attempts")
+        positive = ("step_timeout_s", "outage_timeout_s", "outage_backoff_max_s")
+        wrong = [f"{name}={getattr(self, name)} (at least 1)" for name in at_least_one if getattr(self, name) < 1]
+        wrong += [f"{name}={getattr(self, name)} (above 0)" for name in positive if not getattr(self, name) > 0]
+        if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
+            wrong.append(f"episode_timeout_s={self.episode_timeout_s} (above 0, or null for none)")
+        if wrong:
+            keys = {"concurrency": "pool.size"}
+            named = [keys.get(item.split("=")[0], item.split("=")[0]) + "=" + item.split("=", 1)[1] for item in wrong]
+            raise ConfigError(f"invalid run settings: {', '.join(named)}")
 
 
 class RunStoppedError(SnapgymError):

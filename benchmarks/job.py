@@ -48,6 +48,8 @@ class Job:
     """The whole composed config (backend, pool, suite, agent, benchmark, run settings)."""
     output_dir: Path
     """Hydra's run directory (or ``output_dir`` from the config)."""
+    given: frozenset[str] = frozenset()
+    """The top-level config keys given on the command line (a resume warns only about those)."""
     _backends: list[Backend] = field(default_factory=list)
 
     @property

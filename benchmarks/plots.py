@@ -28,10 +28,16 @@ def write_plots(run_dir: Path, frame: pd.DataFrame) -> list[Path]:
 
 def _reward_by_task(run_dir: Path, frame: pd.DataFrame) -> Path:
     counted = frame[~frame["outcome"].isin(UNSCORED)]
-    means = counted.assign(reward=counted["reward"].fillna(0.0)).groupby("task_id")["reward"].mean().sort_index()
+    means = counted.assign(reward=counted["reward"].fillna(0.0)).groupby("task_id")["reward"].mean()
+    unscored = sorted(set(frame["task_id"]) - set(means.index))
+    means = pd.concat([means, pd.Series(0.0, index=unscored)]).sort_index()
     figure = Figure(figsize=(8, max(2.5, 0.3 * len(means) + 1)))
     axes = figure.subplots()
-    axes.barh(means.index, means.values, color="#4c72b0")
+    colors = ["#c0c0c0" if task in unscored else "#4c72b0" for task in means.index]
+    axes.barh(means.index, means.values, color=colors)
+    for row, task in enumerate(means.index):
+        if task in unscored:
+            axes.text(0.01, row, "no scored episode (infrastructure failures)", va="center", fontsize=8)
     axes.set_xlim(0, 1.05)
     axes.set_xlabel("mean reward (infrastructure failures excluded)")
     axes.invert_yaxis()
@@ -40,13 +46,26 @@ def _reward_by_task(run_dir: Path, frame: pd.DataFrame) -> Path:
 
 
 def _reset_latency(run_dir: Path, frame: pd.DataFrame) -> Path:
+    """env.reset() wall time by how the sandbox was placed: a restore is what the headline figures are;
+    a create (each environment's first episode) is a new sandbox."""
     figure = Figure(figsize=(7, 3.5))
     axes = figure.subplots()
-    values = frame["reset_latency_ms"].dropna()
-    axes.hist(values, bins=min(50, max(5, len(values) // 4)), color="#55a868")
-    axes.set_xlabel("reset latency (ms)")
+    kinds = frame["reset_kind"].fillna("restored") if "reset_kind" in frame else pd.Series("restored", frame.index)
+    values = frame["reset_latency_ms"]
+    shown = []
+    for kind, color in (("restored", "#55a868"), ("pristine", "#8172b2"), ("created", "#c44e52")):
+        chosen = values[kinds == kind].dropna()
+        if len(chosen):
+            axes.hist(chosen, bins=min(50, max(5, len(chosen) // 4)), color=color, alpha=0.8,
+                      label=f"{kind}: {len(chosen)}, p50 {chosen.median():.2f} ms")  # fmt: skip
+            shown.append(kind)
+    axes.set_xlabel("env.reset() time (ms)")
     axes.set_ylabel("episodes")
-    axes.set_title(f"Reset latency (p50 {values.median():.2f} ms)" if len(values) else "Reset latency")
+    restored = values[kinds == "restored"].dropna()
+    title = f"Reset latency (restore p50 {restored.median():.2f} ms)" if len(restored) else "Reset latency"
+    axes.set_title(title)
+    if shown:
+        axes.legend(title="sandbox")
     return _save(figure, run_dir / RESET_PLOT)
 
 

@@ -18,7 +18,8 @@
   (Chen et al. 2021), for each k <= the episodes a task has.
 - ``by_task``: per task, the same figures plus ``start_states_identical``.
 - ``start_states_identical``: every episode started from its task snapshot's digest.
-- ``latency_ms``: percentiles (p50/p90/p99/mean/n) of ``reset`` and ``episode``.
+- ``latency_ms``: percentiles (p50/p90/p99/mean/n) of ``reset`` (every env.reset()), ``restore`` (the resets
+  that restored a sandbox, not the ones that created one) and ``episode``.
 - ``throughput``: ``episodes``, ``wall_s``, ``episodes_per_s`` (finished episodes
   per second of wall time, summed over the run's sessions when it was resumed;
   each session's span is measured on its monotonic clock, so a wall-clock step
@@ -130,11 +131,13 @@ def summarize_run(
         "start_states_identical": all(t["start_states_identical"] for t in by_task.values()),
         "latency_ms": {
             "reset": _percentiles(frame.get("reset_latency_ms")),
+            "restore": _percentiles(_restores(frame)),
             "episode": _percentiles(None if frame.empty else frame["episode_s"] * 1000),
         },
         "throughput": _throughput(frame),
         "network": _network_figures(frame),
         "sandbox_seconds": _sandbox_seconds(frame),
+        "infra_causes": _infra_causes(frame),
     }
     summary["headline"] = {
         "mean_reward": summary["mean_reward"],
@@ -145,6 +148,21 @@ def summarize_run(
         "infra_error": counts[INFRA_ERROR],
     }
     return summary
+
+
+def _restores(frame: pd.DataFrame) -> pd.Series | None:
+    """Reset latencies of the episodes whose reset was a restore (not a new sandbox)."""
+    if frame.empty or "reset_kind" not in frame:
+        return None
+    return frame.loc[frame["reset_kind"] == "restored", "reset_latency_ms"]
+
+
+def _infra_causes(frame: pd.DataFrame, most: int = 5) -> dict[str, int]:
+    """The commonest errors of episodes that ended as infrastructure errors, with their counts."""
+    if frame.empty or "error" not in frame:
+        return {}
+    errors = frame.loc[frame["outcome"] == INFRA_ERROR, "error"].fillna("(no message)").astype(str)
+    return {str(error): int(count) for error, count in errors.value_counts().head(most).items()}
 
 
 def write_tables(run_dir: Path, frame: pd.DataFrame, summary: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from benchmarks.cli import check_nested_keys, help_text
 from benchmarks.config import check_backend_options, register_configs, reject_unknown_keys, require_values
 from benchmarks.job import Job, Outcome, ScenarioStoppedError
 from benchmarks.schemas import RunConfig
@@ -49,6 +50,9 @@ SCENARIOS: dict[str, str] = {
 }
 EXIT_USAGE = 2
 """Exit status of a run refused for bad input (config, task, credentials) or stopped by the model's refusal."""
+EXIT_INCOMPLETE = 4
+"""Exit status of a run that finished with episodes its infrastructure left unscored (the cause is
+printed; a resume plays them again)."""
 EXIT_STOPPED = 3
 """Exit status of a run stopped early by its infrastructure (an outage past ``outage_timeout_s``, a
 ledger that could not be written): summary.json holds what finished, and a resume plays the rest."""
@@ -73,7 +77,9 @@ def load_scenario(name: str) -> Scenario:
 
 @hydra.main(config_path="../configs", config_name="config", version_base="1.3")
 def _run(cfg: DictConfig) -> None:
-    job = Job(cfg, Path(HydraConfig.get().runtime.output_dir))
+    hydra = HydraConfig.get()
+    given = frozenset(override.lstrip("+~").split("=", 1)[0].split(".", 1)[0] for override in hydra.overrides.task)
+    job = Job(cfg, Path(hydra.runtime.output_dir), given)
     try:
         reject_unknown_keys(cfg)
         require_values(cfg)
@@ -92,6 +98,10 @@ def _run(cfg: DictConfig) -> None:
     finally:
         job.close()
     _show(outcome, job.output_dir)
+    incomplete = getattr(outcome, "incomplete", None)
+    if callable(incomplete) and (why := incomplete()):
+        print(f"snapgym: run incomplete: {one_line(why)}", file=sys.stderr)
+        sys.exit(EXIT_INCOMPLETE)
 
 
 def _show(outcome: Outcome, output_dir: Path) -> None:
@@ -108,8 +118,13 @@ def one_line(text: str) -> str:
 def main() -> None:
     """Register the config schemas, check top-level keys, then hand the command line to Hydra."""
     register_configs()
+    arguments = sys.argv[1:]
     try:
-        check_top_level_keys(sys.argv[1:])
+        check_top_level_keys(arguments)
+        if "--help" in arguments or "-h" in arguments:
+            print(help_text([a for a in arguments if a not in ("--help", "-h")]))
+            return
+        check_nested_keys(arguments)
     except ConfigError as exc:
         print(f"snapgym: ConfigError: {exc}", file=sys.stderr)
         sys.exit(EXIT_USAGE)

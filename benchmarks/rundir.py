@@ -11,12 +11,15 @@ how fast it runs (backend, pool, progress) may change.
 from __future__ import annotations
 
 import enum
+import json
 import logging
+from collections.abc import Collection
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from benchmarks.ledger import LEDGER_FILE
+from benchmarks.results import SUMMARY_FILE
 from pool.errors import ConfigError
 
 RUN_CONFIG = "run.yaml"
@@ -26,19 +29,25 @@ PLAN_KEYS = (
 )  # fmt: skip
 """Config keys a resume takes from the saved run."""
 OUTPUTS = Path("outputs")
+RAY_PACKAGE_DIR = "working_dir_files"
+"""The folder of Ray's runtime resources that holds a job's copy of its working directory."""
 
 log = logging.getLogger(__name__)
 
 
-def resolve(config: DictConfig, hydra_dir: Path) -> tuple[Path, DictConfig, bool]:
+def resolve(
+    config: DictConfig, hydra_dir: Path, *, given: Collection[str] = ()
+) -> tuple[Path, DictConfig, bool]:
     """The run directory, the config to run with, and whether this resumes an earlier run.
+
+    ``given``: the top-level keys given on the command line; a resume names those it ignores.
 
     Raises:
         ConfigError: resume names a directory without a run, or no unfinished run is found.
     """
     resume = config.resume
     if resume in (False, None, "false", ""):
-        run_dir = Path(config.output_dir) if config.output_dir else hydra_dir
+        run_dir = Path(config.output_dir) if config.output_dir else _outside_ray_package(hydra_dir)
         if (run_dir / LEDGER_FILE).exists():
             raise ConfigError(
                 f"{run_dir} already holds a run; resume it with resume=true output_dir={run_dir}, "
@@ -53,19 +62,54 @@ def resolve(config: DictConfig, hydra_dir: Path) -> tuple[Path, DictConfig, bool
     saved = run_dir / RUN_CONFIG
     if not saved.is_file():
         raise ConfigError(f"cannot resume {run_dir}: it has no {RUN_CONFIG} (is it a snapgym run directory?)")
-    return run_dir, _merge_saved(config, OmegaConf.load(saved)), True
+    return run_dir, _merge_saved(config, OmegaConf.load(saved), given), True
+
+
+def _outside_ray_package(hydra_dir: Path, home: Path | None = None) -> Path:
+    """Hydra's run directory, unless it lies in the copy of the code Ray makes for a job (``ray job submit
+    --working-dir``, deleted with the job's session): then the same relative path under ``~/snapgym-outputs``."""
+    resolved = hydra_dir.resolve()
+    if RAY_PACKAGE_DIR not in resolved.parts:
+        return hydra_dir
+    parts = resolved.parts
+    package_root = parts.index(RAY_PACKAGE_DIR) + 2  # working_dir_files/_ray_pkg_<hash>/...
+    moved = (home or Path.home()) / "snapgym-outputs" / Path(*parts[package_root + 1 :])
+    log.warning("this run's directory would be inside Ray's copy of the code; writing it to %s instead", moved)
+    return moved
 
 
 def latest_run(scenario: str, root: Path = OUTPUTS) -> Path:
-    """The most recently written run directory of ``scenario`` under ``root``."""
-    candidates = []
+    """The most recently written run directory of ``scenario`` under ``root`` that is not finished (see
+    :func:`is_finished`)."""
+    candidates, finished = [], 0
     for path in root.glob(f"**/{RUN_CONFIG}"):
         saved = OmegaConf.load(path)
         if isinstance(saved, DictConfig) and saved.get("benchmark", {}).get("name") == scenario:
-            candidates.append(path.parent)
+            if is_finished(path.parent):
+                finished += 1
+            else:
+                candidates.append(path.parent)
     if not candidates:
-        raise ConfigError(f"resume=true found no {scenario} run under {root}/; give resume=<run directory>")
+        also = f" ({finished} finished ones; nothing to resume)" if finished else ""
+        raise ConfigError(
+            f"resume=true found no unfinished {scenario} run under {root}/{also}; give resume=<run directory>"
+        )
     return max(candidates, key=lambda p: (p / LEDGER_FILE).stat().st_mtime if (p / LEDGER_FILE).exists() else 0)
+
+
+def is_finished(run_dir: Path) -> bool:
+    """True when the run's summary.json says every scheduled episode has a final, scored-or-agent's result
+    (not stopped, nothing left unscored by the infrastructure)."""
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+        counts = summary["counts"]
+        return (
+            "stopped" not in summary
+            and int(counts["finished"]) >= int(counts["scheduled"])
+            and not int(counts.get("infra_error", 0))
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _save(run_dir: Path, config: DictConfig) -> None:
@@ -73,14 +117,14 @@ def _save(run_dir: Path, config: DictConfig) -> None:
     (run_dir / RUN_CONFIG).write_text(OmegaConf.to_yaml(config, resolve=True))
 
 
-def _merge_saved(current: DictConfig, saved: DictConfig | object) -> DictConfig:
+def _merge_saved(current: DictConfig, saved: DictConfig | object, given: Collection[str]) -> DictConfig:
     if not isinstance(saved, DictConfig):
         raise ConfigError(f"the saved {RUN_CONFIG} is not a mapping")
     merged = current.copy()
     ignored = []
     for key in PLAN_KEYS:
         if key in saved:
-            if _plain(current.get(key)) != _plain(saved[key]):
+            if key in given and _plain(current.get(key)) != _plain(saved[key]):
                 ignored.append(key)
             merged[key] = saved[key]
     if ignored:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envs.errors import HostPackagesMissingError, TaskNotFoundError
+from envs.errors import HostPackagesMissingError, TaskError, TaskNotFoundError
 from envs.tasks import Task, builtin_task_ids, load_task, task_dirs
 from pool.errors import ConfigError
 
@@ -36,14 +36,14 @@ def select_tasks(
     """Load the suite and keep the tasks whose ids match ``include`` and not ``exclude``.
 
     When the whole suite is asked for (no ``include``), a task whose apt packages this host
-    lacks is skipped with the reason instead of stopping the run (a fresh machine still runs
-    the rest); a task named in ``include`` must load. ``images`` maps an image to where to get
-    it instead (see ``envs.load_task``'s ``bases``).
+    lacks, or whose directory is invalid, is skipped with the reason instead of stopping the
+    run (a fresh machine still runs the rest); a task named in ``include`` must load.
+    ``images`` maps an image to where to get it instead (see ``envs.load_task``'s ``bases``).
 
     Raises:
         TaskNotFoundError: the folder is missing, or an ``include`` entry matches no task
             (with the closest ids), or nothing is left after filtering.
-        TaskError: a task directory is invalid (the message names the file and field).
+        TaskError: a task named in ``include`` is invalid (the message names the file and field).
     """
     available = _task_specs(path)
     ids = list(available)
@@ -70,8 +70,13 @@ def select_tasks(
                 raise
             skipped[task_id] = f"needs apt-get install {' '.join(exc.packages)}"
             log.warning("skipping task %s: this host lacks %s", task_id, ", ".join(exc.packages))
+        except TaskError as exc:  # one broken directory does not stop the rest of a whole suite
+            if include:
+                raise
+            skipped[task_id] = f"invalid task: {exc}"
+            log.warning("skipping task %s: %s", task_id, exc)
     if not tasks:
-        raise TaskNotFoundError(f"no task of the suite can run on this host: {skipped}")
+        raise TaskNotFoundError(f"no task of the suite can run: {skipped}")
     return Suite(tasks, skipped)
 
 

@@ -169,7 +169,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
                 f"options['snapshot'] must be a Snapshot (from checkpoint()), got {type(target).__name__}"
             )
         started = time.perf_counter()
-        self._place_sandbox(target)
+        reset_kind = self._place_sandbox(target)
         self._apply_network(Phase.AGENT)
         self._on_episode_start()
         latency = time.perf_counter() - started
@@ -184,6 +184,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             "sandbox_id": self._sandbox.id,
             "provider": self._source.name if self._capabilities.sandbox_location == "remote" else None,
             "reset_latency_s": latency,
+            "reset_kind": reset_kind,
             "backend": self._source.name,
             "verification": self.verification.value,
             "network": self.network.as_dict(),
@@ -412,13 +413,15 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._last_text = obs["output"]
         return obs, 0.0, False, True, info
 
-    def _place_sandbox(self, target: Snapshot) -> None:
+    def _place_sandbox(self, target: Snapshot) -> str:
+        """Put a sandbox at ``target``; how: ``pristine`` (restored ahead of time), ``restored`` or ``created``."""
         if self._sandbox is not None and self._pristine_at == target.id and self._sandbox.is_alive:
             self._pristine_at = None
-            return
+            return "pristine"
         current, self._sandbox = self._sandbox, None
         self._sandbox = self._source.place(current, target, task_snapshot=self.task_snapshot)
         self._pristine_at = None
+        return "created" if current is None else "restored"
 
     def _discard_sandbox(self) -> None:
         if self._sandbox is not None:

@@ -12,6 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import benchmarks
+from pool.errors import ConfigError
+
 REPO = Path(__file__).resolve().parents[1]
 METHODS = {
     "restore",
@@ -207,6 +210,9 @@ def test_eval_writes_ledger_tables_summary_and_plots(tmp_path: Path, shared_stor
     assert set(summary["by_task"]) == set(EVAL_TASKS)
     assert summary["start_states_identical"] is True
     assert summary["latency_ms"]["reset"]["n"] == summary["latency_ms"]["episode"]["n"] == 4
+    kinds = episodes["reset_kind"].value_counts().to_dict()  # each environment's first reset creates
+    assert set(kinds) <= {"created", "restored", "pristine"} and sum(kinds.values()) == 4
+    assert (summary["latency_ms"]["restore"] or {}).get("n", 0) == kinds.get("restored", 0)
     assert summary["throughput"]["episodes"] == 4 and summary["throughput"]["episodes_per_s"] > 0
     assert {"mean_reward", "episodes_per_s", "reset_p50_ms"} <= set(summary["headline"])
     for plot in ("reward_by_task.png", "reset_latency.png", "throughput.png"):
@@ -291,6 +297,8 @@ BAD_INPUT = {
     "unknown task": (["suite.include=[no-such-task]"], ["no-such-task", *EVAL_TASKS]),
     "misspelt task": (["suite.include=[log-eror-count]"], ["log-eror-count", "did you mean log-error-count"]),
     "resume of no run": (["resume=/nonexistent"], ["/nonexistent", "run.yaml"]),
+    "mistyped nested key": (["pool.siz=3"], ["'pool.siz'", "did you mean size?", "max_warm"]),
+    "mistyped backend option": (["backend.memory_limt_mb=64"], ["'backend.memory_limt_mb'", "memory_limit_mb"]),
     "llm without a model": (["agent=llm"], ["agent.model"]),
     "llm key not set": (
         ["agent=llm", "agent.model=m", "agent.api_key_env=SNAPGYM_SMOKE_UNSET_KEY"],
@@ -318,6 +326,69 @@ def test_dir_suite_without_a_path_fails_before_any_sandbox(tmp_path: Path) -> No
     assert done.returncode != 0
     assert "suite.path" in done.stderr
     assert not store.exists()
+
+
+def test_invalid_run_settings_are_refused_before_any_sandbox(tmp_path: Path) -> None:
+    store, out = tmp_path / "store", tmp_path / "run"
+    done = run_benchmark("max_steps=-1", "pool.size=0", f"backend.store_dir={store}", f"hydra.run.dir={out}")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "max_steps=-1 (at least 1)" in done.stderr and "pool.size=0 (at least 1)" in done.stderr
+    assert "Traceback" not in done.stderr and not store.exists()
+
+
+def test_a_run_that_leaves_episodes_unscored_says_why_and_exits_non_zero(tmp_path: Path) -> None:
+    """Episodes whose infrastructure failed past their attempts make the run incomplete: exit 4, the
+    commonest cause on stderr, and how to play them again; the results that did finish are written."""
+    suite = tmp_path / "suite"
+    shutil.copytree(REPO / "benchmarks" / "tasks" / "trivial", suite / "trivial")
+    shutil.copytree(REPO / "benchmarks" / "tasks" / "trivial", suite / "broken")
+    (suite / "broken" / "environment" / "setup.sh").write_text("#!/bin/sh\necho the mirror is down >&2\nexit 1\n")
+    store, out = tmp_path / "store", tmp_path / "run"
+    done = run_benchmark("suite=dir", f"suite.path={suite}", "progress=false", "benchmark.plots=false",
+                         f"backend.store_dir={store}", f"hydra.run.dir={out}")  # fmt: skip
+    assert done.returncode == 4, done.stderr[-3000:]
+    assert "run incomplete: 1 episode(s) ended unscored by infrastructure failures" in done.stderr
+    assert "the mirror is down" in done.stderr and "resume=" in done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"]["infra_error"] == 1 and summary["by_task"]["trivial"]["mean_reward"] == 1.0
+    assert any("the mirror is down" in cause for cause in summary["infra_causes"])
+
+
+def test_run_benchmark_from_python_checks_and_runs_as_the_command_line(tmp_path: Path, shared_store: Path) -> None:
+    with pytest.raises(ConfigError, match="did you mean size"):
+        benchmarks.run_benchmark("pool.siz=2")
+    outcome = benchmarks.run_benchmark(
+        "agent=noop", "suite.include=[log-error-count]", "progress=false", "benchmark.plots=false",
+        f"backend.store_dir={shared_store}", f"output_dir={tmp_path / 'run'}",
+    )  # fmt: skip
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["mean_reward"] == 0.0 and summary["counts"]["finished"] == 1
+    assert "mean reward 0.000" in outcome.table()
+
+
+def test_help_lists_what_a_user_can_pick_and_the_config(tmp_path: Path) -> None:
+    done = run_benchmark("--help", "backend=docker")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "agent: llm, noop, oracle, replay" in done.stdout and "pool: direct, ray" in done.stdout
+    assert "_schema" not in done.stdout
+    assert "shared_verification" in done.stdout  # the composed config, with the backend chosen
+
+
+def test_an_invalid_task_directory_is_skipped_in_a_whole_suite_and_an_error_when_named(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    shutil.copytree(REPO / "benchmarks" / "tasks" / "trivial", suite / "trivial")
+    shutil.copytree(REPO / "benchmarks" / "tasks" / "trivial", suite / "bad")
+    (suite / "bad" / "task.toml").write_text("this is [not toml\n")
+    store, out = tmp_path / "store", tmp_path / "run"
+    done = run_benchmark("suite=dir", f"suite.path={suite}", "progress=false", "benchmark.plots=false",
+                         f"backend.store_dir={store}", f"hydra.run.dir={out}")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["by_task"]) == {"trivial"}
+    assert "task.toml is not valid TOML" in summary["skipped_tasks"]["bad"]
+    named = run_benchmark("suite=dir", f"suite.path={suite}", "suite.include=[bad]", f"backend.store_dir={store}",
+                          f"hydra.run.dir={tmp_path / 'named'}")  # fmt: skip
+    assert named.returncode == 2 and "task.toml is not valid TOML" in named.stderr
 
 
 def test_a_task_whose_host_packages_are_missing_is_skipped_not_fatal(tmp_path: Path) -> None:

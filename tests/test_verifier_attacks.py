@@ -56,8 +56,8 @@ CANNOT_RUN: dict[str, dict[str, str]] = {
     "e2b": {"pytest-word-count": "the provider's base (the stand-in's) has no pytest; the task takes it from its base"},
 }
 """Test tasks a backend cannot run here, and why."""
-VERIFIER_TIMEOUT_S = 10.0
-EPISODE_DEADLINE_S = 25.0
+VERIFIER_TIMEOUT_S = 15.0
+EPISODE_DEADLINE_S = 35.0
 
 STRICT_ANSWER_IN_TESTS = "config-rewrite"
 SHARED_ANSWER_IN_TESTS = "pytest-word-count@shared"

@@ -76,10 +76,28 @@ class EvalOutcome:
         """Per-task table and totals."""
         return results.format_summary(self.summary) + f"\nresults: {self.run_dir}"
 
+    def incomplete(self) -> str | None:
+        """Why the run's results are incomplete (episodes left unscored by infrastructure failures past
+        their attempts, with the commonest causes), or None."""
+        unscored = int(self.summary.get("counts", {}).get("infra_error", 0))
+        if not unscored:
+            return None
+        causes = "; ".join(f"{count}x {_ends(error)}" for error, count in self.summary.get("infra_causes", {}).items())
+        return (
+            f"{unscored} episode(s) ended unscored by infrastructure failures ({causes}); fix the cause and resume "
+            f"the run (python -m benchmarks.run resume={self.run_dir}) to play them again"
+        )
+
+
+def _ends(text: str, keep: int = 200) -> str:
+    """A long message as its beginning and end (a build error's cause is in its last lines)."""
+    text = " ".join(text.split())
+    return text if len(text) <= 2 * keep else f"{text[:keep]} ... {text[-keep:]}"
+
 
 def run(job: Job) -> EvalOutcome:
     """Run the evaluation the job's config describes; see the module docstring."""
-    run_dir, config, resumed = rundir.resolve(job.config, job.output_dir)
+    run_dir, config, resumed = rundir.resolve(job.config, job.output_dir, given=job.given)
     agent = make_agent(_plain(config.agent))
     suite = _suite(config)
     return evaluate(job, config, run_dir, suite.tasks, agent, resumed=resumed, plots=config.benchmark.plots,

@@ -99,7 +99,7 @@ class IntegrityOutcome:
 
 def run(job: Job) -> IntegrityOutcome:
     """Play the baseline and every attack in every mode; see the module docstring."""
-    run_dir, config, resumed = rundir.resolve(job.config, job.output_dir)
+    run_dir, config, resumed = rundir.resolve(job.config, job.output_dir, given=job.given)
     settings = _settings(config.benchmark)
     attacks = select_attacks(settings.attacks)
     tasks = [_capped(task, settings.verifier_timeout_s) for task in _tasks(config, settings)]

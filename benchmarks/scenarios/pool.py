@@ -194,8 +194,16 @@ def _capacity(cfg: PoolBenchConfig, backend: str, options: dict[str, Any]) -> di
     finally:
         pool.close()
     per_sandbox = (after - before) / ready / 2**20 if ready else None
+    found: dict[str, Any] = {}
+    if per_sandbox is not None and per_sandbox <= 0:  # the machine freed more than the sandboxes took
+        found["memory_note"] = (
+            f"used memory fell by {(before - after) / 2**20:.1f} MiB while {ready} sandboxes warmed (other processes "
+            "freed memory): no figure; run it again on a quieter machine"
+        )
+        per_sandbox = None
     return {"requested": n, "ready": ready, "warm_up_s": warm_s, "memory_per_sandbox_mib": per_sandbox,
-            "used_before_mib": before / 2**20, "used_after_mib": after / 2**20, "machines": len(machines)}  # fmt: skip
+            "used_before_mib": before / 2**20, "used_after_mib": after / 2**20, "machines": len(machines),
+            **found}  # fmt: skip
 
 
 def _targets(

@@ -74,7 +74,7 @@ class ThroughputOutcome:
 def run(job: Job) -> ThroughputOutcome:
     """Measure throughput at ``pool.size``; see the module docstring."""
     cfg: ThroughputConfig = job.settings
-    run_dir, config, _ = rundir.resolve(job.config, job.output_dir)
+    run_dir, config, _ = rundir.resolve(job.config, job.output_dir, given=job.given)
     task = load_task(cfg.task or TRIVIAL_TASK)
     agent = ReplayAgent(actions=episode_actions(cfg.steps))
     config = config.copy()

@@ -1,0 +1,50 @@
+"""Run a benchmark scenario from Python (a notebook, a script, a Ray task) exactly as the command line does."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from benchmarks.cli import check_nested_keys, compose_config, config_overrides
+from benchmarks.config import check_backend_options, register_configs, reject_unknown_keys, require_values
+from benchmarks.job import Job, Outcome
+
+
+def run_benchmark(*overrides: str) -> Outcome:
+    """What ``python -m benchmarks.run OVERRIDES`` does, returning the scenario's outcome.
+
+    The same config (``configs/`` composed with ``overrides``), the same checks before any work
+    (unknown keys named with the closest valid ones, missing values, backend options), the same
+    files in the run directory (``output_dir=...``, else ``outputs/<date>/<time>-<benchmark>``).
+    The outcome prints as the command line's table (``.table()``); an eval's has ``.summary``
+    (summary.json) and ``.run_dir``.
+
+    Raises:
+        ConfigError: bad input, named; ScenarioStoppedError: the run stopped early (an outage),
+        with what finished written.
+    """
+    from benchmarks.run import check_top_level_keys, load_scenario  # the command line's own checks
+
+    register_configs()
+    given = config_overrides(overrides)
+    check_top_level_keys(given)
+    check_nested_keys(given)
+    config = compose_config(given)
+    reject_unknown_keys(config)
+    require_values(config)
+    check_backend_options(config)
+    name = str(config.benchmark.name)
+    scenario = load_scenario(name)
+    output_dir = Path(config.output_dir) if config.output_dir else _default_output_dir(name)
+    keys = frozenset(override.lstrip("+~").split("=", 1)[0].split(".", 1)[0] for override in given)
+    job = Job(config, output_dir, keys)
+    try:
+        outcome = scenario(job)
+    finally:
+        job.close()
+    outcome.write(output_dir)
+    return outcome
+
+
+def _default_output_dir(name: str) -> Path:
+    return Path("outputs") / time.strftime("%Y-%m-%d") / f"{time.strftime('%H-%M-%S')}-{name}"
