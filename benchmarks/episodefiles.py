@@ -1,8 +1,15 @@
-"""Per-episode files of a run: ``<run>/episodes/<task>/<sample>-<attempt>/``.
+"""Per-episode files of a run: ``<run>/episodes/<task>/<sample>-<attempt>/``, laid out as Harbor's trials are.
 
-Written only when an episode has something to keep (today: its network audit,
-``network.json``, when the sandbox tried to reach anything). The ledger record
-names the folder, relative to the run directory.
+- ``result.json``: the episode's result record (the ledger's line, as JSON).
+- ``agent/trajectory.json``: what the agent did and saw, in ATIF (:mod:`envs.trajectory`).
+- ``verifier/test-stdout.txt``: the verifier's output (test.sh's stdout and stderr, capped by the
+  environment), and ``verifier/result.json``: its verdict without the output (reward, exit code,
+  timing, removed links, missing outputs, notes).
+- ``network.json``: the connection attempts, when the sandbox tried to reach anything.
+
+The ledger record names each file (``files``), relative to the run directory; the
+ledger, not these files, is the run's durable record (they are written without fsync,
+each whole or not at all).
 """
 
 from __future__ import annotations
@@ -15,6 +22,10 @@ from typing import Any
 
 EPISODES_DIR = "episodes"
 NETWORK_FILE = "network.json"
+RESULT_FILE = "result.json"
+TRAJECTORY_FILE = "agent/trajectory.json"
+VERIFIER_OUTPUT_FILE = "verifier/test-stdout.txt"
+VERIFIER_RESULT_FILE = "verifier/result.json"
 MAX_CONNECTIONS_KEPT = 2000
 """The most connection records written per episode (the summary counts them all)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -31,12 +42,37 @@ def write_network(run_dir: Path, folder: str, network: dict[str, Any]) -> str:
     kept = {**network, "connections": connections[:MAX_CONNECTIONS_KEPT]}
     if len(connections) > MAX_CONNECTIONS_KEPT:
         kept["connections_not_written"] = len(connections) - MAX_CONNECTIONS_KEPT
-    target = run_dir / folder / NETWORK_FILE
+    return write_json(run_dir, f"{folder}/{NETWORK_FILE}", kept)
+
+
+def write_trajectory(run_dir: Path, folder: str, trajectory: dict[str, Any]) -> str:
+    """Write an episode's ATIF trajectory; returns its path relative to the run directory."""
+    return write_json(run_dir, f"{folder}/{TRAJECTORY_FILE}", trajectory)
+
+
+def write_verifier(run_dir: Path, folder: str, verdict: dict[str, Any]) -> dict[str, str]:
+    """Write the verifier's output and verdict; returns their paths by kind."""
+    output = str(verdict.get("output") or "")
+    rest = {key: value for key, value in verdict.items() if key != "output"}
+    return {
+        "verifier_output": write_text(run_dir, f"{folder}/{VERIFIER_OUTPUT_FILE}", output),
+        "verifier": write_json(run_dir, f"{folder}/{VERIFIER_RESULT_FILE}", rest),
+    }
+
+
+def write_json(run_dir: Path, relative: str, document: Any) -> str:
+    """Write ``document`` as JSON at ``run_dir / relative``, whole or not at all; returns ``relative``."""
+    return write_text(run_dir, relative, json.dumps(document, indent=1, default=str) + "\n")
+
+
+def write_text(run_dir: Path, relative: str, text: str) -> str:
+    """Write ``text`` at ``run_dir / relative``, whole or not at all; returns ``relative``."""
+    target = run_dir / relative
     target.parent.mkdir(parents=True, exist_ok=True)
-    staged = target.with_name(f".{NETWORK_FILE}.tmp")
-    staged.write_text(json.dumps(kept, indent=1, default=str) + "\n")
+    staged = target.with_name(f".{target.name}.tmp")
+    staged.write_text(text, errors="replace")
     os.replace(staged, target)
-    return f"{folder}/{NETWORK_FILE}"
+    return relative
 
 
 def network_record(network: dict[str, Any] | None) -> dict[str, Any] | None:

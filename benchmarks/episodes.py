@@ -34,6 +34,7 @@ import gymnasium as gym
 from benchmarks.agents.base import Agent, EpisodeContext, ModelRequestError, ModelUnavailableError
 from envs.errors import InvalidActionError
 from envs.tasks import Task
+from envs.trajectory import Trajectory
 
 SCORED = "scored"
 AGENT_ERROR = "agent_error"
@@ -88,6 +89,10 @@ class AttemptResult:
     extra: dict[str, Any] = field(default_factory=dict)
     network: dict[str, Any] | None = None
     """The episode's connection attempts (``info["network"]``: policy, connections, summary), when audited."""
+    trajectory: Trajectory | None = None
+    """What the agent did and saw, step by step (written to the episode's folder, not the ledger)."""
+    verifier: dict[str, Any] | None = None
+    """The verifier's verdict (``info["verifier"]``: reward, output, exit code, ...), for the episode's folder."""
 
     @property
     def is_retryable(self) -> bool:
@@ -138,6 +143,8 @@ def _play(
     result.verification = info.get("verification")
     result.reset_latency_ms = float(info.get("reset_latency_s", 0.0)) * 1000
     result.reset_kind = info.get("reset_kind")
+    tool = "python" if limits.env_id.endswith("Python-v0") else "shell"
+    result.trajectory = trajectory = Trajectory(task.instruction, tool)
     policy = _agent_call(result, lambda: agent.start(EpisodeContext(task, env, limits.env_id, spec.seed)))
     if policy is _FAILED:
         return
@@ -154,6 +161,7 @@ def _play(
             obs, reward, terminated, truncated, info = env.unwrapped.refuse(f"invalid action: {exc}")  # type: ignore[attr-defined]
         result.env_s += time.perf_counter() - clock
         result.steps = int(info.get("step", result.steps + 1))
+        trajectory.add(str(action), obs, info, getattr(policy, "last_turn", None))
         if terminated or truncated:
             _finish(result, float(reward), info)
             return
@@ -186,6 +194,7 @@ def _agent_call(result: AttemptResult, call: Any) -> Any:
 def _finish(result: AttemptResult, reward: float, info: dict[str, Any]) -> None:
     result.end_reason = info.get("end_reason")
     result.network = info.get("network")
+    result.verifier = info.get("verifier")
     failure = info.get("network_failure")
     if failure and info.get("unscored_reason") in (NETWORK_DENIED, NETWORK_UNREACHABLE):
         result.outcome, result.error = info["unscored_reason"], str(failure.get("hint", ""))

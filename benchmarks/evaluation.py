@@ -33,7 +33,7 @@ import gymnasium as gym
 from benchmarks import episodefiles
 from benchmarks.agents.base import Agent, ModelRequestError
 from benchmarks.episodes import INFRA_ERROR, AttemptResult, EpisodeLimits, EpisodeSpec, play
-from benchmarks.ledger import Ledger, LedgerWriteError
+from benchmarks.ledger import Ledger, LedgerWriteError, attempt_id
 from benchmarks.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy
 from benchmarks.records import SessionRecords, Started
 from benchmarks.routing import Supply
@@ -371,10 +371,24 @@ class Evaluation:
         self, spec: EpisodeSpec, attempt: int, result: AttemptResult, started: Started, failures: int
     ) -> dict[str, Any]:
         snapshot = self._snapshots.get(spec.task_id)
-        files = {}
-        if result.network and result.network.get("connections"):
-            folder = episodefiles.episode_dir(spec.task_id, spec.sample, attempt)
-            files["network"] = episodefiles.write_network(self.ledger.path.parent, folder, result.network)
+        run_dir, folder = self.ledger.path.parent, episodefiles.episode_dir(spec.task_id, spec.sample, attempt)
+        files = {"dir": folder, "result": f"{folder}/{episodefiles.RESULT_FILE}"}
+        try:
+            if result.trajectory is not None:
+                atif = result.trajectory.as_atif(
+                    session_id=attempt_id(spec.episode_id, attempt), agent=self.agent.name, env_id=self.settings.env_id,
+                    model_name=getattr(self.agent, "model", None),
+                )  # fmt: skip
+                files["trajectory"] = episodefiles.write_trajectory(run_dir, folder, atif)
+            if result.verifier is not None:
+                files.update(episodefiles.write_verifier(run_dir, folder, result.verifier))
+            if result.network and result.network.get("connections"):
+                files["network"] = episodefiles.write_network(run_dir, folder, result.network)
+        except OSError as exc:  # the episode's files are a convenience: the ledger holds the result
+            log.warning("the files of episode %s could not be written: %s", spec.episode_id, exc)
         backend = self.supply.for_task(self.tasks[spec.task_id]).name
-        return self.records.result(spec, attempt, result, started=started, failures=failures, snapshot=snapshot,
-                                   backend=backend, files=files)  # fmt: skip
+        record = self.records.result(spec, attempt, result, started=started, failures=failures, snapshot=snapshot,
+                                     backend=backend, files=files)  # fmt: skip
+        with contextlib.suppress(OSError):
+            episodefiles.write_json(run_dir, files["result"], record)
+        return record

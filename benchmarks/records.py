@@ -75,6 +75,8 @@ class SessionRecords:
         files by kind, relative to the run directory)."""
         fields = asdict(result)
         extra = fields.pop("extra")
+        fields.pop("trajectory")  # the episode's files hold these
+        fields.pop("verifier")
         fields["network"] = network_record(fields.pop("network"))
         finished = self.now()
         return {

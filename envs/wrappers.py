@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs.base import SandboxEnv
+from envs.trajectory import Trajectory
 from pool.errors import ConfigError
 
 Obs = dict[str, Any]
@@ -33,26 +34,45 @@ class RecordTrajectory(gym.Wrapper[Obs, str, Obs, str]):
 
     Lines are flushed as they are written, so a crash loses at most the line
     being written; with ``fsync=True`` each episode's end is also synced to disk.
+    With ``atif_dir``, each finished episode is also written there as
+    ``<episode>.json`` in ATIF (:mod:`envs.trajectory`), the format the runner
+    writes into each episode's folder.
 
     Args:
         env: the environment to record.
         path: the JSONL file (appended to; parent folders are created).
         fsync: sync the file to disk at the end of each episode.
+        atif_dir: a folder for each episode's ATIF trajectory (None: none written).
+        agent: the agent's name in the ATIF documents.
     """
 
-    def __init__(self, env: gym.Env[Obs, str], path: str | os.PathLike[str], *, fsync: bool = False) -> None:
+    def __init__(
+        self,
+        env: gym.Env[Obs, str],
+        path: str | os.PathLike[str],
+        *,
+        fsync: bool = False,
+        atif_dir: str | os.PathLike[str] | None = None,
+        agent: str = "unnamed",
+    ) -> None:
         super().__init__(env)
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
         self._fsync = fsync
         self._episode: str | None = None
+        self.atif_dir = Path(atif_dir) if atif_dir is not None else None
+        self._agent = agent
+        self._trajectory: Trajectory | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
         """Reset and record the start: task, snapshot, digest, latency, instruction."""
         obs, info = self.env.reset(seed=seed, options=options)
         self._episode = uuid.uuid4().hex
         self._write({"event": "reset", "seed": seed, "observation": obs["output"], "info": info})
+        if self.atif_dir is not None:
+            tool = "python" if self._env_id.endswith("Python-v0") else "shell"
+            self._trajectory = Trajectory(str(obs["output"]), tool)
         return obs, info
 
     def step(self, action: str) -> tuple[Obs, float, bool, bool, dict[str, Any]]:
@@ -74,7 +94,25 @@ class RecordTrajectory(gym.Wrapper[Obs, str, Obs, str]):
         )
         if (terminated or truncated) and self._fsync:
             os.fsync(self._file.fileno())
+        if self._trajectory is not None:
+            self._trajectory.add(action, obs, info, None)
+            if terminated or truncated:
+                self._write_atif(self._trajectory)
+                self._trajectory = None
         return obs, float(reward), terminated, truncated, info
+
+    @property
+    def _env_id(self) -> str:
+        spec = self.env.spec
+        return spec.id if spec is not None else type(self.env.unwrapped).__name__
+
+    def _write_atif(self, trajectory: Trajectory) -> None:
+        assert self.atif_dir is not None and self._episode is not None
+        document = trajectory.as_atif(session_id=self._episode, agent=self._agent, env_id=self._env_id)
+        self.atif_dir.mkdir(parents=True, exist_ok=True)
+        staged = self.atif_dir / f".{self._episode}.json.tmp"
+        staged.write_text(json.dumps(document, indent=1, default=_jsonable, ensure_ascii=False) + "\n")
+        os.replace(staged, self.atif_dir / f"{self._episode}.json")
 
     def close(self) -> None:
         """Close the file and the environment."""

@@ -234,6 +234,18 @@ def test_scripted_model_solves_the_task(chat_server: ChatServer, tmp_path: Path,
     assert second.messages[3]["role"] == "user"
     assert "127" in second.messages[3]["content"]
 
+    # the episode's folder: the trajectory in ATIF, with the model's replies and token counts
+    trajectory = json.loads((run.run_dir / result["files"]["trajectory"]).read_text())
+    assert trajectory["schema_version"] == "ATIF-v1.4" and trajectory["agent"]["model_name"] == "scripted"
+    user, solve, submit = trajectory["steps"]
+    assert user == {"step_id": 1, "source": "user", "message": load_task(TASK).instruction}
+    assert solve["message"] == SOLVE_REPLY and solve["model_name"] == "scripted"
+    assert solve["metrics"] == {"prompt_tokens": 10, "completion_tokens": 5}
+    assert "127" in solve["observation"]["results"][0]["content"] and solve["extra"]["exit_code"] == 0
+    assert submit["tool_calls"][0]["function_name"] == "submit"
+    assert trajectory["final_metrics"] == {"total_steps": 2, "total_prompt_tokens": 20, "total_completion_tokens": 10}
+    assert json.loads((run.run_dir / result["files"]["result"]).read_text()) == result
+
 
 @pytest.mark.timeout(120)
 def test_the_key_never_reaches_the_sandbox_or_the_records(

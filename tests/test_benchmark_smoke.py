@@ -190,6 +190,17 @@ def test_eval_writes_ledger_tables_summary_and_plots(tmp_path: Path, shared_stor
     records = [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]
     results = [r for r in records if r["kind"] == "result"]
     assert sorted(r["episode_id"] for r in results) == [f"{t}:{i}" for t in sorted(EVAL_TASKS) for i in (0, 1)]
+    for result in results:  # each episode's folder, as Harbor's trials: result, trajectory, verifier output
+        files = result["files"]
+        assert files["dir"] == f"episodes/{result['task_id']}/{result['sample']}-{result['attempt']}"
+        assert json.loads((out / files["result"]).read_text()) == result
+        trajectory = json.loads((out / files["trajectory"]).read_text())
+        assert trajectory["session_id"] == result["attempt_id"] and trajectory["steps"][0]["source"] == "user"
+        assert trajectory["final_metrics"]["total_steps"] == len(trajectory["steps"]) - 1 == result["steps"] + 1
+        assert trajectory["steps"][-1]["tool_calls"][0]["function_name"] == "submit"  # not a step of the count
+        verdict = json.loads((out / files["verifier"]).read_text())
+        assert verdict["reward"] == 1.0 and "output" not in verdict
+        assert (out / files["verifier_output"]).is_file()
 
     episodes = pd.read_parquet(out / "episodes.parquet")
     assert not EPISODE_COLUMNS - set(episodes.columns)

@@ -162,6 +162,26 @@ def test_record_trajectory_writes_one_json_object_per_event(backend: LocalBacken
     assert len(read_jsonl(path)) == 7
 
 
+def test_record_trajectory_also_writes_each_episode_in_atif(backend: LocalBackend, tmp_path: Path) -> None:
+    """With atif_dir, every finished episode is an ATIF document, as the runner writes per episode."""
+    env = envs.RecordTrajectory(envs.ShellEnv(TASK, backend=backend), tmp_path / "t.jsonl", atif_dir=tmp_path / "atif",
+                                agent="me")  # fmt: skip
+    env.reset()
+    env.step("echo hi")
+    env.step(envs.SUBMIT)
+    env.reset()  # unfinished: not written
+    env.close()
+    (written,) = (tmp_path / "atif").glob("*.json")
+    document = json.loads(written.read_text())
+    assert document["schema_version"] == "ATIF-v1.4" and document["agent"]["name"] == "me"
+    assert document["session_id"] == read_jsonl(tmp_path / "t.jsonl")[0]["episode"] == written.stem
+    user, hi, submit = document["steps"]
+    assert user["message"] == envs.load_task(TASK).instruction
+    assert hi["tool_calls"][0]["arguments"] == {"command": "echo hi"}
+    assert hi["observation"]["results"][0]["content"] == "hi\n[exit code 0]"
+    assert submit["tool_calls"][0]["function_name"] == "submit"
+
+
 # -- CommandPolicy --------------------------------------------------------------------------
 
 

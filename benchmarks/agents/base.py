@@ -48,7 +48,10 @@ class Policy(Protocol):
     """One episode's decision maker."""
 
     def act(self, observation: Observation, info: dict[str, Any]) -> str:
-        """The next action, given the last observation and info (``envs.SUBMIT`` ends the episode)."""
+        """The next action, given the last observation and info (``envs.SUBMIT`` ends the episode).
+
+        A policy may also keep ``last_turn``, a dict with its last ``message``, ``model_name``,
+        ``prompt_tokens`` and ``completion_tokens``; the runner writes it into the trajectory."""
 
 
 class Agent(Protocol):

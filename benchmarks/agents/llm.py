@@ -58,6 +58,7 @@ class LLMAgent:
         max_retries: int = 4,
     ) -> None:
         self.name = f"llm:{model}"
+        self.model = model
         self.whole_task_steps = False
         key = os.environ.get(api_key_env) if api_key_env else None
         if api_key_env and not key:
@@ -91,6 +92,8 @@ class _ChatPolicy:
         self._params = params
         self._limit = limit
         self._replied = False
+        self.last_turn: dict[str, Any] | None = None
+        """The last reply, its model and token counts (the runner writes them into the trajectory)."""
 
     def act(self, observation: Observation, info: dict[str, Any]) -> str:
         if self._replied:
@@ -98,6 +101,10 @@ class _ChatPolicy:
         reply = complete(self._endpoint, self._messages, **self._params)
         self._replied = True
         self._messages.append({"role": "assistant", "content": reply.content})
+        self.last_turn = {
+            "message": reply.content, "model_name": self._endpoint.model,
+            "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+        }  # fmt: skip
         return action_from_reply(reply.content)
 
 
