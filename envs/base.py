@@ -142,6 +142,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self.task_snapshot = self._source.prepare(template_for(self.task.template, self.network))
         self._sandbox: Sandbox | None = None
         self._pristine_at: str | None = None
+        self.fork_point: Snapshot | None = None
+        """Where a plain ``reset()`` starts a child of ``fork()`` (None: the task's snapshot)."""
         self._state = EpisodeState.NEEDS_RESET
         self._steps = 0
         self._episode_started = 0.0
@@ -155,7 +157,9 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         """Start an episode at the task's snapshot, or at ``options["snapshot"]``.
 
         Returns the instruction as the observation; ``info`` holds the task id,
-        the snapshot id, the start state's digest and the reset latency.
+        the snapshot id, where it started (``started_at``: ``task``, ``fork`` for a
+        child of ``fork()``, or ``snapshot``), the start state's digest and the reset
+        latency.
         """
         super().reset(seed=seed)
         self._check_not_closed()
@@ -163,7 +167,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         unknown = set(options) - _RESET_OPTIONS
         if unknown:
             raise ConfigError(f"unknown reset option(s) {sorted(unknown)}; known: {sorted(_RESET_OPTIONS)}")
-        target = options.get("snapshot") or self.task_snapshot
+        target = options.get("snapshot") or self.fork_point or self.task_snapshot
+        started_at = "snapshot" if options.get("snapshot") else "fork" if self.fork_point else "task"
         if not isinstance(target, Snapshot):
             raise ConfigError(
                 f"options['snapshot'] must be a Snapshot (from checkpoint()), got {type(target).__name__}"
@@ -180,6 +185,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         info = {
             "task_id": self.task.id,
             "snapshot_id": target.id,
+            "started_at": started_at,
             "start_digest": self._sandbox.start_digest,
             "sandbox_id": self._sandbox.id,
             "provider": self._source.name if self._capabilities.sandbox_location == "remote" else None,
@@ -242,9 +248,13 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
     def fork(self, n: int, snapshot: Snapshot | None = None) -> list[SandboxEnv]:
         """``n`` new environments whose sandboxes already sit at ``snapshot``.
 
-        Their ``reset(options={"snapshot": snapshot})`` is then free. Without a
-        snapshot, the current state is checkpointed first. Close each child
-        when done; the children share this environment's backend.
+        Each child's ``reset()`` starts at the fork point (its first one is free:
+        the sandbox is already there), every time, and ``info["started_at"]`` says
+        ``"fork"``; ``reset(options={"snapshot": child.task_snapshot})`` starts
+        one at the task's start instead. As for any environment, ``reset()`` comes
+        before ``step()``. Without a snapshot, the current state is checkpointed
+        first. Close each child when done; the children share this environment's
+        backend.
         """
         if n < 1:
             raise ConfigError(f"fork needs n >= 1, got {n}")
@@ -255,6 +265,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             child = self._sibling()
             child._sandbox = sandbox
             child._pristine_at = snapshot.id
+            child.fork_point = snapshot
             children.append(child)
         return children
 

@@ -89,11 +89,17 @@ def test_fork_without_a_snapshot_checkpoints_the_current_state(shell: envs.Shell
     out(shell, "echo now > /app/now.txt")
     (child,) = shell.fork(1)
     try:
-        _, info = child.reset(options={"snapshot": child.sandbox.start_snapshot})  # type: ignore[union-attr]
+        _, info = child.reset()  # a child starts at the fork point, and says so
         assert out(child, "cat /app/now.txt") == "now\n[exit code 0]"
-        assert info["start_digest"] != shell.task_snapshot.digest
-        child.reset()
-        assert "No such file" in out(child, "cat /app/now.txt")
+        assert info["start_digest"] != shell.task_snapshot.digest and info["started_at"] == "fork"
+        assert child.fork_point is not None and info["snapshot_id"] == child.fork_point.id
+        out(child, "rm /app/now.txt")
+        _, again = child.reset()  # every plain reset: the fork point, not the task's start
+        assert out(child, "cat /app/now.txt") == "now\n[exit code 0]" and again["started_at"] == "fork"
+        _, task = child.reset(options={"snapshot": child.task_snapshot})
+        assert "No such file" in out(child, "cat /app/now.txt") and task["started_at"] == "snapshot"
+        _, parent = shell.reset()
+        assert parent["started_at"] == "task"
     finally:
         child.close()
 
