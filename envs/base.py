@@ -19,11 +19,12 @@ import abc
 import contextlib
 import enum
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from envs.default_backend import DEFAULT_BACKEND, shared_backend
 from envs.errors import InvalidActionError, ResetNeededError
@@ -42,7 +43,7 @@ from envs.tasks import Task, load_task
 from envs.verifier import Verdict, verify
 from pool.capabilities import Capabilities
 from pool.contract import Backend, Sandbox
-from pool.egress.policy import Phase
+from pool.egress.policy import Phase, PhasePolicies
 from pool.errors import CommandRejectedError, ConfigError, SandboxError, SandboxOutOfMemoryError, SnapgymError
 from pool.labels import check_labels
 from pool.results import ExecResult
@@ -51,8 +52,12 @@ from pool.verification import VerifyMode
 
 SUBMIT = "submit"
 """The action that ends an episode and asks for the verdict."""
-_RESET_OPTIONS = {"snapshot"}
+_RESET_OPTIONS = {"snapshot", "task"}
 _MAX_REASON_CHARS = 2000
+
+
+TaskSampler = Callable[[np.random.Generator, Sequence[str]], str]
+"""Picks the next episode's task id from the environment's task ids (sorted), with its seeded generator."""
 
 
 class EpisodeState(enum.Enum):
@@ -87,6 +92,11 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             allowed hosts, a :class:`pool.egress.NetworkPolicy`, or ``{"agent": ...,
             "verifier": ...}``. See envs.network; ``info["network"]`` shows what was tried.
         render_mode: ``"ansi"`` returns the last observation's text from render().
+        tasks: a task set (ids, directories or Tasks): each ``reset()`` picks one, by
+            ``reset(options={"task": id})`` or else by ``task_sampler`` (default: uniform,
+            from the environment's seeded ``np_random``); ``task`` is ignored then. Each task's
+            snapshot is built on its first episode.
+        task_sampler: ``(np_random, task_ids) -> task_id``, the next episode's task.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012 (Gymnasium's convention)
@@ -107,6 +117,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         verification: str | VerifyMode | None = None,
         network: NetworkSetting = None,
         render_mode: str | None = None,
+        tasks: Sequence[str | Path | Task] | None = None,
+        task_sampler: TaskSampler | None = None,
     ) -> None:
         if max_steps < 1 or step_timeout_s <= 0 or max_action_bytes < 1 or max_output_bytes < 1:
             raise ConfigError("max_steps, step_timeout_s, max_action_bytes and max_output_bytes must be positive")
@@ -114,12 +126,22 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if backend is not None and pool is not None:
             raise ConfigError("give a backend or a pool, not both")
-        self.task = load_task(task, bases=bases)
-        self.verification = VerifyMode.parse(verification) if verification is not None else self.task.verification
+        if tasks is not None and not tasks:
+            raise ConfigError("tasks must name at least one task")
+        loaded = [load_task(t, bases=bases) for t in tasks] if tasks is not None else [load_task(task, bases=bases)]
+        self.tasks: dict[str, Task] = {t.id: t for t in loaded}
+        """The task set (one task unless ``tasks`` was given)."""
+        if len(self.tasks) != len(loaded):
+            raise ConfigError(f"tasks holds the same task twice: {[t.id for t in loaded]}")
+        self.task_sampler = task_sampler
         self._verification_override = verification is not None
+        self._verification_setting = verification
         self._network_setting = network
+        self._setups: dict[str, tuple[VerifyMode, PhasePolicies, Snapshot]] = {}
+        self.task = loaded[0]
+        self.verification = self._verification_of(self.task)
         self.network = effective_policies(self.task.settings.network, network)
-        """The network policy of each phase of this environment's episodes."""
+        """The network policy of each phase of the current task's episodes."""
         self.pool = pool
         self.backend: Backend | None = None
         self._source: SandboxSource
@@ -138,8 +160,12 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self.max_output_bytes = max_output_bytes
         self.render_mode = render_mode
         self.action_space = UnicodeText(max_action_bytes)
-        self.observation_space = observation_space(2 * max_output_bytes + len(self.task.instruction) + 256)
+        longest = max(len(t.instruction) for t in self.tasks.values())
+        self.observation_space = observation_space(2 * max_output_bytes + longest + 256)
+        for other in loaded[1:]:  # every task must be playable here, before any is built
+            self._check_task(other)
         self.task_snapshot = self._source.prepare(template_for(self.task.template, self.network))
+        self._setups[self.task.id] = (self.verification, self.network, self.task_snapshot)
         self._sandbox: Sandbox | None = None
         self._pristine_at: str | None = None
         self.fork_point: Snapshot | None = None
@@ -167,6 +193,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         unknown = set(options) - _RESET_OPTIONS
         if unknown:
             raise ConfigError(f"unknown reset option(s) {sorted(unknown)}; known: {sorted(_RESET_OPTIONS)}")
+        if "task" in options or (len(self.tasks) > 1 and not options.get("snapshot") and self.fork_point is None):
+            self._switch_to(self._next_task(options.get("task")))
         target = options.get("snapshot") or self.fork_point or self.task_snapshot
         started_at = "snapshot" if options.get("snapshot") else "fork" if self.fork_point else "task"
         if not isinstance(target, Snapshot):
@@ -315,6 +343,48 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         if self._has_egress:
             assert self._sandbox is not None
             self._sandbox.set_network(self.network.for_phase(phase), phase=phase)
+
+    def _next_task(self, asked: Any) -> Task:
+        """The task an episode plays: the one asked for, else the sampler's pick."""
+        if asked is not None:
+            task = self.tasks.get(str(asked))
+            if task is None:
+                known = ", ".join(sorted(self.tasks))
+                raise ConfigError(f"reset option task={asked!r} is not one of this environment's tasks: {known}")
+            return task
+        ids = sorted(self.tasks)
+        picked = (
+            self.task_sampler(self.np_random, ids)
+            if self.task_sampler is not None
+            else ids[int(self.np_random.integers(len(ids)))]
+        )
+        if picked not in self.tasks:
+            raise ConfigError(f"task_sampler returned {picked!r}, not one of {ids}")
+        return self.tasks[picked]
+
+    def _switch_to(self, task: Task) -> None:
+        """Make ``task`` the current one (its snapshot is built the first time)."""
+        if task.id not in self._setups:
+            verification = self._verification_of(task)
+            network = effective_policies(task.settings.network, self._network_setting)
+            snapshot = self._source.prepare(template_for(task.template, network))
+            self._setups[task.id] = (verification, network, snapshot)
+        self.task = task
+        self.verification, self.network, self.task_snapshot = self._setups[task.id]
+
+    def _verification_of(self, task: Task) -> VerifyMode:
+        setting = self._verification_setting
+        return VerifyMode.parse(setting) if setting is not None else task.verification
+
+    def _check_task(self, task: Task) -> None:
+        """Refuse a task of the set that this backend cannot play (as for the first)."""
+        current = (self.task, self.verification, self.network)
+        self.task, self.verification = task, self._verification_of(task)
+        self.network = effective_policies(task.settings.network, self._network_setting)
+        try:
+            self._check_supported(self._capabilities)
+        finally:
+            self.task, self.verification, self.network = current
 
     def _sibling(self) -> SandboxEnv:
         """A new environment like this one, without a sandbox yet."""
