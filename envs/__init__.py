@@ -25,6 +25,7 @@ from envs.errors import (
 from envs.observations import NO_COMMAND, TIMED_OUT
 from envs.oracle import check_task, run_solution
 from envs.python_env import PythonEnv
+from envs.rollout import Episode, Group, rollout
 from envs.shell import ShellEnv
 from envs.spaces import UnicodeText
 from envs.tasks import Task, builtin_task_ids, builtin_tasks, load_task, load_tasks
@@ -58,7 +59,9 @@ __all__ = [
     "TIMED_OUT",
     "CommandPolicy",
     "DockerfileError",
+    "Episode",
     "EpisodeState",
+    "Group",
     "HostPackagesMissingError",
     "InvalidActionError",
     "PythonEnv",
@@ -78,6 +81,7 @@ __all__ = [
     "check_task",
     "load_task",
     "load_tasks",
+    "rollout",
     "run_solution",
     "verify",
 ]
