@@ -89,6 +89,9 @@ SLOW = {
     "tests/test_pool_store.py::test_every_host_uses_the_store_the_driver_configured": "a Ray cluster",
     "tests/test_builtin_verifiers.py::*slow-binary*": "an attack that waits out its own timeouts",
     "tests/test_verifier_attacks.py::*inode-exhaustion*": "fills a filesystem's inodes",
+    "tests/test_verifier_attacks.py::test_attack_scores_what_doing_nothing_scores[e2b-*": (
+        "the catalogue through the E2B stand-in: a cloud create, hand-off and strict verification each"
+    ),
     "tests/test_attribution.py::*exhaust inodes*": "fills a filesystem's inodes",
     "tests/test_benchmark_smoke.py::test_pool_benchmark_reports_every_method": "warms hundreds of sandboxes",
     "tests/test_benchmark_smoke.py::test_reset_latency_reports_every_method": "every method, Docker included",

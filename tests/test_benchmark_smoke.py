@@ -170,7 +170,8 @@ def test_pool_benchmark_reports_every_method(tmp_path: Path) -> None:
     assert set(summary["methods"]) == {"acquire", "reset", "exec_lease", "exec_direct"}
     assert all(entry["n"] == 5 for entry in summary["methods"].values())
     assert summary["meta"]["capacity"]["ready"] == 8
-    assert summary["meta"]["capacity"]["memory_per_sandbox_mib"] is not None
+    capacity = summary["meta"]["capacity"]  # a figure, or why there is none (the machine freed memory meanwhile)
+    assert (capacity["memory_per_sandbox_mib"] or 0) > 0 or "used memory fell" in capacity["memory_note"]
     assert summary["meta"]["pool_stats"]["acquires"] >= 10
     assert set(summary["targets"]) == {"acquire_p50_ms", "exec_overhead_ms", "warm_sandboxes", "memory_per_sandbox_mib"}
 
