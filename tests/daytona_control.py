@@ -18,7 +18,8 @@ from typing import Any
 from daytona_lifecycle import Box, SandboxRecord
 from daytona_snapshots import SnapshotRegistry
 from daytona_toolbox import CommandRecord, Toolbox
-from daytona_wire import Reply, Request, api_error, json_reply
+from daytona_wire import api_error
+from http_standin import Reply, Request, json_reply
 
 from pool import LocalBackend
 from pool.backends.local import LocalSandbox

@@ -18,16 +18,8 @@ import re
 import shlex
 from collections.abc import Callable
 
-from daytona_wire import (
-    DOWNLOAD_BOUNDARY,
-    Reply,
-    Request,
-    daemon_error,
-    daemon_error_body,
-    json_reply,
-    multipart_part,
-    parse_multipart,
-)
+from daytona_wire import DOWNLOAD_BOUNDARY, daemon_error, daemon_error_body, multipart_part, parse_multipart
+from http_standin import Reply, Request, json_reply
 
 from pool import CommandRejectedError, FileOperationError
 from pool.backends.local import LocalSandbox

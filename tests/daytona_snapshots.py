@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from daytona_lifecycle import ORGANIZATION_ID
-from daytona_wire import Reply, Request, api_error, iso, json_reply
+from daytona_wire import api_error, iso
+from http_standin import Reply, Request, json_reply
 
 from pool import Snapshot
 

@@ -52,7 +52,8 @@ from daytona_control import DEFAULT_SNAPSHOT, HOME, ControlPlane
 from daytona_lifecycle import SandboxRecord
 from daytona_snapshots import SnapshotRecord
 from daytona_toolbox import CommandRecord
-from daytona_wire import Reply, Request, Server, api_error
+from daytona_wire import api_error
+from http_standin import Reply, Request, Server
 
 from pool import LocalBackend, Snapshot, Template
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from daytona_files import Files
-from daytona_wire import Reply, Request, daemon_error, json_reply
+from daytona_wire import daemon_error
+from http_standin import Reply, Request, json_reply
 
 from pool.backends.local import LocalSandbox
 from pool.results import ExecResult

@@ -14,7 +14,8 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from e2b_lifecycle import Sandboxes, created_json
-from e2b_wire import Reply, Request, api_error, json_reply, new_id
+from e2b_wire import api_error, new_id
+from http_standin import Reply, Request, json_reply
 
 from pool import LocalBackend, Snapshot
 
@@ -89,7 +90,7 @@ class ControlPlane:
     # -- sandboxes ---------------------------------------------------------------------------
 
     def _create(self, request: Request) -> Reply:
-        body = request.json()
+        body = request.json_object()
         key = request.headers.get("idempotency-key")
         with self._create_lock:
             with self._lock:
@@ -119,9 +120,9 @@ class ControlPlane:
         return json_reply(201, created_json(box))
 
     def _list(self, request: Request) -> Reply:
-        states = set((request.query.get("state") or "running,paused").split(","))
-        wanted = {unquote(k): unquote(v) for k, v in parse_qsl(request.query.get("metadata", ""))}
-        template = request.query.get("template")
+        states = set((request.arg("state") or "running,paused").split(","))
+        wanted = {unquote(k): unquote(v) for k, v in parse_qsl(request.arg("metadata", ""))}
+        template = request.arg("template")
         with self._lock:
             boxes = [
                 box
@@ -130,9 +131,9 @@ class ControlPlane:
                 and all(box.record.metadata.get(k) == v for k, v in wanted.items())
                 and template in (None, box.record.template_id, box.alias)
             ]
-        boxes.sort(key=lambda b: b.record.started_at, reverse=request.query.get("order") == "desc")
-        start = int(request.query.get("nextToken") or 0)
-        limit = int(request.query.get("limit") or 100)
+        boxes.sort(key=lambda b: b.record.started_at, reverse=request.arg("order") == "desc")
+        start = int(request.arg("nextToken") or 0)
+        limit = int(request.arg("limit") or 100)
         page = boxes[start : start + limit]
         more = {"x-next-token": str(start + limit)} if start + limit < len(boxes) else {}
         return json_reply(200, [self.sandboxes.info_json(box, detail=False) for box in page], more)
@@ -151,7 +152,7 @@ class ControlPlane:
         return Reply(204)
 
     def _set_timeout(self, request: Request, sandbox_id: str) -> Reply:
-        timeout_s = int(request.json()["timeout"])
+        timeout_s = int(request.json_object()["timeout"])
         with self._lock:
             box = self.sandboxes.live(sandbox_id)
             if box is None:
@@ -164,11 +165,11 @@ class ControlPlane:
             box = self.sandboxes.live(sandbox_id)
             if box is None:
                 return api_error(404, f"sandbox '{sandbox_id}' not found")
-            box.record = replace(box.record, network=(*box.record.network, request.json()))
+            box.record = replace(box.record, network=(*box.record.network, request.json_object()))
         return Reply(204)
 
     def _fork(self, request: Request, sandbox_id: str) -> Reply:
-        body = request.json()
+        body = request.json_object()
         count = int(body.get("count") or 1)
         if not 1 <= count <= MAX_FORKS:
             return api_error(400, f"count must be between 1 and {MAX_FORKS}")
@@ -202,7 +203,7 @@ class ControlPlane:
         return api_error(409, f"sandbox '{sandbox_id}' is already paused")
 
     def _connect(self, request: Request, sandbox_id: str) -> Reply:
-        timeout_s = request.json().get("timeout")
+        timeout_s = request.json_object().get("timeout")
         box = self.sandboxes.live(sandbox_id)
         if box is None:
             return api_error(404, f"sandbox '{sandbox_id}' not found")
@@ -239,7 +240,7 @@ class ControlPlane:
     # -- snapshots and templates -------------------------------------------------------------
 
     def _create_snapshot(self, request: Request, sandbox_id: str) -> Reply:
-        name = request.json().get("name")
+        name = request.json_object().get("name")
         box = self.sandboxes.live(sandbox_id)
         if box is None:
             return api_error(404, f"sandbox '{sandbox_id}' not found")
@@ -254,15 +255,15 @@ class ControlPlane:
         return json_reply(201, {"snapshotID": snapshot_id, "names": record.names})
 
     def _list_snapshots(self, request: Request) -> Reply:
-        sandbox_id, name = request.query.get("sandboxID"), request.query.get("name")
+        sandbox_id, name = request.arg("sandboxID"), request.arg("name")
         with self._lock:
             found = [
                 s
                 for s in self._snapshots.values()
                 if sandbox_id in (None, s.sandbox_id) and name in (None, s.snapshot_id, *s.names)
             ]
-        start = int(request.query.get("nextToken") or 0)
-        limit = int(request.query.get("limit") or 100)
+        start = int(request.arg("nextToken") or 0)
+        limit = int(request.arg("limit") or 100)
         more = {"x-next-token": str(start + limit)} if start + limit < len(found) else {}
         page = [{"snapshotID": s.snapshot_id, "names": s.names} for s in found[start : start + limit]]
         return json_reply(200, page, more)

@@ -22,17 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from e2b_lifecycle import Box
-from e2b_wire import (
-    Reply,
-    Request,
-    api_error,
-    connect_error,
-    end_stream,
-    first_envelope,
-    frame,
-    json_reply,
-    multipart,
-)
+from e2b_wire import api_error, connect_error, end_stream, first_envelope, frame, multipart
+from http_standin import Reply, Request, json_reply
 
 from pool import CommandRejectedError, FileOperationError
 from pool.backends.local import LocalSandbox
@@ -148,7 +139,7 @@ class Envd:
         yield end_stream()
 
     def _filesystem(self, local: LocalSandbox, op: str, request: Request) -> Reply:
-        args = request.json()
+        args = request.json_object()
         user = _user(request)
         for key in ("path", "source", "destination"):
             if key in args:
@@ -163,12 +154,12 @@ class Envd:
         return connect_error(answer["code"], answer["message"])
 
     def _files(self, local: LocalSandbox, request: Request) -> Reply:
-        user = request.query.get("username") or DEFAULT_USER
+        user = request.arg("username") or DEFAULT_USER
         if request.method == "GET":
-            if not request.query.get("path"):
+            if not request.arg("path"):
                 return api_error(400, "path is required")
             try:
-                data = local.read_file(_resolve(request.query["path"], user))
+                data = local.read_file(_resolve(str(request.arg("path")), user))
             except FileOperationError as exc:
                 return _file_error(exc)
             return Reply(200, data, "application/octet-stream")
@@ -178,10 +169,10 @@ class Envd:
             body = gzip.decompress(body)
         if content_type.startswith("multipart/form-data"):
             uploads = multipart(content_type, body)
-            if len(uploads) == 1 and request.query.get("path"):
-                uploads = [(request.query["path"], uploads[0][1])]
-        elif request.query.get("path"):
-            uploads = [(request.query["path"], body)]
+            if len(uploads) == 1 and request.arg("path"):
+                uploads = [(str(request.arg("path")), uploads[0][1])]
+        elif request.arg("path"):
+            uploads = [(str(request.arg("path")), body)]
         else:
             return api_error(400, "path is required")
         written = []
@@ -237,7 +228,7 @@ def entry(path):
         info.update(isSymlink=True, symlinkTarget=os.readlink(path))
         try:
             st = os.stat(path)
-        except OSError:
+        except OSError:  # a dangling link: envd describes the link itself
             pass
     m = st.st_mode
     kinds = ((stat.S_ISDIR, "DIRECTORY"), (stat.S_ISREG, "FILE"), (stat.S_ISLNK, "SYMLINK"))

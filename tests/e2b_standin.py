@@ -45,7 +45,8 @@ from e2b import ApiParams
 from e2b_control import MAX_FORKS, ControlPlane, SnapshotRecord
 from e2b_envd import DEFAULT_USER, CommandRecord, Envd, is_envd
 from e2b_lifecycle import CLIENT_ID, ENVD_VERSION, SandboxRecord
-from e2b_wire import Reply, Request, Server, api_error, json_reply
+from e2b_wire import api_error
+from http_standin import Reply, Request, Server, json_reply
 
 from pool import LocalBackend, Snapshot, Template
 
@@ -286,7 +287,8 @@ class E2BStandin:
     def _log(self, request: Request, status: int) -> None:
         headers = {name: self._redact(value) for name, value in request.headers.items()}
         sandbox_id = request.headers.get("e2b-sandbox-id", "") if is_envd(request.path) else None
-        record = RequestRecord(request.method, request.path, dict(request.query), headers, status, sandbox_id)
+        query = {name: values[-1] for name, values in request.query.items()}
+        record = RequestRecord(request.method, request.path, query, headers, status, sandbox_id)
         with self._lock:
             self._requests.append(record)
 
