@@ -6,6 +6,8 @@
   environment), and ``verifier/result.json``: its verdict without the output (reward, exit code,
   timing, removed links, missing outputs, notes).
 - ``network.json``: the connection attempts, when the sandbox tried to reach anything.
+- ``diff.json``: what the agent left changed against the episode's start (paths added, changed,
+  removed: ``pool.changes``), when the backend can list it without asking the sandbox.
 
 The ledger record names each file (``files``), relative to the run directory; the
 ledger, not these files, is the run's durable record (they are written without fsync,
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 EPISODES_DIR = "episodes"
+DIFF_FILE = "diff.json"
 NETWORK_FILE = "network.json"
 RESULT_FILE = "result.json"
 TRAJECTORY_FILE = "agent/trajectory.json"
@@ -43,6 +46,11 @@ def write_network(run_dir: Path, folder: str, network: dict[str, Any]) -> str:
     if len(connections) > MAX_CONNECTIONS_KEPT:
         kept["connections_not_written"] = len(connections) - MAX_CONNECTIONS_KEPT
     return write_json(run_dir, f"{folder}/{NETWORK_FILE}", kept)
+
+
+def write_changes(run_dir: Path, folder: str, changes: dict[str, Any]) -> str:
+    """Write an episode's end-state diff; returns its path relative to the run directory."""
+    return write_json(run_dir, f"{folder}/{DIFF_FILE}", changes)
 
 
 def write_trajectory(run_dir: Path, folder: str, trajectory: dict[str, Any]) -> str:

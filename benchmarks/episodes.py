@@ -93,6 +93,8 @@ class AttemptResult:
     """What the agent did and saw, step by step (written to the episode's folder, not the ledger)."""
     verifier: dict[str, Any] | None = None
     """The verifier's verdict (``info["verifier"]``: reward, output, exit code, ...), for the episode's folder."""
+    changes: dict[str, Any] | None = None
+    """What the episode added, changed and removed (``info["changes"]``), for the episode's folder."""
 
     @property
     def is_retryable(self) -> bool:
@@ -195,6 +197,7 @@ def _finish(result: AttemptResult, reward: float, info: dict[str, Any]) -> None:
     result.end_reason = info.get("end_reason")
     result.network = info.get("network")
     result.verifier = info.get("verifier")
+    result.changes = info.get("changes")
     failure = info.get("network_failure")
     if failure and info.get("unscored_reason") in (NETWORK_DENIED, NETWORK_UNREACHABLE):
         result.outcome, result.error = info["unscored_reason"], str(failure.get("hint", ""))

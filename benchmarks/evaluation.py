@@ -382,6 +382,8 @@ class Evaluation:
                 files["trajectory"] = episodefiles.write_trajectory(run_dir, folder, atif)
             if result.verifier is not None:
                 files.update(episodefiles.write_verifier(run_dir, folder, result.verifier))
+            if result.changes is not None:
+                files["diff"] = episodefiles.write_changes(run_dir, folder, result.changes)
             if result.network and result.network.get("connections"):
                 files["network"] = episodefiles.write_network(run_dir, folder, result.network)
         except OSError as exc:  # the episode's files are a convenience: the ledger holds the result

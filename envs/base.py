@@ -100,6 +100,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012 (Gymnasium's convention)
+    own_paths: frozenset[str] = frozenset()
+    """Files the environment itself keeps in the sandbox, left out of ``info["changes"]``."""
 
     def __init__(
         self,
@@ -447,6 +449,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._last_text = obs["output"]
         assert self._sandbox is not None
         egress = self._has_egress
+        if self._capabilities.changes != "none":
+            info["changes"] = self._end_state_changes()
         try:
             verdict = verify(
                 self._sandbox, self.task, mode=self.verification, known_good=self.task_snapshot,
@@ -468,6 +472,14 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             info.update(scored=False, unscored_reason=failure.reason, network_failure=failure.as_dict())
             return obs, 0.0, False, True, info
         return obs, verdict.reward, reason == "submitted", reason != "submitted", info
+
+    def _end_state_changes(self) -> dict[str, Any]:
+        """What the episode added, changed and removed, as the agent left it (before the verifier)."""
+        assert self._sandbox is not None
+        try:
+            return self._sandbox.changes().without(self.own_paths).as_dict()
+        except SandboxError as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _record_network(self, info: dict[str, Any], verdict: Verdict) -> NetworkFailure | None:
         """Put the episode's connection attempts in ``info["network"]``; the network's share in a failure."""

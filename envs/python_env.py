@@ -28,6 +28,8 @@ class PythonEnv(SandboxEnv):
     See :class:`envs.base.SandboxEnv` for the arguments and the episode rules.
     """
 
+    own_paths = frozenset({SERVER_PATH, SOCKET_PATH, f"{SOCKET_PATH}.pid"})
+
     def _on_episode_start(self) -> None:
         assert self._sandbox is not None
         self._sandbox.write_file(SERVER_PATH, _SERVER_SOURCE, mode=0o644)

@@ -39,6 +39,8 @@ class ShellEnv(SandboxEnv):
     See :class:`envs.base.SandboxEnv` for the arguments and the episode rules.
     """
 
+    own_paths = frozenset({STATE_FILE})
+
     def _run(self, action: str) -> ExecResult:
         assert self._sandbox is not None
         return self._sandbox.exec(

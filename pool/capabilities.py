@@ -71,6 +71,10 @@ class Capabilities:
     (a Dockerfile built by the backend)."""
     gpu_types: tuple[str, ...] = ()
     """GPU models sandboxes can get (empty with ``gpu``: any, unnamed)."""
+    changes: str = "none"
+    """Who lists what an episode changed (``sandbox.changes()``, see pool.changes): "host" (the
+    sandbox's writable layer, read on the host), "engine" (the container engine) or "none" (no
+    listing the agent could not forge: ``changes()`` raises UnsupportedError)."""
 
     def table_row(self) -> dict[str, str]:
         """The capabilities as short strings, for the README's table and reports."""
@@ -90,4 +94,5 @@ class Capabilities:
             "sandboxes": self.sandbox_location,
             "snapshots": self.snapshot_location,
             "bases": ", ".join(self.bases),
+            "end-state diff": self.changes,
         }

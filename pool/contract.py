@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pool.capabilities import Capabilities
+from pool.changes import MAX_PATHS, Changes
 from pool.egress.audit import NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase
 from pool.results import ExecResult
@@ -78,6 +79,10 @@ class Sandbox(Protocol):
         Raises:
             UnsupportedError: the backend cannot enforce the policy (``capabilities.network_modes``).
         """
+
+    def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
+        """The paths added, changed and removed since the sandbox started (``Capabilities.changes``
+        says who lists them; "none": raises UnsupportedError)."""
 
     def network_log(self) -> NetworkLog:
         """The connection attempts since the last call (empty where ``capabilities.egress_audit`` is False)."""

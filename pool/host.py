@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pool.capabilities import Capabilities
+from pool.changes import Changes
 from pool.contract import Backend, Sandbox
 from pool.egress.audit import NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase
@@ -34,7 +35,7 @@ from pool.verification import VerificationPlan, VerificationReport
 BackendFactory = Callable[[], Backend]
 _LEASE_METHOD_NAMES = (
     "exec", "read_file", "write_file", "snapshot", "restore", "start_digest", "begin_verification", "identity",
-    "set_network", "network_log",
+    "set_network", "network_log", "changes",
 )  # fmt: skip
 LEASE_METHODS = frozenset(_LEASE_METHOD_NAMES)
 """What a lease may call on its host (through Ray, or the same-node fast path).
@@ -202,6 +203,10 @@ class SandboxHost:
     def network_log(self, ticket: Ticket) -> NetworkLog:
         """The leased sandbox's connection attempts since the last call."""
         return self._sandbox(ticket).network_log()
+
+    def changes(self, ticket: Ticket, max_paths: int) -> Changes:
+        """The leased sandbox's changes since it started (see Sandbox.changes)."""
+        return self._sandbox(ticket).changes(max_paths=max_paths)
 
     def write_file(self, ticket: Ticket, path: str, data: str | bytes, mode: int | None) -> None:
         """Write a file into the sandbox."""

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pool import raycalls
+from pool.changes import MAX_PATHS, Changes
 from pool.egress.audit import NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import HostBrokenError, LeaseLostError, SandboxClosedError, SandboxError
@@ -139,6 +140,11 @@ class Lease:
         """The leased sandbox's connection attempts since the last call or restore."""
         log: NetworkLog = self._call("network_log")
         return log
+
+    def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
+        """The leased sandbox's changes since it started (see Sandbox.changes)."""
+        changes: Changes = self._call("changes", max_paths)
+        return changes
 
     def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
         """Write a file in the sandbox, creating parent directories."""

@@ -76,6 +76,8 @@ def check_backend(backend: Backend, *, template: Template = CONFORMANCE_TEMPLATE
             check_verification(sandbox, snap, VerifyMode.parse(mode))
         sandbox.restore(snap)
         check_network(sandbox, capabilities)
+        sandbox.restore(snap)
+        check_changes(sandbox, capabilities)
     if capabilities.fork:
         check_fork(backend, snap)
     check_resources(backend, template)
@@ -216,6 +218,25 @@ def check_network(sandbox: Sandbox, capabilities: Capabilities) -> None:
     r = sandbox.exec("echo ${HTTP_PROXY:-none}")
     _expect(r.stdout.strip() == "none", "network", f"the proxy outlived restore(): {r.stdout!r}")
     _expect(not sandbox.network_log().connections, "network audit", "records outlived restore()")
+
+
+def check_changes(sandbox: Sandbox, capabilities: Capabilities) -> None:
+    """A sandbox lists what its episode added, changed and removed, and a restore starts the list
+    afresh; a backend that cannot list them says so."""
+    if capabilities.changes == "none":
+        _expect_raises(lambda: sandbox.changes(), UnsupportedError, "changes")
+        return
+    _expect(not sandbox.changes().counts.get("added"), "changes", "a fresh sandbox lists changes")
+    sandbox.exec("echo new > /workspace/new; echo more >> /workspace/a; rm /workspace/stamp; mkdir -p /workspace/d/e")
+    found = sandbox.changes()
+    _expect(found.source == capabilities.changes, "changes", f"source {found.source!r}")
+    added = {path.rstrip("/") for path in found.added}  # an engine cannot tell an empty folder from a file
+    _expect({"/workspace/new", "/workspace/d", "/workspace/d/e"} <= added, "changes", f"added {found.added}")
+    _expect(found.changed == ("/workspace/a",), "changes", f"changed {found.changed}")
+    _expect(found.removed == ("/workspace/stamp",), "changes", f"removed {found.removed}")
+    sandbox.restore()
+    found = sandbox.changes()
+    _expect(not (found.added or found.changed or found.removed), "changes", f"outlived restore(): {found}")
 
 
 def check_snapshot_restore(backend: Backend, sandbox: Sandbox, snap: Snapshot) -> None:

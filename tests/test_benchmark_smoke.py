@@ -202,6 +202,10 @@ def test_eval_writes_ledger_tables_summary_and_plots(tmp_path: Path, shared_stor
         verdict = json.loads((out / files["verifier"]).read_text())
         assert verdict["reward"] == 1.0 and "output" not in verdict
         assert (out / files["verifier_output"]).is_file()
+        diff = json.loads((out / files["diff"]).read_text())  # what the oracle left: its answer, not snapgym's files
+        answer = {"log-error-count": "/app/answer.txt", "top-ips": "/app/top_ips.txt"}[result["task_id"]]
+        assert diff["source"] == "host" and answer in diff["added"], diff
+        assert not any(path.startswith("/run/.snapgym") for kind in ("added", "changed") for path in diff[kind])
 
     episodes = pd.read_parquet(out / "episodes.parquet")
     assert not EPISODE_COLUMNS - set(episodes.columns)

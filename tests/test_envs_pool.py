@@ -33,6 +33,7 @@ def test_episodes_on_a_pool_start_identically_and_score(shared_pool: SandboxPool
         # the policy and the audit travel through the lease (the sandbox is on a pool host)
         attempts = [(c["host"], c["verdict"], c["rule"]) for c in info["network"]["connections"]]
         assert attempts == [("pypi.org", "denied", "no-network")]
+        assert info["changes"]["added"] == ["/app/answer.txt"]  # the end-state diff travels too
     finally:
         env.close()
 

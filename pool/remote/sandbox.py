@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pool.changes import MAX_PATHS, Changes
 from pool.egress.audit import NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import (
@@ -255,6 +256,18 @@ class RemoteSandbox:
         """
         self._provider.set_network(self._live(), policy)
         return {}
+
+    def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
+        """Not available: only a command in the sandbox could list them, and the agent could forge
+        that (``Capabilities.changes`` is "none").
+
+        Raises:
+            UnsupportedError: always.
+        """
+        raise UnsupportedError(
+            f"{self._backend.name}: no end-state diff the agent could not forge (the provider lists no "
+            "changes outside the sandbox); capabilities.changes is 'none'"
+        )
 
     def network_log(self) -> NetworkLog:
         """Empty: the providers do not report connection attempts."""

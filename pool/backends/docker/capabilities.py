@@ -63,4 +63,5 @@ def declared(info: EngineInfo, *, shared_verification: bool, egress: Mapping[str
         sandbox_location="node",
         snapshot_location="node",
         bases=("host", "rootfs", "image", "dockerfile"),
+        changes="engine",
     )

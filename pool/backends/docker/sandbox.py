@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 from pool.backends.docker import execution, files, verify
 from pool.backends.docker.catalog import SNAPSHOT
+from pool.backends.docker.changes import read_changes
+from pool.changes import MAX_PATHS, Changes
 from pool.egress.audit import NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import (
@@ -223,6 +225,11 @@ class DockerSandbox:
         container = self._running()
         content = data.encode() if isinstance(data, str) else bytes(data)
         files.write(self._backend.api, container, self._resolve(path), content, mode=mode)
+
+    def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
+        """The paths added, changed and removed since the sandbox's container started, as the
+        engine lists them (see pool.backends.docker.changes); nothing runs in the container."""
+        return read_changes(self._backend.api, self._running(), max_paths=max_paths)
 
     def _resolve(self, path: str) -> str:
         if not isinstance(path, str) or "\0" in path or not path:

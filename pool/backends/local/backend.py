@@ -227,6 +227,7 @@ class LocalBackend:
             sandbox_location="node",
             snapshot_location="node",
             bases=(HOST_BASE, "rootfs", "image", "dockerfile"),
+            changes="host",
         )
 
     def build(self, template: Template) -> Snapshot:

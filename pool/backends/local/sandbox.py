@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 from pool.backends.local import capture, upperread
 from pool.backends.local.cgroups import Limits, SandboxCgroup
+from pool.backends.local.changes import read_changes
 from pool.backends.local.daemon import Op, StatusTimeoutError, read_status
+from pool.changes import MAX_PATHS, Changes
 from pool.egress.audit import NetworkLog
 from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import (
@@ -286,6 +288,18 @@ class LocalSandbox:
             if not _is_exiting(int(reply["pid"])):
                 return reply
             time.sleep(0.005)
+
+    def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
+        """The paths added, changed and removed since the sandbox started, read on the host from
+        its writable layer (see pool.backends.local.changes); nothing runs in the sandbox."""
+        self._check_open()
+        layers = self._backend.store.layers
+        return read_changes(
+            self._backend.stage_dir(self) / "upper",
+            [layers.path(layer_id) for layer_id in self.start_snapshot.layers],
+            rootless=self._backend.rootless,
+            max_paths=max_paths,
+        )
 
     # -- files --------------------------------------------------------------
 
