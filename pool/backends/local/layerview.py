@@ -67,7 +67,7 @@ class LayerView:
                 than 200,000 entries.
         """
         parts = self._resolve(path)
-        top = self.lookup(parts)
+        top = self._lookup(parts)
         if top is None:
             raise BuildError(f"{path} does not exist in the image")
         yield Entry("", top.host_path, top.mode)
@@ -85,8 +85,7 @@ class LayerView:
                 if stat.S_ISDIR(entry.mode):
                     stack.append([*rel, name])
 
-    def lookup(self, parts: list[str]) -> Entry | None:
-        """The merged view's entry at the path ``parts`` (components, no link resolved), or None."""
+    def _lookup(self, parts: list[str]) -> Entry | None:
         for layer in self._top_first:
             probe = self._probe(layer, parts)
             if probe.entry is not None:
@@ -150,7 +149,7 @@ class LayerView:
                     resolved.pop()
                 continue
             candidate = [*resolved, part]
-            entry = self.lookup(candidate) if pending else None
+            entry = self._lookup(candidate) if pending else None
             if entry is None or not stat.S_ISLNK(entry.mode):
                 resolved = candidate
                 continue
