@@ -148,6 +148,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="reset_latency_schema", node=ResetLatencyConfig)
     store.store(group="benchmark", name="egress_schema", node=EgressBenchConfig)
     from benchmarks import schemas
+    from benchmarks.scenarios.burst import BurstConfig
     from benchmarks.scenarios.eval import EvalBenchConfig
     from benchmarks.scenarios.fork import ForkBenchConfig
     from benchmarks.scenarios.integrity import IntegrityBenchConfig
@@ -159,6 +160,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="eval_schema", node=EvalBenchConfig)
     store.store(group="benchmark", name="throughput_schema", node=ThroughputConfig)
     store.store(group="benchmark", name="fork_schema", node=ForkBenchConfig)
+    store.store(group="benchmark", name="burst_schema", node=BurstConfig)
     store.store(group="benchmark", name="integrity_schema", node=IntegrityBenchConfig)
     store.store(group="pool", name="pool_schema", node=schemas.PoolSettings)
     store.store(group="suite", name="suite_schema", node=schemas.SuiteConfig)

@@ -47,6 +47,7 @@ SCENARIOS: dict[str, str] = {
     "fork": "benchmarks.scenarios.fork",
     "integrity": "benchmarks.scenarios.integrity",
     "egress": "benchmarks.scenarios.egress",
+    "burst": "benchmarks.scenarios.burst",
 }
 EXIT_USAGE = 2
 """Exit status of a run refused for bad input (config, task, credentials) or stopped by the model's refusal."""

@@ -263,6 +263,27 @@ def test_throughput_reports_episodes_per_second(tmp_path: Path, shared_store: Pa
     assert "target episodes/s >= 100" in done.stdout
 
 
+def test_burst_times_concurrent_and_sequential_starts_and_time_to_first_command(
+    tmp_path: Path, shared_store: Path
+) -> None:
+    out = tmp_path / "run"
+    done = run_benchmark(
+        "benchmark=burst",
+        "benchmark.sizes=[2,4]",
+        "benchmark.ttfc_samples=3",
+        "benchmark.target_size=4",
+        f"backend.store_dir={shared_store}",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert {name: entry["n"] for name, entry in summary["methods"].items()} == {
+        "ttfc": 3, "sequential_2": 2, "burst_2": 2, "sequential_4": 4, "burst_4": 4,
+    }  # fmt: skip
+    assert all(summary["ratios"][f"burst_{n}_{kind}"] > 0 for n in (2, 4) for kind in ("per_request", "latency"))
+    assert set(summary["targets"]) == {"ttfc_p50_ms", "burst_4_ratio"}
+
+
 def test_fork_times_checkpoint_and_each_fork(tmp_path: Path, shared_store: Path) -> None:
     out = tmp_path / "run"
     done = run_benchmark(
