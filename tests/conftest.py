@@ -97,7 +97,7 @@ SLOW = {
     "tests/test_benchmark_smoke.py::test_reset_latency_reports_every_method": "every method, Docker included",
     "tests/test_runner_ledger.py::test_a_killed_run_resumes_to_exactly_one_result_per_episode": "kills runs",
     "tests/test_runner_outage.py::test_killing_the_pool_manager_mid_run_*": "a Ray pool killed and replaced",
-    "tests/test_notebooks.py::*03_train_a_policy*": "trains a policy: about 600 episodes",
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[[]03_*": "trains a policy: 600 episodes",
 }
 """Tests over about 10 s each (node id patterns, and why they take long). The default run leaves
 them out (``-m 'not slow'`` in pyproject's addopts) to stay well under 15 minutes; CI runs them
