@@ -299,7 +299,7 @@ def test_fork_times_checkpoint_and_each_fork(tmp_path: Path, shared_store: Path)
     assert set(summary["methods"]) == {"checkpoint", "fork_1", "fork_4"}
     assert all(entry["n"] == 2 and entry["p50_ms"] > 0 for entry in summary["methods"].values())
     assert summary["meta"]["pool"] == "direct"
-    assert {"fork_1_per_child_ms", "fork_4_per_child_ms"} <= set(summary["headline"])
+    assert {"fork_1_per_child_ms", "fork_4_per_child_ms", "fork_4_memory_per_child_mib"} <= set(summary["headline"])
     samples = pd.read_csv(out / "samples.csv")
     assert samples.groupby("method").size().to_dict() == {"checkpoint": 2, "fork_1": 2, "fork_4": 2}
 

@@ -1,4 +1,4 @@
-"""Fork: what it costs to branch a mid-episode state into 1..64 children.
+"""Fork: what it costs to branch a mid-episode state into 1..128 children.
 
 Method:
     One episode of the trivial task runs a few steps that change files (so
@@ -11,7 +11,11 @@ Method:
     child is then checked to hold the checkpoint's file (untimed) and
     closed (untimed). ``warmup`` forks of the smallest n run first and are
     discarded. Reported per n: percentiles of the fork call, and the p50
-    divided by n (cost per child).
+    divided by n (cost per child). Memory: MemTotal - MemAvailable of this
+    machine read before each fork of the largest n and again once the fork
+    returned (children alive, before the check), divided by n: the marginal
+    memory per child, as a median over the repetitions (on ``pool=ray`` the
+    children may sit on other nodes: no figure then).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from benchmarks.stats import percentile
 from benchmarks.timing import measure
 from envs.tasks import load_task
 from pool.errors import ConfigError
+from pool.host import used_memory_bytes
 
 
 @dataclass
@@ -35,7 +40,7 @@ class ForkBenchConfig:
 
     name: str = "fork"
     """Scenario name."""
-    children: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    children: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128])
     """Numbers of children to fork into."""
     repetitions: int = 5
     """Timed forks per number of children."""
@@ -61,18 +66,47 @@ def run(job: Job) -> Report:
         )
         snapshot = env.unwrapped.checkpoint()  # type: ignore[attr-defined]
         methods: dict[str, list[float]] = {"checkpoint": checkpoint}
-        for index, n in enumerate(sorted(set(cfg.children))):
+        sizes = sorted(set(cfg.children))
+        memory = _MemoryPerChild(sizes[-1])
+        for index, n in enumerate(sizes):
+            largest = n == sizes[-1]
             methods[f"fork_{n}"] = measure(
                 lambda n=n: env.unwrapped.fork(n, snapshot),  # type: ignore[attr-defined, misc]
                 repetitions=cfg.repetitions,
                 warmup=cfg.warmup if index == 0 else 0,
-                after=_check_and_close,
+                before=memory.before if largest else None,
+                after=memory.after if largest else _check_and_close,
             )
     finally:
         env.close()
         supply.close()
-    per_child = {f"fork_{n}_per_child_ms": percentile(methods[f"fork_{n}"], 50) / n for n in sorted(set(cfg.children))}
-    return Report("fork", methods, meta={"pool": PoolKind(job.config.pool.kind).value, **per_child}, headline=per_child)
+    per_child: dict[str, float | None] = {
+        f"fork_{n}_per_child_ms": percentile(methods[f"fork_{n}"], 50) / n for n in sizes
+    }
+    per_child[f"fork_{sizes[-1]}_memory_per_child_mib"] = memory.median_mib()
+    meta = {"pool": PoolKind(job.config.pool.kind).value, **per_child}
+    return Report("fork", methods, meta=meta, headline=per_child)
+
+
+class _MemoryPerChild:
+    """This machine's used memory before a fork and after it returned, per child."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.baseline = 0
+        self.samples: list[float] = []
+
+    def before(self) -> None:
+        self.baseline = used_memory_bytes()
+
+    def after(self, children: list[object]) -> None:
+        self.samples.append((used_memory_bytes() - self.baseline) / self.n / 2**20)
+        _check_and_close(children)
+
+    def median_mib(self) -> float | None:
+        """The median per-child figure; None when memory fell meanwhile (other processes freed some)."""
+        value = percentile(self.samples, 50) if self.samples else None
+        return value if value is not None and value > 0 else None
 
 
 def _check_and_close(children: list[object]) -> None:
