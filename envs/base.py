@@ -449,8 +449,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._last_text = obs["output"]
         assert self._sandbox is not None
         egress = self._has_egress
-        if self._capabilities.changes != "none":
-            info["changes"] = self._end_state_changes()
+        info["changes"] = self._end_state_changes()
         try:
             verdict = verify(
                 self._sandbox, self.task, mode=self.verification, known_good=self.task_snapshot,
@@ -474,12 +473,15 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         return obs, verdict.reward, reason == "submitted", reason != "submitted", info
 
     def _end_state_changes(self) -> dict[str, Any]:
-        """What the episode added, changed and removed, as the agent left it (before the verifier)."""
+        """What the episode added, changed and removed, as the agent left it (before the verifier), or
+        ``{"unavailable": why}``."""
         assert self._sandbox is not None
+        if self._capabilities.changes == "none":
+            return {"unavailable": f"the {self._source.name} backend cannot list them outside the sandbox"}
         try:
             return self._sandbox.changes().without(self.own_paths).as_dict()
         except SandboxError as exc:
-            return {"error": f"{type(exc).__name__}: {exc}"}
+            return {"unavailable": f"{type(exc).__name__}: {exc}"}
 
     def _record_network(self, info: dict[str, Any], verdict: Verdict) -> NetworkFailure | None:
         """Put the episode's connection attempts in ``info["network"]``; the network's share in a failure."""

@@ -98,6 +98,7 @@ SLOW = {
     "tests/test_runner_ledger.py::test_a_killed_run_resumes_to_exactly_one_result_per_episode": "kills runs",
     "tests/test_runner_outage.py::test_killing_the_pool_manager_mid_run_*": "a Ray pool killed and replaced",
     "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[[]03_*": "trains a policy: 600 episodes",
+    "tests/test_viewer.py::test_every_episode_of_a_21_task_run_*": "the 21 built-in tasks and 21 episode pages",
 }
 """Tests over about 10 s each (node id patterns, and why they take long). The default run leaves
 them out (``-m 'not slow'`` in pyproject's addopts) to stay well under 15 minutes; CI runs them

@@ -249,6 +249,9 @@ def test_the_runner_scores_builtin_tasks_on_e2b(
     assert e2b_standin.api_key not in (run_dir / "ledger.jsonl").read_text()
     results = [r for r in map(json.loads, (run_dir / "ledger.jsonl").read_text().splitlines()) if r["kind"] == "result"]
     assert all(r["provider"] == "e2b" and r["sandbox_id"] and r["sandbox_s"] > 0 for r in results)
+    for result in results:  # no end-state diff the agent could forge: the episode's diff.json says so
+        diff = json.loads((run_dir / result["files"]["diff"]).read_text())
+        assert diff == {"unavailable": "the e2b backend cannot list them outside the sandbox"}
     assert summary["sandbox_seconds"]["by_provider"]["e2b"] == pytest.approx(sum(r["sandbox_s"] for r in results))
     deadline = time.monotonic() + 15
     while running(e2b_standin) and time.monotonic() < deadline:

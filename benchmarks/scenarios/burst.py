@@ -76,7 +76,10 @@ def run(job: Job) -> Report:
         raise ConfigError("benchmark.sizes must be positive, benchmark.rounds >= 1 and ttfc_samples >= 0")
     supply = open_supply(job, job.config)
     task = load_task(TRIVIAL_TASK)
-    make_env = lambda: supply.make_env("snapgym/Shell-v0", task, max_steps=10**6)  # noqa: E731
+
+    def make_env() -> Env:
+        return supply.make_env("snapgym/Shell-v0", task, max_steps=10**6)
+
     methods: dict[str, list[float] | Skipped] = {}
     walls: dict[int, float] = {}
     try:
