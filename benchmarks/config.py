@@ -151,6 +151,7 @@ def register_configs() -> None:
     from benchmarks.scenarios.burst import BurstConfig
     from benchmarks.scenarios.eval import EvalBenchConfig
     from benchmarks.scenarios.fork import ForkBenchConfig
+    from benchmarks.scenarios.idle import IdleConfig
     from benchmarks.scenarios.integrity import IntegrityBenchConfig
     from benchmarks.scenarios.pool import PoolBenchConfig
     from benchmarks.scenarios.throughput import ThroughputConfig
@@ -161,6 +162,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="throughput_schema", node=ThroughputConfig)
     store.store(group="benchmark", name="fork_schema", node=ForkBenchConfig)
     store.store(group="benchmark", name="burst_schema", node=BurstConfig)
+    store.store(group="benchmark", name="idle_schema", node=IdleConfig)
     store.store(group="benchmark", name="integrity_schema", node=IntegrityBenchConfig)
     store.store(group="pool", name="pool_schema", node=schemas.PoolSettings)
     store.store(group="suite", name="suite_schema", node=schemas.SuiteConfig)

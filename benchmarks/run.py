@@ -48,6 +48,7 @@ SCENARIOS: dict[str, str] = {
     "integrity": "benchmarks.scenarios.integrity",
     "egress": "benchmarks.scenarios.egress",
     "burst": "benchmarks.scenarios.burst",
+    "idle": "benchmarks.scenarios.idle",
 }
 EXIT_USAGE = 2
 """Exit status of a run refused for bad input (config, task, credentials) or stopped by the model's refusal."""

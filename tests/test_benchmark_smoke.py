@@ -284,6 +284,22 @@ def test_burst_times_concurrent_and_sequential_starts_and_time_to_first_command(
     assert set(summary["targets"]) == {"ttfc_p50_ms", "burst_4_ratio"}
 
 
+def test_idle_times_warm_steps_and_the_first_step_after_idling(tmp_path: Path, shared_store: Path) -> None:
+    out = tmp_path / "run"
+    done = run_benchmark(
+        "benchmark=idle",
+        "benchmark.sandboxes=2",
+        "benchmark.warm_steps=3",
+        "benchmark.idle_s=0.5",
+        f"backend.store_dir={shared_store}",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert {name: entry["n"] for name, entry in summary["methods"].items()} == {"warm": 6, "after_idle": 2}
+    assert summary["ratios"]["after_idle_vs_warm"] > 0 and set(summary["targets"]) == {"idle_ratio"}
+
+
 def test_fork_times_checkpoint_and_each_fork(tmp_path: Path, shared_store: Path) -> None:
     out = tmp_path / "run"
     done = run_benchmark(
