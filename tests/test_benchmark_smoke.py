@@ -261,6 +261,12 @@ def test_throughput_reports_episodes_per_second(tmp_path: Path, shared_store: Pa
     assert len(pd.read_parquet(out / "warmup" / "episodes.parquet")) == 2
     assert len(pd.read_parquet(out / "episodes.parquet")) == 30
     assert "target episodes/s >= 100" in done.stdout
+    baseline = summary["baseline"]  # the same episodes as plain subprocesses, in the same run
+    assert baseline["episodes_per_s"] > 0 and baseline["ratio"] == pytest.approx(
+        baseline["episodes_per_s"] / summary["throughput"]["episodes_per_s"]
+    )
+    assert summary["targets"]["baseline_ratio"]["value"] == baseline["ratio"]
+    assert "no-isolation baseline" in done.stdout
 
 
 def test_burst_times_concurrent_and_sequential_starts_and_time_to_first_command(

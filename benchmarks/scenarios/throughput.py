@@ -14,6 +14,13 @@ Method:
     to the last one's end; episode and reset latency percentiles come from the
     ledger (numpy, linear interpolation). Sweep the size with Hydra's
     multirun: ``-m benchmark=throughput pool.size=1,2,4,8``.
+
+    In the same run, unless ``baseline=false``, the no-isolation baseline
+    (:mod:`benchmarks.noisolation`) plays the same number of episodes, the same
+    actions and verifier as plain subprocesses in scratch folders, ``pool.size``
+    at a time: what running the commands at all costs on this machine. The
+    ratio baseline / snapgym is the price of isolation, snapshots and a
+    verifier the agent cannot reach.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import rundir
+from benchmarks import noisolation, rundir
 from benchmarks.agents import ReplayAgent
 from benchmarks.job import Job
 from benchmarks.results import SUMMARY_FILE
@@ -51,6 +58,10 @@ class ThroughputConfig:
     """Reported as met or missed."""
     plots: bool = True
     """Write the PNG plots."""
+    baseline: bool = True
+    """Also measure the no-isolation baseline (plain subprocesses), in the same run."""
+    target_baseline_ratio: float = 1.5
+    """baseline episodes/s over snapgym's, reported as met or missed."""
 
 
 @dataclass
@@ -64,11 +75,16 @@ class ThroughputOutcome:
         return self.evaluation.write(output_dir)
 
     def table(self) -> str:
-        """The run's table and the target line."""
-        target = self.evaluation.summary["targets"]["episodes_per_s"]
-        verdict = {True: "met", False: "MISSED", None: "n/a"}[target["met"]]
-        value = "-" if target["value"] is None else f"{target['value']:.1f}"
-        return self.evaluation.table() + f"\ntarget {target['description']}: {value}  {verdict}"
+        """The run's table, the baseline and the target lines."""
+        lines = [self.evaluation.table()]
+        baseline = self.evaluation.summary.get("baseline")
+        if baseline:
+            lines.append(f"no-isolation baseline: {baseline['episodes_per_s']:.1f} episodes/s (plain subprocesses)")
+        for target in self.evaluation.summary["targets"].values():
+            verdict = {True: "met", False: "MISSED", None: "n/a"}[target["met"]]
+            value = "-" if target["value"] is None else f"{target['value']:.2f}"
+            lines.append(f"target {target['description']}: {value}  {verdict}")
+        return "\n".join(lines)
 
 
 def run(job: Job) -> ThroughputOutcome:
@@ -90,6 +106,14 @@ def run(job: Job) -> ThroughputOutcome:
     outcome = evaluate(job, config, run_dir, [task], agent, resumed=False, plots=cfg.plots)
     rate = outcome.summary["throughput"]["episodes_per_s"]
     outcome.summary["targets"] = {"episodes_per_s": _target(rate, cfg.target_episodes_per_s)}
+    if cfg.baseline:
+        baseline = noisolation.episodes_per_s(
+            task.path, episode_actions(cfg.steps), episodes=cfg.episodes,
+            concurrency=int(config.pool.size), scratch=run_dir,
+        )  # fmt: skip
+        ratio = baseline / rate if rate else None
+        outcome.summary["baseline"] = {"episodes_per_s": baseline, "ratio": ratio}
+        outcome.summary["targets"]["baseline_ratio"] = _target(ratio, cfg.target_baseline_ratio, at_most=True)
     outcome.summary["method"] = {"steps": cfg.steps, "warmup_episodes": cfg.warmup_episodes, "task": task.id}
     (run_dir / SUMMARY_FILE).write_text(json.dumps(outcome.summary, indent=2) + "\n")
     return ThroughputOutcome(outcome)
@@ -100,10 +124,7 @@ def episode_actions(steps: int) -> list[str]:
     return ["echo ok > /app/answer.txt", *["true"] * (steps - 1)][:steps]
 
 
-def _target(value: float | None, limit: float) -> dict[str, Any]:
-    return {
-        "description": f"episodes/s >= {limit:g}",
-        "limit": limit,
-        "value": value,
-        "met": None if value is None else value >= limit,
-    }
+def _target(value: float | None, limit: float, *, at_most: bool = False) -> dict[str, Any]:
+    description = f"no-isolation baseline / snapgym <= {limit:g}" if at_most else f"episodes/s >= {limit:g}"
+    met = None if value is None else (value <= limit if at_most else value >= limit)
+    return {"description": description, "limit": limit, "value": value, "met": met}

@@ -1,0 +1,70 @@
+"""The no-isolation baseline of the throughput scenario: the same episodes as plain subprocesses.
+
+What it would cost to run an episode's commands at all: a scratch folder stands
+for the task's ``/app`` (made and removed per episode), each action runs in a
+fresh ``bash -c`` there (as a Shell-v0 step runs in a fresh bash), the task's
+``tests/test.sh`` runs as a plain ``sh`` with its ``/app`` and ``/logs`` paths
+pointed at the scratch folder, and a JSON line per episode is appended to a
+ledger and fsync-ed, as the runner's ledger is. No namespaces, no snapshot, no
+verifier boundary: nothing an agent could not escape, so this is a floor, never
+a way to run episodes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+
+def episodes_per_s(
+    task_dir: Path, actions: list[str], *, episodes: int, concurrency: int, scratch: Path, timeout_s: float = 30.0
+) -> float:
+    """Play ``episodes`` baseline episodes ``concurrency`` at a time; complete episodes per second.
+
+    Raises:
+        AssertionError: an episode's verifier did not give reward 1 (the baseline must do the same work).
+    """
+    test_script = (task_dir / "tests" / "test.sh").read_text()
+    ledger = scratch / "baseline-ledger.jsonl"
+    lock = threading.Lock()
+    with open(ledger, "a", encoding="utf-8") as out:
+
+        def one(index: int) -> None:
+            reward = _episode(test_script, actions, scratch, timeout_s)
+            if reward != "1":
+                raise AssertionError(f"baseline episode {index} scored {reward!r}, not 1")
+            with lock:
+                out.write(json.dumps({"episode": index, "reward": 1.0, "at": time.time()}) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+
+        started = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(concurrency) as workers:
+            for future in [workers.submit(one, i) for i in range(episodes)]:
+                future.result()
+        return episodes / (time.perf_counter() - started)
+
+
+def _episode(test_script: str, actions: list[str], scratch: Path, timeout_s: float) -> str:
+    """One episode in a fresh scratch folder; the reward file's text."""
+    root = Path(tempfile.mkdtemp(dir=scratch))
+    try:
+        app, logs = root / "app", root / "logs" / "verifier"
+        app.mkdir()
+        logs.mkdir(parents=True)
+        for action in actions:
+            subprocess.run(["bash", "--noprofile", "--norc", "-c", action.replace("/app", str(app))], cwd=app,
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False)  # fmt: skip
+        script = test_script.replace("/app", str(app)).replace("/logs/verifier", str(logs))
+        subprocess.run(["sh", "-c", script], cwd=app, stdin=subprocess.DEVNULL, capture_output=True,
+                       timeout=timeout_s, check=False)  # fmt: skip
+        return (logs / "reward.txt").read_text().strip()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
