@@ -89,3 +89,12 @@ def network_record(network: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     summary = dict(network.get("summary") or {})
     return {"policy": network.get("policy"), **summary, "dropped": network.get("dropped", 0)}
+
+
+def changes_record(changes: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the ledger keeps of an episode's end-state diff: the counts, not the paths (``diff.json`` has them)."""
+    if not changes:
+        return None
+    if "unavailable" in changes:
+        return {"unavailable": changes["unavailable"]}
+    return {**dict(changes.get("counts") or {}), "truncated": bool(changes.get("truncated"))}

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import asdict
 from typing import Any
 
-from benchmarks.episodefiles import network_record
+from benchmarks.episodefiles import changes_record, network_record
 from benchmarks.episodes import AttemptResult, EpisodeSpec
 from benchmarks.ledger import ATTEMPT, ATTEMPT_FAILED, RESULT, SUPERSEDED, attempt_id
 
@@ -78,6 +78,7 @@ class SessionRecords:
         fields.pop("trajectory")  # the episode's files hold these
         fields.pop("verifier")
         fields["network"] = network_record(fields.pop("network"))
+        fields["changes"] = changes_record(fields.pop("changes"))
         finished = self.now()
         return {
             "kind": RESULT,
