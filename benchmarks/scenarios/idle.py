@@ -7,13 +7,15 @@ Method:
     environments of the trivial task are reset (untimed); each then steps
     ``true`` ``warm_steps`` times, one environment after another (timed:
     ``warm``). All then sit for ``idle_s`` seconds; then each steps ``true``
-    once, one after another (timed: ``after_idle``). The ratio of the medians
+    once, one after another (timed: ``after_idle``); the task's agent time
+    limit is lifted, so the idle period does not end the episodes. The ratio of the medians
     is the cost of idleness; ``rounds`` repeats the idle period and its
     first commands. On ``pool=ray`` the steps go through the pool's leases.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +54,8 @@ def run(job: Job) -> Report:
     if cfg.sandboxes < 1 or cfg.warm_steps < 1 or cfg.rounds < 1 or cfg.idle_s < 0:
         raise ConfigError("benchmark.sandboxes, warm_steps and rounds must be >= 1, and idle_s >= 0")
     supply = open_supply(job, job.config)
-    task = load_task(TRIVIAL_TASK)
+    trivial = load_task(TRIVIAL_TASK)  # without its agent time limit, which an idle period would pass
+    task = dataclasses.replace(trivial, settings=dataclasses.replace(trivial.settings, agent_timeout_s=None))
     envs = [supply.make_env("snapgym/Shell-v0", task, max_steps=10**6) for _ in range(cfg.sandboxes)]
     try:
         for env in envs:
