@@ -3,8 +3,9 @@
 - ``result.json``: the episode's result record (the ledger's line, as JSON).
 - ``agent/trajectory.json``: what the agent did and saw, in ATIF (:mod:`envs.trajectory`).
 - ``verifier/test-stdout.txt``: the verifier's output (test.sh's stdout and stderr, capped by the
-  environment), and ``verifier/result.json``: its verdict without the output (reward, exit code,
-  timing, removed links, missing outputs, notes).
+  environment), ``verifier/result.json``: its verdict without the output (reward, exit code,
+  timing, removed links, missing outputs, notes), and the test reports test.sh left beside the
+  reward (``verifier/ctrf.json``, as Terminal-Bench 2's ``pytest --ctrf`` writes it).
 - ``network.json``: the connection attempts, when the sandbox tried to reach anything.
 - ``diff.json``: what the agent left changed against the episode's start (paths added, changed,
   removed: ``pool.changes``), when the backend can list it without asking the sandbox.
@@ -59,13 +60,17 @@ def write_trajectory(run_dir: Path, folder: str, trajectory: dict[str, Any]) -> 
 
 
 def write_verifier(run_dir: Path, folder: str, verdict: dict[str, Any]) -> dict[str, str]:
-    """Write the verifier's output and verdict; returns their paths by kind."""
+    """Write the verifier's output, verdict and test reports; returns their paths by kind."""
     output = str(verdict.get("output") or "")
-    rest = {key: value for key, value in verdict.items() if key != "output"}
-    return {
+    reports = dict(verdict.get("reports") or {})
+    rest = {key: value for key, value in verdict.items() if key not in ("output", "reports")}
+    written = {
         "verifier_output": write_text(run_dir, f"{folder}/{VERIFIER_OUTPUT_FILE}", output),
         "verifier": write_json(run_dir, f"{folder}/{VERIFIER_RESULT_FILE}", rest),
     }
+    for name, text in sorted(reports.items()):  # names from envs.verifier.REPORT_FILES, never the sandbox's
+        written[f"verifier_{name}"] = write_text(run_dir, f"{folder}/verifier/{name}", str(text))
+    return written
 
 
 def write_json(run_dir: Path, relative: str, document: Any) -> str:

@@ -86,6 +86,9 @@ TESTS_DIR = TESTS_PATH
 LOGS_DIR = REWARD_DIR
 REWARD_FILES = ("reward.json", "reward.txt")
 MAX_REWARD_BYTES = 1 << 20
+REPORT_FILES = ("ctrf.json",)
+"""Test reports test.sh may leave beside the reward (Terminal-Bench 2's ``pytest --ctrf``), kept with the verdict."""
+MAX_REPORT_BYTES = 1 << 20
 _MAX_VERIFIER_OUTPUT = 256 * 1024
 
 
@@ -113,6 +116,8 @@ class Verdict:
     """strict: outputs that were not a directory at the end of the episode (the verifier saw them empty)."""
     notes: tuple[str, ...] = ()
     """What the backend said when the verifier's turn began (e.g. why the outputs are empty)."""
+    reports: dict[str, str] = field(default_factory=dict)
+    """The test reports test.sh wrote in the verifier's logs (:data:`REPORT_FILES`), by file name."""
 
     def as_info(self) -> dict[str, object]:
         """JSON-ready fields for an episode's ``info``."""
@@ -128,6 +133,7 @@ class Verdict:
             "removed_links": list(self.removed_links),
             "missing_outputs": list(self.missing_outputs),
             "notes": list(self.notes),
+            "reports": dict(self.reports),
         }
 
 
@@ -199,6 +205,7 @@ def _verdict(sandbox: Sandbox, result: ExecResult, report: VerificationReport) -
     else:
         rewards, error = _read_rewards(sandbox)
     return Verdict(
+        reports=_read_reports(sandbox),
         reward=rewards.get("reward", 0.0) if error is None else 0.0,
         rewards=rewards,
         exit_code=result.exit_code,
@@ -226,6 +233,18 @@ def _read_rewards(sandbox: Sandbox) -> tuple[dict[str, float], str | None]:
         rewards, error = parse(raw)
         return rewards, None if error is None else f"{error} (scored 0.0)"
     return {}, f"test.sh wrote neither {LOGS_DIR}/reward.txt nor reward.json (scored 0.0)"
+
+
+def _read_reports(sandbox: Sandbox) -> dict[str, str]:
+    """The test reports test.sh left, as text; one that is missing, not a regular file or too big is skipped."""
+    reports = {}
+    for name in REPORT_FILES:
+        try:
+            raw = sandbox.read_file(f"{LOGS_DIR}/{name}", max_bytes=MAX_REPORT_BYTES, follow_symlinks=False)
+        except FileOperationError:
+            continue
+        reports[name] = raw.decode("utf-8", errors="replace")
+    return reports
 
 
 def _parse_reward_json(raw: bytes) -> tuple[dict[str, float], str | None]:
