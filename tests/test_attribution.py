@@ -86,3 +86,21 @@ def test_an_init_the_agents_memory_use_killed_ends_the_episode_scored(backend: L
         assert (reward, info["scored"], truncated) == (1.0, True, True), info
     finally:
         shell.close()
+
+
+def test_a_sandbox_whose_files_hold_its_memory_counts_as_out_of_memory(tmp_path: Any) -> None:
+    """tmpfs pages are charged to the sandbox's memory: when its files fill it, a command that cannot start
+    for lack of memory is the agent's doing (SandboxOutOfMemoryError, then scored), not an infrastructure
+    failure; a restore gives the memory back."""
+    if os.geteuid() != 0:
+        pytest.skip("memory cgroups need host root")
+    with LocalBackend(store_dir=tmp_path, memory_limit_mb=128, disk_limit_mb=1024) as backend:
+        from pool import Template
+
+        snap = backend.build(Template(name="memory-full", setup=["mkdir -p /w"], workdir="/w"))
+        with backend.create(snap) as sandbox:
+            assert not sandbox.memory_exhausted()  # type: ignore[attr-defined]
+            assert sandbox.exec("head -c 120M /dev/zero > /w/fill").exit_code == 0
+            assert sandbox.memory_exhausted()  # type: ignore[attr-defined]
+            sandbox.restore()
+            assert not sandbox.memory_exhausted()  # type: ignore[attr-defined]

@@ -42,6 +42,27 @@ def _v1_controller(name: str) -> Path | None:
     return path if (path / "cgroup.procs").exists() else None
 
 
+def memory_of_process(pid: int) -> int | None:
+    """The memory charge of the memory cgroup ``pid`` is in (its own, not its parent's); None when unknown."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if _v2() and controllers == "":
+            target = CGROUP_ROOT / path.lstrip("/") / "memory.current"
+        elif "memory" in controllers.split(","):
+            target = CGROUP_ROOT / "memory" / path.lstrip("/") / "memory.usage_in_bytes"
+        else:
+            continue
+        try:
+            return int(target.read_text())
+        except (OSError, ValueError):
+            return None
+    return None
+
+
 def available() -> set[str]:
     """Which limits can be enforced here: a subset of {"memory", "cpu", "pids"}."""
     if os.geteuid() != 0:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pool.backends.local import capture, upperread
-from pool.backends.local.cgroups import Limits, SandboxCgroup
+from pool.backends.local.cgroups import Limits, SandboxCgroup, memory_of_process
 from pool.backends.local.changes import read_changes
 from pool.backends.local.daemon import Op, StatusTimeoutError, read_status
 from pool.changes import MAX_PATHS, Changes
@@ -193,6 +193,11 @@ class LocalSandbox:
         else:
             code, timed_out, err = got.status
             if code == _NOT_STARTED:
+                if err == errno.ENOMEM and self.memory_exhausted():
+                    raise SandboxOutOfMemoryError(
+                        "the sandbox's processes (and its files: tmpfs pages count) used up its memory, so the "
+                        "command could not start; restore() starts it again"
+                    )
                 raise SandboxCrashedError(f"snapgym could not start the command in the sandbox: {os.strerror(err)}")
         return ExecResult(
             exit_code=code,
@@ -269,6 +274,19 @@ class LocalSandbox:
             raise SandboxCrashedError(
                 "the sandbox's init died (killed from the host); restore() starts it again from its snapshot"
             )
+
+    def memory_exhausted(self) -> bool:
+        """True when the sandbox's memory charge is within 10% of its limit: a command that cannot start
+        for lack of memory then fails by the agent's doing (its processes, or files on its tmpfs), not the host's."""
+        limit = self._cgroup.limits.memory_bytes
+        if not limit:
+            return False
+        try:
+            pid = int(self._backend.daemon_request(Op.PING, self.number, []).get("pid", "0"))
+        except BackendError:
+            return False
+        used = memory_of_process(pid) if pid > 0 else None  # the current instance's cgroup, not a dead one's
+        return used is not None and used >= 0.9 * limit
 
     def init_died_of_oom(self) -> bool:
         """True when the sandbox's init is gone because its processes used up its memory."""
