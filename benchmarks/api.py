@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
+
+from omegaconf import DictConfig
 
 from benchmarks.cli import check_nested_keys, compose_config, config_overrides
 from benchmarks.config import check_backend_options, register_configs, reject_unknown_keys, require_values
@@ -23,15 +26,10 @@ def run_benchmark(*overrides: str) -> Outcome:
         ConfigError: bad input, named; ScenarioStoppedError: the run stopped early (an outage),
         with what finished written.
     """
-    from benchmarks.run import check_top_level_keys, load_scenario  # the command line's own checks
+    from benchmarks.run import load_scenario
 
-    register_configs()
     given = config_overrides(overrides)
-    check_top_level_keys(given)
-    check_nested_keys(given)
-    config = compose_config(given)
-    reject_unknown_keys(config)
-    require_values(config)
+    config = checked_config(given)
     check_backend_options(config)
     name = str(config.benchmark.name)
     scenario = load_scenario(name)
@@ -44,6 +42,24 @@ def run_benchmark(*overrides: str) -> Outcome:
         job.close()
     outcome.write(output_dir)
     return outcome
+
+
+def checked_config(overrides: Sequence[str]) -> DictConfig:
+    """The run's config from ``configs/`` and ``overrides``, after the command line's own checks: unknown
+    keys (top-level and nested, named with the closest valid ones) and missing values.
+
+    Raises:
+        ConfigError: the first problem, named.
+    """
+    from benchmarks.run import check_top_level_keys  # the command line's own check
+
+    register_configs()
+    check_top_level_keys(list(overrides))
+    check_nested_keys(overrides)
+    config = compose_config(overrides)
+    reject_unknown_keys(config)
+    require_values(config)
+    return config
 
 
 def _default_output_dir(name: str) -> Path:

@@ -12,12 +12,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from benchmarks.cli import check_nested_keys, compose_config, config_overrides
-from benchmarks.config import register_configs, reject_unknown_keys, require_values
-from benchmarks.run import check_top_level_keys
+from benchmarks.api import checked_config
+from benchmarks.cli import config_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -34,7 +34,7 @@ def blocks(language: str) -> list[tuple[int, str]]:
     return found
 
 
-def python_params() -> list[object]:
+def python_params() -> list[Any]:
     """One test per Python block; those that start Ray or need a Docker engine are marked."""
     params = []
     for line, code in blocks("python"):
@@ -82,14 +82,8 @@ def test_python_block_runs_as_written(code: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("line", "arguments"), run_lines(), ids=[f"line-{n}" for n, _ in run_lines()])
 def test_run_command_line_composes(line: int, arguments: list[str]) -> None:
-    register_configs()
     for overrides in expand_sweeps(arguments):
-        given = config_overrides(overrides)
-        check_top_level_keys(given)
-        check_nested_keys(given)
-        config = compose_config(given)
-        reject_unknown_keys(config)
-        require_values(config)
+        checked_config(config_overrides(overrides))
 
 
 def test_every_module_the_shell_blocks_run_exists() -> None:

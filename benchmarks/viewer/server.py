@@ -126,7 +126,7 @@ def _handler(reader: RunReader, allowed_hosts: frozenset[str] | None) -> type[Ba
             try:
                 self._route(path, query)
             except (BrokenPipeError, ConnectionResetError):
-                pass
+                pass  # the browser left mid-reply (a reload, a closed tab): nobody to answer
             except Exception:  # a bug, not a hostile file: say so, keep serving
                 log.exception("viewer: %s failed", self.path)
                 self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "the viewer failed on this request; see its log")
