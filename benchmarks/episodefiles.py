@@ -75,7 +75,8 @@ def write_verifier(run_dir: Path, folder: str, verdict: dict[str, Any]) -> dict[
 
 def write_json(run_dir: Path, relative: str, document: Any) -> str:
     """Write ``document`` as JSON at ``run_dir / relative``, whole or not at all; returns ``relative``."""
-    return write_text(run_dir, relative, json.dumps(document, indent=1, default=str) + "\n")
+    # compact: json's C encoder (an indent would run its pure-Python one, several times slower)
+    return write_text(run_dir, relative, json.dumps(document, default=str, separators=(",", ":")) + "\n")
 
 
 def write_text(run_dir: Path, relative: str, text: str) -> str:

@@ -21,6 +21,7 @@ Durations and deadlines come from monotonic clocks; the wall-clock ``at``,
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -190,6 +191,9 @@ class Evaluation:
             self._raise_fatal(self._fatal)
 
     def _play_all(self, pending: list[EpisodeSpec]) -> None:
+        # What exists now (modules, configs, the plan) lives for the whole run: keep it out of the
+        # collector's full passes, which would otherwise walk it every few hundred episodes.
+        gc.freeze()
         workers = max(1, min(self.settings.concurrency, len(pending)))
         executor = ThreadPoolExecutor(workers, thread_name_prefix="snapgym-episode")
         try:

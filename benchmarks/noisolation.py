@@ -1,8 +1,10 @@
 """The no-isolation baseline of the throughput scenario: the same episodes as plain subprocesses.
 
 What it would cost to run an episode's commands at all: a scratch folder stands
-for the task's ``/app`` (made and removed per episode), each action runs in a
-fresh ``bash -c`` there (as a Shell-v0 step runs in a fresh bash), the task's
+for the task's ``/app`` (made and removed per episode), the actions run one after
+another in one ``bash`` per episode started there (as Shell-v0 steps run in the
+episode's shell on the local backend), each step a line written to it and read
+back up to a marker with its exit code, the task's
 ``tests/test.sh`` runs as a plain ``sh`` with its ``/app`` and ``/logs`` paths
 pointed at the scratch folder, and a JSON line per episode is appended to a
 ledger and fsync-ed, as the runner's ledger is. No namespaces, no snapshot, no
@@ -59,12 +61,26 @@ def _episode(test_script: str, actions: list[str], scratch: Path, timeout_s: flo
         app, logs = root / "app", root / "logs" / "verifier"
         app.mkdir()
         logs.mkdir(parents=True)
-        for action in actions:
-            subprocess.run(["bash", "--noprofile", "--norc", "-c", action.replace("/app", str(app))], cwd=app,
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False)  # fmt: skip
+        _play_in_one_shell([action.replace("/app", str(app)) for action in actions], app)
         script = test_script.replace("/app", str(app)).replace("/logs/verifier", str(logs))
         subprocess.run(["sh", "-c", script], cwd=app, stdin=subprocess.DEVNULL, capture_output=True,
                        timeout=timeout_s, check=False)  # fmt: skip
         return (logs / "reward.txt").read_text().strip()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _play_in_one_shell(actions: list[str], cwd: Path) -> None:
+    """Each action typed into one bash, waiting for its exit code before the next (a step's round trip)."""
+    shell = subprocess.Popen(["bash", "--noprofile", "--norc"], cwd=cwd, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+    assert shell.stdin is not None and shell.stdout is not None
+    try:
+        for action in actions:
+            shell.stdin.write(f"{action} </dev/null\necho __snapgym_done_$?\n".encode())
+            shell.stdin.flush()
+            while not shell.stdout.readline().startswith(b"__snapgym_done_"):
+                pass
+    finally:
+        shell.stdin.close()
+        shell.wait()

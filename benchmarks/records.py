@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import asdict
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from benchmarks.episodefiles import changes_record, network_record
@@ -73,10 +74,11 @@ class SessionRecords:
     ) -> dict[str, Any]:
         """The episode's terminal record, with its provenance and timings (``files``: the episode's
         files by kind, relative to the run directory)."""
-        fields = asdict(result)
-        extra = fields.pop("extra")
-        fields.pop("trajectory")  # the episode's files hold these
-        fields.pop("verifier")
+        # the episode's files hold the trajectory and the verifier's output; the rest is flat data
+        # (a shallow copy: asdict() would deep-copy the whole trajectory only to drop it)
+        fields = {f.name: getattr(result, f.name) for f in dataclass_fields(result)
+                  if f.name not in ("trajectory", "verifier")}  # fmt: skip
+        extra = dict(fields.pop("extra"))
         fields["network"] = network_record(fields.pop("network"))
         fields["changes"] = changes_record(fields.pop("changes"))
         finished = self.now()

@@ -1,11 +1,14 @@
 """``snapgym/Shell-v0``: the action is a shell command, run with bash in the sandbox.
 
-Each command runs in a fresh ``bash``, but the working directory and exported
-variables carry over to the next step of the same episode, as in a terminal:
-``cd src`` then ``ls`` lists ``src``. Unexported variables, functions and
-aliases do not carry over. Nothing carries over between episodes: reset
-discards the whole sandbox state. On a base without bash (a minimal root
-filesystem), actions run in ``sh`` and nothing carries over between steps.
+Where the backend keeps a persistent shell (``capabilities.shell_session``, the local
+backend), every action of an episode goes to one bash, as lines typed into a terminal: the
+working directory, variables and functions carry over from step to step. Elsewhere each
+action runs in a fresh ``bash``, and the working directory and exported variables carry over
+(``cd src`` then ``ls`` lists ``src``; unexported variables and functions do not). Either way
+a step that times out ends its shell, and the next step's shell starts in the last working
+directory with the last exported variables. Nothing carries over between episodes: reset
+discards the whole sandbox state. On a base without bash (a minimal root filesystem),
+actions run in ``sh`` and nothing carries over between steps.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from __future__ import annotations
 import shlex
 
 from envs.base import SandboxEnv
+from pool.contract import SHELL_STATE_FILE as STATE_FILE
+from pool.errors import UnsupportedError
 from pool.results import ExecResult
 
-STATE_FILE = "/run/.snapgym-shell-state"
 # Builtins only (no fork besides the action itself): the state file is a script
 # that cds and re-exports, written after every action.
 _WRAPPER = f"""\
@@ -40,9 +44,21 @@ class ShellEnv(SandboxEnv):
     """
 
     own_paths = frozenset({STATE_FILE})
+    _no_session = False
+    """Set when the sandbox has no bash for a session: every later step uses the per-step wrapper."""
 
     def _run(self, action: str) -> ExecResult:
         assert self._sandbox is not None
+        if self._capabilities.shell_session and not self._no_session:
+            try:
+                return self._sandbox.shell(
+                    action,
+                    timeout_s=self._action_timeout_s(),
+                    env=self._episode_env() or None,
+                    max_output_bytes=self.max_output_bytes,
+                )
+            except UnsupportedError:
+                self._no_session = True
         return self._sandbox.exec(
             _COMMAND,
             stdin=action,

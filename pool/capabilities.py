@@ -75,6 +75,10 @@ class Capabilities:
     """Who lists what an episode changed (``sandbox.changes()``, see pool.changes): "host" (the
     sandbox's writable layer, read on the host), "engine" (the container engine) or "none" (no
     listing the agent could not forge: ``changes()`` raises UnsupportedError)."""
+    shell_session: bool = False
+    """``sandbox.shell()`` runs commands in one persistent shell per episode (False: it raises
+    UnsupportedError, and ``snapgym/Shell-v0`` starts a new bash per step, carrying the working
+    directory and exported variables over in a file)."""
 
     def table_row(self) -> dict[str, str]:
         """The capabilities as short strings, for the README's table and reports."""
@@ -95,4 +99,5 @@ class Capabilities:
             "snapshots": self.snapshot_location,
             "bases": ", ".join(self.bases),
             "end-state diff": self.changes,
+            "shell session": "yes" if self.shell_session else "no",
         }

@@ -14,6 +14,10 @@ from pool.snapshots import Snapshot
 from pool.templates import Template
 from pool.verification import VerificationPlan, VerificationReport
 
+SHELL_STATE_FILE = "/run/.snapgym-shell-state"
+"""Where a shell that runs an agent's steps (``Sandbox.shell``, ``snapgym/Shell-v0``) keeps its working
+directory and exported variables between steps: a script that ``cd``s and re-exports."""
+
 
 @runtime_checkable
 class Sandbox(Protocol):
@@ -55,6 +59,17 @@ class Sandbox(Protocol):
         max_output_bytes: int | None = None,
     ) -> ExecResult:
         """Run a shell command; a non-zero exit is data, not an exception."""
+
+    def shell(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run a command in the sandbox's persistent shell, which keeps its working directory and
+        variables until restore() (``capabilities.shell_session``; False: raises UnsupportedError)."""
 
     def read_file(self, path: str, *, max_bytes: int | None = None, follow_symlinks: bool = True) -> bytes:
         """Bytes of a regular file in the sandbox (``follow_symlinks=False`` refuses a final link)."""

@@ -35,7 +35,7 @@ from pool.verification import VerificationPlan, VerificationReport
 BackendFactory = Callable[[], Backend]
 _LEASE_METHOD_NAMES = (
     "exec", "read_file", "write_file", "snapshot", "restore", "start_digest", "begin_verification", "identity",
-    "set_network", "network_log", "changes",
+    "set_network", "network_log", "changes", "shell",
 )  # fmt: skip
 LEASE_METHODS = frozenset(_LEASE_METHOD_NAMES)
 """What a lease may call on its host (through Ray, or the same-node fast path).
@@ -187,6 +187,10 @@ class SandboxHost:
     def exec(self, ticket: Ticket, command: str, options: Mapping[str, Any]) -> ExecResult:
         """Run a command (``options``: the keyword arguments of Sandbox.exec)."""
         return self._sandbox(ticket).exec(command, **options)
+
+    def shell(self, ticket: Ticket, command: str, options: Mapping[str, Any]) -> ExecResult:
+        """Run a command in the sandbox's persistent shell (``options``: the keyword arguments of Sandbox.shell)."""
+        return self._sandbox(ticket).shell(command, **options)
 
     def read_file(self, ticket: Ticket, path: str, max_bytes: int | None, follow_symlinks: bool = True) -> bytes:
         """A file from the sandbox."""

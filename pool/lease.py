@@ -121,6 +121,19 @@ class Lease:
         result: ExecResult = self._call("exec", command, options)
         return result
 
+    def shell(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run a command in the leased sandbox's persistent shell (see Sandbox.shell)."""
+        options = {"timeout_s": timeout_s, "env": dict(env) if env else None, "max_output_bytes": max_output_bytes}
+        result: ExecResult = self._call("shell", command, options)
+        return result
+
     def read_file(self, path: str, *, max_bytes: int | None = None, follow_symlinks: bool = True) -> bytes:
         """Bytes of a regular file in the sandbox."""
         data: bytes = self._call("read_file", path, max_bytes, follow_symlinks)

@@ -215,16 +215,17 @@ def test_render_ansi_returns_the_last_observation_text(backend: LocalBackend) ->
 # -- Shell-v0 ---------------------------------------------------------------------
 
 
-def test_shell_keeps_cwd_and_exported_variables_between_steps(shell: gym.Env[dict[str, Any], str]) -> None:
-    """cd and export carry over to the next step, as in a terminal; unexported variables do not."""
+def test_shell_keeps_its_state_between_steps_as_a_terminal_does(shell: gym.Env[dict[str, Any], str]) -> None:
+    """cd, variables (exported or not) and functions carry over to the next step (the local backend
+    keeps one bash per episode); reset starts from scratch."""
     shell.reset()
     assert run(shell, "pwd")["output"] == "/app\n[exit code 0]"
-    run(shell, "mkdir -p /tmp/work/sub && cd /tmp/work; export KEPT='a b'; LOCAL=gone")
+    run(shell, "mkdir -p /tmp/work/sub && cd /tmp/work; export KEPT='a b'; LOCAL=kept; greet() { echo hi $1; }")
     run(shell, "cd sub")
-    obs = run(shell, 'pwd; echo "kept=$KEPT local=${LOCAL-unset}"')
-    assert obs["output"] == "/tmp/work/sub\nkept=a b local=unset\n[exit code 0]"
+    obs = run(shell, 'pwd; echo "kept=$KEPT local=${LOCAL-unset}"; greet you')
+    assert obs["output"] == "/tmp/work/sub\nkept=a b local=kept\nhi you\n[exit code 0]"
     shell.reset()
-    assert run(shell, "pwd; echo ${KEPT-unset}")["output"] == "/app\nunset\n[exit code 0]"
+    assert run(shell, "pwd; echo ${KEPT-unset} ${LOCAL-unset}")["output"] == "/app\nunset unset\n[exit code 0]"
 
 
 def test_shell_passes_multiline_scripts_and_quotes_intact(shell: gym.Env[dict[str, Any], str]) -> None:

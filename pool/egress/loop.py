@@ -47,6 +47,17 @@ class LoopThread:
             future.cancel()
             raise BackendError(f"the egress proxy's event loop did not answer in {timeout_s:g} s") from None
 
+    def post(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Start ``coroutine`` on the loop without waiting for it (calls run in the order they came).
+
+        Raises:
+            BackendError: the loop is stopped.
+        """
+        if self._loop.is_closed() or not self._thread.is_alive():
+            coroutine.close()
+            raise BackendError("the egress proxy's event loop is stopped")
+        asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
     def stop(self) -> None:
         """Stop the loop and its thread; what still runs on it is abandoned."""
         if self._loop.is_closed():

@@ -257,6 +257,21 @@ class RemoteSandbox:
         self._provider.set_network(self._live(), policy)
         return {}
 
+    def shell(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Not available here (``Capabilities.shell_session`` is False): every command is an exec().
+
+        Raises:
+            UnsupportedError: always.
+        """
+        raise UnsupportedError(f"{self._backend.name}: no persistent shell session; run commands with exec()")
+
     def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
         """Not available: only a command in the sandbox could list them, and the agent could forge
         that (``Capabilities.changes`` is "none").

@@ -226,6 +226,21 @@ class DockerSandbox:
         content = data.encode() if isinstance(data, str) else bytes(data)
         files.write(self._backend.api, container, self._resolve(path), content, mode=mode)
 
+    def shell(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Not available here (``Capabilities.shell_session`` is False): every command is an exec().
+
+        Raises:
+            UnsupportedError: always.
+        """
+        raise UnsupportedError("docker: no persistent shell session; run commands with exec()")
+
     def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
         """The paths added, changed and removed since the sandbox's container started, as the
         engine lists them (see pool.backends.docker.changes); nothing runs in the container."""

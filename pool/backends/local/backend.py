@@ -24,13 +24,14 @@ from typing import Any
 
 from pool import hostview
 from pool.backends.local import cgroups, kernel, layers, native, seal
-from pool.backends.local.daemon import DaemonClient, Fields, Op, PendingReply
+from pool.backends.local.daemon import DaemonClient, Fields, Op
 from pool.backends.local.imagebase import image_base
 from pool.backends.local.layerview import Entry, LayerView
 from pool.backends.local.mountpoints import mount_point_layer
 from pool.backends.local.oci import ImageFetcher
 from pool.backends.local.ocilayer import unpack_layer
 from pool.backends.local.ocisettings import Credentials, RegistrySettings
+from pool.backends.local.ready import ReadySandboxes, Started
 from pool.backends.local.sandbox import LocalSandbox
 from pool.backends.local.store import BaseRecord, SnapshotStore, default_runtime_dir, default_store_dir
 from pool.buildnetwork import BuildRoute
@@ -91,6 +92,8 @@ class LocalBackend:
         id_offset: host uid that sandbox root maps to in root mode.
         prewarm: keep the next episode's namespaces set up beside each sandbox,
             so restore is a hand-off (one idle init process per sandbox).
+        ready_sandboxes: keep one sandbox started for the next create() of a
+            snapshot created more than once (see pool.backends.local.ready).
         prefer_prebuilt: start a Dockerfile template from its prebuilt image
             (task.toml ``docker_image``) when that image can be had.
         registry: how images are fetched (a RegistrySettings, or its fields as a
@@ -119,6 +122,7 @@ class LocalBackend:
         rootless: bool | None = None,
         id_offset: int = 100000,
         prewarm: bool = True,
+        ready_sandboxes: bool = True,
         prefer_prebuilt: bool = True,
         registry: RegistrySettings | Mapping[str, Any] | None = None,
         egress: EgressSettings | Mapping[str, Any] | None = None,
@@ -148,7 +152,9 @@ class LocalBackend:
         self.prefer_prebuilt = prefer_prebuilt
         self.registry = registry_settings(registry)
         self.egress = EgressService(
-            egress, available=not self.rootless, unavailable_reason="a rootless local backend cannot reach into "
+            egress,
+            available=not self.rootless,
+            unavailable_reason="a rootless local backend cannot reach into "
             "its sandboxes' network namespaces; run as root for network policies other than no-network",
         )
         self._fetcher: ImageFetcher | None = None
@@ -162,6 +168,7 @@ class LocalBackend:
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._sandboxes: dict[int, LocalSandbox] = {}
+        self._ready = ReadySandboxes(ready_sandboxes)
         self._daemon: DaemonClient | None = None
         self._run_dir: Path | None = None
         self._bases: dict[str, _Base] = {}
@@ -228,6 +235,7 @@ class LocalBackend:
             snapshot_location="node",
             bases=(HOST_BASE, "rootfs", "image", "dockerfile"),
             changes="host",
+            shell_session=True,
         )
 
     def build(self, template: Template) -> Snapshot:
@@ -277,10 +285,20 @@ class LocalBackend:
         return snap
 
     def create(self, snapshot: Snapshot, *, labels: Mapping[str, str] | None = None) -> LocalSandbox:
-        """Start a sandbox at ``snapshot``, carrying ``labels``."""
+        """Start a sandbox at ``snapshot``, carrying ``labels``.
+
+        From a snapshot's second create() on, one more sandbox of it is kept started for the
+        next call (``ready_sandboxes``; see pool.backends.local.ready).
+        """
         self._check_open()
         self._check_snapshot(snapshot)
-        return self._open(snapshot, network=False, labels=labels)
+        given = {**check_labels(labels), OWNER: self._owner}
+        sandbox = self._take_ready(snapshot, given)
+        if sandbox is None:
+            sandbox = self._open(snapshot, network=False, labels=labels)
+        if self._ready.wants_one(snapshot.id):
+            self._start_ready(snapshot)
+        return sandbox
 
     def fork(self, snapshot: Snapshot, n: int, *, labels: Mapping[str, str] | None = None) -> list[LocalSandbox]:
         """Start ``n`` sandboxes that each begin at ``snapshot`` (set up in parallel)."""
@@ -337,6 +355,8 @@ class LocalBackend:
             if self._closed:
                 return
             self._closed = True
+        self._discard_started(self._ready.drain())
+        with self._lock:
             sandboxes = list(self._sandboxes.values())
         for sandbox in sandboxes:
             with contextlib.suppress(SandboxCrashedError):
@@ -549,22 +569,62 @@ class LocalBackend:
         self, snapshot: Snapshot, n: int, *, network: bool, labels: Mapping[str, str] | None = None
     ) -> list[LocalSandbox]:
         given = {**check_labels(labels), OWNER: self._owner}
-        daemon = self._ensure_daemon()
-        started: list[tuple[LocalSandbox, PendingReply]] = []
+        started: list[Started] = []
         error: BaseException | None = None
-        limits = self._limits(snapshot.resources)
-        controllers = self._limited_controllers(snapshot.resources)
         for _ in range(n):
-            number = next(self._ids)
-            group = cgroups.SandboxCgroup(f"{self.tag}-{number}", limits, controllers)
-            sandbox = LocalSandbox(self, number, snapshot, group, given)
             try:
-                fields = self._config(snapshot, network=network, sandbox=sandbox)
-                started.append((sandbox, daemon.submit(Op.CREATE, number, fields)))
+                started.append(self._submit_create(snapshot, network=network, labels=given))
             except BaseException as exc:
-                group.remove()
                 error = exc
                 break
+        return self._collect_created(started, error)
+
+    def _submit_create(self, snapshot: Snapshot, *, network: bool, labels: Mapping[str, str]) -> Started:
+        """Ask the daemon for a new sandbox at ``snapshot``; the reply is not waited for."""
+        daemon = self._ensure_daemon()
+        number = next(self._ids)
+        limits = self._limits(snapshot.resources)
+        group = cgroups.SandboxCgroup(f"{self.tag}-{number}", limits, self._limited_controllers(snapshot.resources))
+        sandbox = LocalSandbox(self, number, snapshot, group, labels)
+        try:
+            fields = self._config(snapshot, network=network, sandbox=sandbox)
+            return sandbox, daemon.submit(Op.CREATE, number, fields)
+        except BaseException:
+            group.remove()
+            raise
+
+    def _take_ready(self, snapshot: Snapshot, labels: Mapping[str, str]) -> LocalSandbox | None:
+        """The snapshot's ready sandbox, now carrying ``labels``; None when there is none or it failed
+        to start (the caller then creates one the usual way, which reports the reason)."""
+        started = self._ready.take(snapshot.id)
+        if started is None:
+            return None
+        try:
+            (sandbox,) = self._collect_created([started], None)
+        except SnapgymError:
+            return None
+        sandbox.relabel(labels)
+        return sandbox
+
+    def _start_ready(self, snapshot: Snapshot) -> None:
+        """Start the next create()'s sandbox of ``snapshot`` in the background (best effort)."""
+        try:
+            started = self._submit_create(snapshot, network=False, labels={OWNER: self._owner})
+        except SnapgymError:
+            return
+        replaced = self._ready.put(snapshot.id, started)
+        if replaced is not None:
+            self._discard_started([replaced])
+
+    def _discard_started(self, started: list[Started]) -> None:
+        """Close sandboxes that were started for no one (ready ones at close)."""
+        with contextlib.suppress(SnapgymError):
+            for sandbox in self._collect_created(started, None):
+                with contextlib.suppress(SnapgymError):
+                    sandbox.close()
+
+    def _collect_created(self, started: list[Started], error: BaseException | None) -> list[LocalSandbox]:
+        """Wait for the replies of ``started``; every sandbox, or (closing those made) the first error."""
         made: list[LocalSandbox] = []
         for sandbox, pending in started:
             try:

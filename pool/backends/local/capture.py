@@ -12,7 +12,7 @@ import select
 import time
 from dataclasses import dataclass, field
 
-from pool.backends.local.daemon import STATUS_SIZE, decode_status
+from pool.backends.local.daemon import STATUS_SIZE, decode_session_status, decode_status
 
 _READ_SIZE = 1 << 16
 _DRAIN_S = 0.05
@@ -96,15 +96,7 @@ def collect(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: f
                     else:
                         poller.unregister(fd)
                         open_fds.discard(fd)
-        # The command has exited: take what its pipes already hold, no more
-        # (bounded in time, since a background writer may keep them full).
-        drain_until = time.monotonic() + _DRAIN_S
-        for fd in (out_fd, err_fd):
-            while fd in open_fds and time.monotonic() < drain_until:
-                chunk = _read(fd)
-                if not chunk:
-                    break
-                bufs[fd].add(chunk)
+        _drain(bufs, open_fds)
     finally:
         for fd in (out_fd, err_fd, status_fd):
             os.close(fd)
@@ -113,9 +105,73 @@ def collect(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: f
     return result
 
 
-def _read(fd: int) -> bytes | None:
+@dataclass(slots=True)
+class StepCaptured:
+    """What came back from one step of a shell session (see sandboxd/session.c)."""
+
+    stdout: CappedBuffer
+    stderr: CappedBuffer
+    status: tuple[int, bool, int, bool] | None
+    """(code, timed_out, errno, session_goes_on); None: the status stream ended or the deadline passed."""
+    host_deadline_hit: bool = False
+    streams_open: bool = True
+    """False when stdout or stderr reached end of file (the session cannot take another step)."""
+
+
+def collect_step(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: float | None) -> StepCaptured:
+    """Read a session's streams until the step's status record arrives; the descriptors stay open
+    for the next step (all three must be non-blocking)."""
+    bufs = {out_fd: CappedBuffer(cap), err_fd: CappedBuffer(cap)}
+    result = StepCaptured(bufs[out_fd], bufs[err_fd], None)
+    status_bytes = b""
+    poller = select.poll()
+    for fd in (out_fd, err_fd, status_fd):
+        poller.register(fd, select.POLLIN)
+    open_fds = {out_fd, err_fd, status_fd}
+    while result.status is None and status_fd in open_fds:
+        timeout_ms = None
+        if deadline_s is not None:
+            left = deadline_s - time.monotonic()
+            if left <= 0:
+                result.host_deadline_hit = True
+                break
+            timeout_ms = int(left * 1000) + 1
+        for fd, _ in poller.poll(timeout_ms):
+            # exactly one record from the status stream: the next one (the session's end) stays there
+            chunk = _read(fd, STATUS_SIZE - len(status_bytes) if fd == status_fd else _READ_SIZE)
+            if chunk is None:
+                continue
+            if not chunk:
+                poller.unregister(fd)
+                open_fds.discard(fd)
+            elif fd == status_fd:
+                status_bytes += chunk
+                if len(status_bytes) >= STATUS_SIZE:
+                    result.status = decode_session_status(status_bytes[:STATUS_SIZE])
+            else:
+                bufs[fd].add(chunk)
+    _drain(bufs, open_fds)
+    result.streams_open = out_fd in open_fds and err_fd in open_fds
+    return result
+
+
+def _drain(bufs: dict[int, CappedBuffer], open_fds: set[int]) -> None:
+    """The command has exited: take what its pipes already hold, no more (bounded in time, since a
+    background writer may keep them full)."""
+    drain_until = time.monotonic() + _DRAIN_S
+    for fd, buf in bufs.items():
+        while fd in open_fds and time.monotonic() < drain_until:
+            chunk = _read(fd)
+            if chunk == b"":
+                open_fds.discard(fd)
+            if not chunk:
+                break
+            buf.add(chunk)
+
+
+def _read(fd: int, size: int = _READ_SIZE) -> bytes | None:
     """Up to one chunk; b"" at end of file, None when nothing is there yet."""
     try:
-        return os.read(fd, _READ_SIZE)
+        return os.read(fd, size)
     except BlockingIOError:
         return None

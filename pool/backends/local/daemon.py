@@ -61,6 +61,12 @@ def decode_status(record: bytes) -> tuple[int, bool, int]:
     return code, bool(timed_out), err
 
 
+def decode_session_status(record: bytes) -> tuple[int, bool, int, bool]:
+    """(code, timed_out, errno, session_goes_on) from a shell session's status record (STATUS_STEP: goes on)."""
+    code, timed_out, err, kind = struct.unpack("=iiii", record)
+    return code, bool(timed_out), err, kind == 1
+
+
 class PendingReply:
     """A control request whose reply has not been read yet."""
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pool.backends.local import capture, upperread
+from pool.backends.local import capture, shellsession, upperread
 from pool.backends.local.cgroups import Limits, SandboxCgroup, memory_of_process
 from pool.backends.local.changes import read_changes
 from pool.backends.local.daemon import Op, StatusTimeoutError, read_status
@@ -80,6 +80,7 @@ class LocalSandbox:
         self.stage_path = ""
         """Where the sandbox's writable tmpfs is mounted (in the daemon's mount namespace)."""
         self._egress = backend.egress.gatekeeper()
+        self._session: shellsession.ShellSession | None = None
 
     # -- identity ---------------------------------------------------------
 
@@ -92,6 +93,10 @@ class LocalSandbox:
     def labels(self) -> Mapping[str, str]:
         """The labels given at creation plus ``snapgym.owner``."""
         return dict(self._labels)
+
+    def relabel(self, labels: Mapping[str, str]) -> None:
+        """Carry ``labels`` from now on (a ready sandbox handed to the create() that asked for them)."""
+        self._labels = dict(labels)
 
     @property
     def start_snapshot(self) -> Snapshot:
@@ -193,12 +198,7 @@ class LocalSandbox:
         else:
             code, timed_out, err = got.status
             if code == _NOT_STARTED:
-                if err == errno.ENOMEM and self.memory_exhausted():
-                    raise SandboxOutOfMemoryError(
-                        "the sandbox's processes (and its files: tmpfs pages count) used up its memory, so the "
-                        "command could not start; restore() starts it again"
-                    )
-                raise SandboxCrashedError(f"snapgym could not start the command in the sandbox: {os.strerror(err)}")
+                self._raise_not_started(err)
         return ExecResult(
             exit_code=code,
             stdout=decode_output(got.stdout.value()),
@@ -208,6 +208,89 @@ class LocalSandbox:
             stdout_truncated=got.stdout.truncated,
             stderr_truncated=got.stderr.truncated,
         )
+
+    def shell(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run ``command`` in the sandbox's persistent bash, as the next line typed into a terminal.
+
+        The shell starts at the first call (in the snapshot's workdir, with ``env``) and keeps its
+        working directory, variables and functions between calls until :meth:`restore`,
+        :meth:`begin_verification` or :meth:`close`. Commands get ``/dev/null`` on standard input.
+        A command that times out ends the shell with everything it started (processes left running
+        by earlier commands live on); the next call starts a new shell in the last working
+        directory with the last exported variables. See :mod:`pool.backends.local.shellsession`.
+
+        Raises:
+            CommandRejectedError: the command holds a NUL byte, is too long, or the timeout is not positive.
+            UnsupportedError: the sandbox has no bash (use :meth:`exec`).
+            SandboxError: the sandbox is sealed for its verifier.
+            SandboxClosedError, SandboxCrashedError: as for :meth:`exec`.
+        """
+        self._check_open()
+        if self._sealed is not None:
+            raise SandboxError("the sandbox is sealed for its verifier; the shell is the agent's (use exec())")
+        self._exec_fields(command, timeout_s, None, None)  # the checks exec() makes
+        if self._egress.environment:
+            env = {**self._egress.environment, **(env or {})}
+        timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
+        cap = max_output_bytes if max_output_bytes is not None else self._backend.max_output_bytes
+        session = self._session
+        if session is None or not session.alive or session.env != dict(env or {}):
+            session = self._start_session(env or {})
+        started = time.monotonic()
+        host_deadline = started + timeout + _HOST_GRACE_S if timeout else None
+        got = session.run(command.encode("utf-8", "surrogateescape"), timeout_s=timeout, cap=cap,
+                          host_deadline_s=host_deadline)  # fmt: skip
+        if got.status is None:
+            self._explain_missing_status()
+            code, timed_out = 137, got.host_deadline_hit  # the agent killed or stopped its shell's reaper
+        else:
+            code, timed_out, err, goes_on = got.status
+            if code == _NOT_STARTED:
+                self._raise_not_started(err)
+            if not goes_on and err == errno.ENOENT:
+                raise UnsupportedError(f"sandbox {self.id} has no bash for a shell session; run commands with exec()")
+        return ExecResult(
+            exit_code=code,
+            stdout=decode_output(got.stdout.value()),
+            stderr=decode_output(got.stderr.value()),
+            duration_s=time.monotonic() - started,
+            timed_out=timed_out,
+            stdout_truncated=got.stdout.truncated,
+            stderr_truncated=got.stderr.truncated,
+        )
+
+    def _start_session(self, env: Mapping[str, str]) -> shellsession.ShellSession:
+        self._end_session()
+        fields = self._exec_fields(shellsession.COMMAND, None, None, env)
+        fields.append(("session", "1"))
+        control_r, control_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        st_r, st_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self._backend.daemon_send(Op.EXEC, self.number, fields, [control_r, out_w, err_w, st_w])
+        except BaseException:
+            for fd in (control_w, out_r, err_r, st_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (control_r, out_w, err_w, st_w):
+                os.close(fd)
+        self._session = shellsession.ShellSession(control_w, out_r, err_r, st_r, env)
+        return self._session
+
+    def _end_session(self) -> None:
+        """Hang up the shell session, if any (its shell exits once idle)."""
+        if self._session is not None:
+            self._session.close()
+            self._session = None
 
     def _exec_fields(
         self, command: str, timeout_s: float | None, cwd: str | None, env: Mapping[str, str] | None
@@ -250,6 +333,15 @@ class LocalSandbox:
                 "pass large values in files (write_file) or on stdin"
             )
         return fields
+
+    def _raise_not_started(self, err: int) -> None:
+        """A command could not start (status code -2, ``err`` says why): whose doing, as an exception."""
+        if err == errno.ENOMEM and self.memory_exhausted():
+            raise SandboxOutOfMemoryError(
+                "the sandbox's processes (and its files: tmpfs pages count) used up its memory, so the "
+                "command could not start; restore() starts it again"
+            )
+        raise SandboxCrashedError(f"snapgym could not start the command in the sandbox: {os.strerror(err)}")
 
     def _stdin_fd(self, stdin: str | bytes | None) -> int:
         if stdin is None:
@@ -423,6 +515,7 @@ class LocalSandbox:
         Ends a verification (see :meth:`begin_verification`).
         """
         self._check_open()
+        self._end_session()
         target = snapshot or self._snapshot
         self._sealed, self._private = None, ()
         self._egress.detach()  # before the instance goes: its namespace can then be reused
@@ -443,6 +536,7 @@ class LocalSandbox:
         self._check_open()
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier already; restore() it first")
+        self._end_session()
         if plan.mode is VerifyMode.STRICT:
             self._egress.detach()  # the agent's instance ends; the verifier's gets its own gate
         else:
@@ -521,6 +615,7 @@ class LocalSandbox:
         if self._closed:
             return
         self._closed = True
+        self._end_session()
         self._egress.detach()
         self._backend.release_sandbox(self)
         self._cgroup.remove()

@@ -4,7 +4,7 @@
 /* ------------------------------------------------------------- reaper */
 
 /* State and parent pid of a process, from /proc/PID/stat. */
-static int read_proc_stat(const char *pid, char *state, int *ppid) {
+int read_proc_stat(const char *pid, char *state, int *ppid) {
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -59,7 +59,7 @@ static void kill_tree(pid_t self) {
     }
 }
 
-static int exit_code_of(int status) {
+int exit_code_of(int status) {
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     return -1;
@@ -68,13 +68,14 @@ static int exit_code_of(int status) {
 /* Children of init inherit its OOM immunity; give it up (it cannot be taken back).
  * Like init, they are not dumpable (it changed its uid), so their /proc files
  * are not theirs to write: dumpable just for the write. */
-static void become_killable(void) {
+void become_killable(void) {
     prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     write_file_str("/proc/self/oom_score_adj", "0");
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
 
 void run_reaper(msg_t *m) {
+    if (field(m, "session")) run_session(m);
     int in = m->fds[0], out = m->fds[1], err = m->fds[2], st = m->fds[3];
     const char *cmd = field(m, "cmd");
     const char *cwd = field(m, "cwd");

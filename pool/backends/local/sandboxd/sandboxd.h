@@ -190,6 +190,13 @@ int install_seccomp(void);
 void init_loop(int sock) __attribute__((noreturn));
 void run_reaper(msg_t *m) __attribute__((noreturn));
 void run_file_op(msg_t *m) __attribute__((noreturn));
+int read_proc_stat(const char *pid, char *state, int *ppid); /* from /proc/PID/stat */
+int exit_code_of(int status);                                /* 128 + signal for a killed process */
+void become_killable(void);                                  /* give up init's OOM immunity */
+
+/* session.c: a persistent shell whose steps arrive on the exec's stdin (the "session" field). */
+void run_session(msg_t *m) __attribute__((noreturn));
+enum { STATUS_FINAL = 0, STATUS_STEP = 1 }; /* the status record's 4th field in a session */
 
 /* keeper.c */
 void keeper_main(msg_t *create, const char *stage_root, int daemon_sock) __attribute__((noreturn));
