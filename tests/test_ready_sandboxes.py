@@ -31,6 +31,10 @@ def test_a_snapshot_gets_a_ready_sandbox_from_its_second_create_on(tmp_path: Pat
         state = third.exec("cat /base; ls /mine 2>&1; pgrep -x sleep || echo none")
         assert state.stdout.splitlines()[0] == "base" and "No such file" in state.stdout
         assert state.stdout.splitlines()[-1] == "none"
+        third.exec("touch /after")
+        third.restore()  # a ready sandbox starts without its spare: the first restore builds one
+        third.restore()
+        assert third.exec("ls /after 2>&1; cat /base").stdout.endswith("No such file or directory\nbase\n")
         for box in (first, second, third):
             box.close()
     finally:

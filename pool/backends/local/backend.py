@@ -579,15 +579,18 @@ class LocalBackend:
                 break
         return self._collect_created(started, error)
 
-    def _submit_create(self, snapshot: Snapshot, *, network: bool, labels: Mapping[str, str]) -> Started:
-        """Ask the daemon for a new sandbox at ``snapshot``; the reply is not waited for."""
+    def _submit_create(
+        self, snapshot: Snapshot, *, network: bool, labels: Mapping[str, str], spare: bool = True
+    ) -> Started:
+        """Ask the daemon for a new sandbox at ``snapshot``; the reply is not waited for. ``spare``
+        False: no spare until its first restore (which then builds one)."""
         daemon = self._ensure_daemon()
         number = next(self._ids)
         limits = self._limits(snapshot.resources)
         group = cgroups.SandboxCgroup(f"{self.tag}-{number}", limits, self._limited_controllers(snapshot.resources))
         sandbox = LocalSandbox(self, number, snapshot, group, labels)
         try:
-            fields = self._config(snapshot, network=network, sandbox=sandbox)
+            fields = self._config(snapshot, network=network, sandbox=sandbox, spare=spare)
             return sandbox, daemon.submit(Op.CREATE, number, fields)
         except BaseException:
             group.remove()
@@ -609,7 +612,9 @@ class LocalBackend:
     def _start_ready(self, snapshot: Snapshot) -> None:
         """Start the next create()'s sandbox of ``snapshot`` in the background (best effort)."""
         try:
-            started = self._submit_create(snapshot, network=False, labels={OWNER: self._owner})
+            # without its spare: half the set-up beside the caller's first commands; its first
+            # restore builds the spare (the keeper sees the config change)
+            started = self._submit_create(snapshot, network=False, labels={OWNER: self._owner}, spare=False)
         except SnapgymError:
             return
         replaced = self._ready.put(snapshot.id, started)
@@ -660,7 +665,7 @@ class LocalBackend:
     def _disk_bytes(self, snapshot: Snapshot) -> int:
         return (snapshot.resources.storage_mb or self.disk_limit_mb) * _MIB
 
-    def _config(self, snapshot: Snapshot, *, network: bool, sandbox: LocalSandbox) -> Fields:
+    def _config(self, snapshot: Snapshot, *, network: bool, sandbox: LocalSandbox, spare: bool = True) -> Fields:
         fields: list[tuple[str, str]] = []
         for layer_id in reversed(snapshot.layers):  # overlay wants the top layer first
             fields.append(("lower", str(self.store.layers.path(layer_id))))
@@ -670,7 +675,7 @@ class LocalBackend:
         fields += [
             ("tmpfs_bytes", str(self._disk_bytes(snapshot))),
             ("hostname", "sandbox"),
-            ("spare", "1" if self.prewarm and not network else "0"),
+            ("spare", "1" if self.prewarm and spare and not network else "0"),
             ("net", "host" if network else "none"),
             ("root_uid", self._sandbox_root_uid()),
         ]
