@@ -83,7 +83,12 @@ def test_resets_start_from_the_same_state_and_forget_the_last_episode(shell: gym
     _, first = shell.reset()
     run(shell, "echo left > /app/leftover; echo t > /tmp/leftover; export LEAK=yes")
     run(shell, "(setsid sleep 3001 >/dev/null 2>&1 &); nohup sleep 3002 >/dev/null 2>&1 &")
-    assert run(shell, "ps -eo args | grep -c '^sleep 300[12]'")["output"].startswith("2\n")
+    # a step now takes well under a millisecond: give the background sleeps time to exec
+    wait_for_both = (
+        "for i in $(seq 100); do n=$(ps -eo args | grep -c '^sleep 300[12]'); [ $n = 2 ] && break; sleep 0.05; done"
+        "; echo $n"
+    )
+    assert run(shell, wait_for_both)["output"].startswith("2\n")
     _, second = shell.reset()
     assert second["start_digest"] == first["start_digest"]
     assert second["snapshot_id"] == first["snapshot_id"]

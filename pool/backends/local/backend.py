@@ -558,9 +558,8 @@ class LocalBackend:
             return self._daemon
 
     def stage_dir(self, sandbox: LocalSandbox) -> Path:
-        """The sandbox's writable tmpfs (its instance's stage), seen through the daemon's mount namespace."""
-        assert self._daemon is not None
-        return Path(f"/proc/{self._daemon.pid}/root") / sandbox.stage_path.lstrip("/")
+        """The sandbox's writable tmpfs (its instance's stage), seen through its keeper's mount namespace."""
+        return Path(f"/proc/{sandbox.keeper_pid}/root") / sandbox.stage_path.lstrip("/")
 
     def _open(self, snapshot: Snapshot, *, network: bool, labels: Mapping[str, str] | None = None) -> LocalSandbox:
         return self._open_many(snapshot, 1, network=network, labels=labels)[0]
@@ -633,7 +632,8 @@ class LocalBackend:
         made: list[LocalSandbox] = []
         for sandbox, pending in started:
             try:
-                sandbox.stage_path = pending.result()["stage"]
+                reply = pending.result()
+                sandbox.stage_path, sandbox.keeper_pid = reply["stage"], int(reply["keeper"])
             except BaseException as exc:
                 sandbox._cgroup.remove()
                 error = error or exc

@@ -78,7 +78,9 @@ class LocalSandbox:
         self._private: tuple[str, ...] = ()
         """A strict verifier's private directories: they live in the writable layer."""
         self.stage_path = ""
-        """Where the sandbox's writable tmpfs is mounted (in the daemon's mount namespace)."""
+        """Where the sandbox's writable tmpfs is mounted (in its keeper's mount namespace)."""
+        self.keeper_pid = 0
+        """The host pid of the sandbox's keeper, whose mount namespace holds its stages."""
         self._egress = backend.egress.gatekeeper()
         self._session: shellsession.ShellSession | None = None
 

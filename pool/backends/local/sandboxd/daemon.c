@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
         if (m->op != 0) route(m);
     }
     /* Keepers die with us (parent-death signal) and take their inits along;
-     * the stage mounts go with this mount namespace. Kill them explicitly too. */
+     * the stage mounts go with their mount namespaces. Kill them explicitly too. */
     for (int i = 0; i < count; i++) kill(sandboxes[i].keeper, SIGKILL);
     while (wait(NULL) > 0) {}
     return 0;

@@ -69,7 +69,10 @@ static void janitor_start(void) {
     pid_t pid = fork();
     if (pid < 0) { close(sv[0]); close(sv[1]); return; }
     if (pid == 0) {
-        close(sv[1]);
+        /* Nothing of the keeper's but its channel: a descriptor on an instance's namespace
+         * held here would keep that namespace alive. */
+        if (sv[0] > 3) syscall(SYS_close_range, 3, sv[0] - 1, 0);
+        syscall(SYS_close_range, sv[0] + 1, ~0U, 0);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         set_title("snapgym-janitor");
         msg_t *m = msg_new();
@@ -91,8 +94,14 @@ static void janitor_start(void) {
     janitor_pid = pid;
 }
 
-/* Hand the janitor a request (op U unmount and remove, R remove, N only the fd). */
+/* Hand the janitor a request (op U unmount and remove, R remove, N only the fd). It starts with
+ * the first request: a sandbox that never restores (a warm one in a pool) has no janitor. */
 static void janitor_send(char op, const char *path, int fd) {
+    static int started;
+    if (!started) {
+        started = 1;
+        janitor_start();
+    }
     char packet[4200 + HDR_SIZE + 4];
     int len = snprintf(packet + HDR_SIZE + 4, 4200, "%c=%s", op, path);
     uint32_t h[4] = {0, 0, 0, 1}, l = (uint32_t)len;
@@ -403,7 +412,8 @@ static int start_spare(void) {
 }
 
 static void reply_started(uint32_t seq, const char *extra) {
-    reply(REPLY_OK, sandbox_id, seq, "pid=%d\nstage=%s%s", (int)current.pid, current.stage, extra);
+    reply(REPLY_OK, sandbox_id, seq, "pid=%d\nstage=%s\nkeeper=%d%s", (int)current.pid, current.stage, (int)getpid(),
+          extra);
 }
 
 /* Same layers and settings as now? The header (with its sequence) is not compared. */
@@ -695,6 +705,14 @@ static void reap(void) {
 void keeper_main(msg_t *create, const char *stage_root, int sock) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     set_title("snapgym-keeper");
+    /* A mount namespace of our own: this sandbox's stages are mounted here only, so the daemon's
+     * stays small and every instance (a clone that copies its parent's mounts) copies a few
+     * dozen mounts, not two per sandbox on the machine. The host reaches the stages through
+     * /proc/KEEPER/root ("keeper=" in the replies); they go when this namespace does. */
+    if (unshare(CLONE_NEWNS) < 0) {
+        reply(REPLY_ERR, create->sbx, create->seq, "create the keeper's mount namespace: %s", strerror(errno));
+        _exit(1);
+    }
     daemon_sock = sock;
     stages = stage_root;
     sandbox_id = create->sbx;
@@ -711,7 +729,6 @@ void keeper_main(msg_t *create, const char *stage_root, int sock) {
     sigaddset(&chld, SIGCHLD);
     sigprocmask(SIG_BLOCK, &chld, NULL);
     signal_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-    janitor_start();
 
     char err[4096] = "";
     if (begin(&current, config, err, sizeof err) == 0 && wait_ready(&current, err, sizeof err) == 1) {

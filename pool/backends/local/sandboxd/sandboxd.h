@@ -9,7 +9,8 @@
  *
  *   python (LocalBackend)
  *     `- sandboxd (daemon.c)     private mount ns; routes requests by sandbox id
- *          `- keeper (keeper.c)  one per sandbox; starts, restores and seals it
+ *          `- keeper (keeper.c)  one per sandbox, in a mount ns of its own (its stages);
+ *               |                starts, restores and seals the sandbox
  *               |- init          PID 1 of new pid/mount/net/ipc/uts/user namespaces,
  *               |    |           in cgroups of its own and a Landlock domain
  *               |    `- reaper   one per exec: child subreaper, owns the timeout
@@ -33,7 +34,7 @@
  *   it (i32 code, i32 timed_out, i32 errno, i32 reserved; code -2: snapgym could
  *   not start the command, errno says why); CREATE, RESTORE, SEAL, CLOSE and
  *   PING get a reply packet with the request's sequence (OK with "pid=N" and
- *   "stage=PATH", then any report lines, or ERR with a message). A reply with
+ *   "stage=PATH" and "keeper=PID", then any report lines, or ERR with a message). A reply with
  *   sequence 0 is an event: the sandbox's keeper died.
  */
 #ifndef SNAPGYM_SANDBOXD_H
