@@ -301,12 +301,16 @@ class LocalBackend:
         return sandbox
 
     def fork(self, snapshot: Snapshot, n: int, *, labels: Mapping[str, str] | None = None) -> list[LocalSandbox]:
-        """Start ``n`` sandboxes that each begin at ``snapshot`` (set up in parallel)."""
+        """Start ``n`` sandboxes that each begin at ``snapshot`` (set up in parallel).
+
+        The children start without a spare (a branch usually runs once and closes); a child's
+        first restore builds its spare.
+        """
         if n < 1:
             raise ConfigError(f"fork needs n >= 1, got {n}")
         self._check_open()
         self._check_snapshot(snapshot)
-        return self._open_many(snapshot, n, network=False, labels=labels)
+        return self._open_many(snapshot, n, network=False, labels=labels, spare=False)
 
     def get_snapshot(self, snapshot_id: str) -> Snapshot:
         """A stored snapshot by id."""
@@ -565,14 +569,14 @@ class LocalBackend:
         return self._open_many(snapshot, 1, network=network, labels=labels)[0]
 
     def _open_many(
-        self, snapshot: Snapshot, n: int, *, network: bool, labels: Mapping[str, str] | None = None
+        self, snapshot: Snapshot, n: int, *, network: bool, labels: Mapping[str, str] | None = None, spare: bool = True
     ) -> list[LocalSandbox]:
         given = {**check_labels(labels), OWNER: self._owner}
         started: list[Started] = []
         error: BaseException | None = None
         for _ in range(n):
             try:
-                started.append(self._submit_create(snapshot, network=network, labels=given))
+                started.append(self._submit_create(snapshot, network=network, labels=given, spare=spare))
             except BaseException as exc:
                 error = exc
                 break
