@@ -78,6 +78,8 @@ def check_backend(backend: Backend, *, template: Template = CONFORMANCE_TEMPLATE
         check_network(sandbox, capabilities)
         sandbox.restore(snap)
         check_changes(sandbox, capabilities)
+        sandbox.restore(snap)
+        check_shell_session(sandbox, capabilities)
     if capabilities.fork:
         check_fork(backend, snap)
     check_resources(backend, template)
@@ -237,6 +239,27 @@ def check_changes(sandbox: Sandbox, capabilities: Capabilities) -> None:
     sandbox.restore()
     found = sandbox.changes()
     _expect(not (found.added or found.changed or found.removed), "changes", f"outlived restore(): {found}")
+
+
+def check_shell_session(sandbox: Sandbox, capabilities: Capabilities) -> None:
+    """One shell keeps its directory and variables from command to command, a timeout ends only
+    what the timed-out command started, and a restore starts a new shell; a backend without a
+    session says so."""
+    if not capabilities.shell_session:
+        _expect_raises(lambda: sandbox.shell("true"), UnsupportedError, "shell session")
+        return
+    sandbox.shell("cd /tmp; KEPT=1; nohup sleep 1001 >/dev/null 2>&1 &")
+    r = sandbox.shell("pwd; echo $KEPT")
+    _expect(r.stdout == "/tmp\n1\n", "shell session", f"state did not carry over: {r.stdout!r}")
+    r = sandbox.shell("sleep 1002", timeout_s=0.5)
+    _expect(r.timed_out, "shell session", "a command past its timeout was not stopped")
+    r = sandbox.exec("ps -eo args 2>/dev/null | grep '^sleep 100[12]' || true")
+    _expect(
+        r.stdout == "sleep 1001\n", "shell session", f"a timeout must end only its command's processes: {r.stdout!r}"
+    )
+    sandbox.restore()
+    r = sandbox.shell("pwd; echo ${KEPT:-unset}")
+    _expect(r.stdout == "/workspace\nunset\n", "shell session", f"the shell outlived restore(): {r.stdout!r}")
 
 
 def check_snapshot_restore(backend: Backend, sandbox: Sandbox, snap: Snapshot) -> None:
