@@ -192,7 +192,9 @@ class Evaluation:
 
     def _play_all(self, pending: list[EpisodeSpec]) -> None:
         # What exists now (modules, configs, the plan) lives for the whole run: keep it out of the
-        # collector's full passes, which would otherwise walk it every few hundred episodes.
+        # collector's full passes, which would otherwise walk it every few hundred episodes. The
+        # garbage goes first, and the freeze ends with the run (a notebook runs many in one process).
+        gc.collect()
         gc.freeze()
         workers = max(1, min(self.settings.concurrency, len(pending)))
         executor = ThreadPoolExecutor(workers, thread_name_prefix="snapgym-episode")
@@ -206,6 +208,7 @@ class Evaluation:
         finally:
             executor.shutdown(wait=True)
             self._close_envs()
+            gc.unfreeze()
 
     def _halt(self, exc: BaseException) -> None:
         with self._fatal_lock:
