@@ -79,8 +79,9 @@ def _play_in_one_shell(actions: list[str], cwd: Path) -> None:
         for action in actions:
             shell.stdin.write(f"{action} </dev/null\necho __snapgym_done_$?\n".encode())
             shell.stdin.flush()
-            while not shell.stdout.readline().startswith(b"__snapgym_done_"):
-                pass
+            while not (line := shell.stdout.readline()).startswith(b"__snapgym_done_"):
+                if not line:
+                    raise AssertionError(f"the baseline's bash ended during {action!r}")
     finally:
         shell.stdin.close()
         shell.wait()

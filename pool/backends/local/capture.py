@@ -64,45 +64,15 @@ def collect(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: f
         deadline_s: a host-side backstop (monotonic clock) in case the sandbox
             stops answering; the sandbox enforces the real timeout itself.
     """
-    bufs = {out_fd: CappedBuffer(cap), err_fd: CappedBuffer(cap)}
-    status_bytes = b""
-    poller = select.poll()
     for fd in (out_fd, err_fd, status_fd):
         os.set_blocking(fd, False)
-        poller.register(fd, select.POLLIN)
-    open_fds = {out_fd, err_fd, status_fd}
-    result = Captured(bufs[out_fd], bufs[err_fd], None)
     try:
-        while status_fd in open_fds:
-            timeout_ms = None
-            if deadline_s is not None:
-                left = deadline_s - time.monotonic()
-                if left <= 0:
-                    result.host_deadline_hit = True
-                    break
-                timeout_ms = int(left * 1000) + 1
-            for fd, _ in poller.poll(timeout_ms):
-                chunk = _read(fd)
-                if chunk is None:
-                    continue
-                if fd == status_fd:
-                    status_bytes += chunk
-                    if not chunk or len(status_bytes) >= STATUS_SIZE:
-                        poller.unregister(fd)
-                        open_fds.discard(fd)
-                else:
-                    if chunk:
-                        bufs[fd].add(chunk)
-                    else:
-                        poller.unregister(fd)
-                        open_fds.discard(fd)
-        _drain(bufs, open_fds)
+        got = _until_status(out_fd, err_fd, status_fd, cap=cap, deadline_s=deadline_s)
     finally:
         for fd in (out_fd, err_fd, status_fd):
             os.close(fd)
-    if len(status_bytes) >= STATUS_SIZE:
-        result.status = decode_status(status_bytes[:STATUS_SIZE])
-    return result
+    status = decode_status(got.record) if got.record else None
+    return Captured(got.stdout, got.stderr, status, got.host_deadline_hit)
 
 
 @dataclass(slots=True)
@@ -121,23 +91,40 @@ class StepCaptured:
 def collect_step(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: float | None) -> StepCaptured:
     """Read a session's streams until the step's status record arrives; the descriptors stay open
     for the next step (all three must be non-blocking)."""
+    got = _until_status(out_fd, err_fd, status_fd, cap=cap, deadline_s=deadline_s)
+    status = decode_session_status(got.record) if got.record else None
+    return StepCaptured(got.stdout, got.stderr, status, got.host_deadline_hit, got.streams_open)
+
+
+@dataclass(slots=True)
+class _Read:
+    stdout: CappedBuffer
+    stderr: CappedBuffer
+    record: bytes | None
+    host_deadline_hit: bool
+    streams_open: bool
+
+
+def _until_status(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: float | None) -> _Read:
+    """Read stdout and stderr (capped) until one whole status record came, the status stream ended
+    or the deadline passed; then what the pipes already hold. Exactly one record is taken from the
+    status stream: a session's next one (its end) stays there."""
     bufs = {out_fd: CappedBuffer(cap), err_fd: CappedBuffer(cap)}
-    result = StepCaptured(bufs[out_fd], bufs[err_fd], None)
     status_bytes = b""
+    hit = False
     poller = select.poll()
     for fd in (out_fd, err_fd, status_fd):
         poller.register(fd, select.POLLIN)
     open_fds = {out_fd, err_fd, status_fd}
-    while result.status is None and status_fd in open_fds:
+    while len(status_bytes) < STATUS_SIZE and status_fd in open_fds:
         timeout_ms = None
         if deadline_s is not None:
             left = deadline_s - time.monotonic()
             if left <= 0:
-                result.host_deadline_hit = True
+                hit = True
                 break
             timeout_ms = int(left * 1000) + 1
         for fd, _ in poller.poll(timeout_ms):
-            # exactly one record from the status stream: the next one (the session's end) stays there
             chunk = _read(fd, STATUS_SIZE - len(status_bytes) if fd == status_fd else _READ_SIZE)
             if chunk is None:
                 continue
@@ -146,13 +133,11 @@ def collect_step(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline
                 open_fds.discard(fd)
             elif fd == status_fd:
                 status_bytes += chunk
-                if len(status_bytes) >= STATUS_SIZE:
-                    result.status = decode_session_status(status_bytes[:STATUS_SIZE])
             else:
                 bufs[fd].add(chunk)
     _drain(bufs, open_fds)
-    result.streams_open = out_fd in open_fds and err_fd in open_fds
-    return result
+    record = status_bytes if len(status_bytes) == STATUS_SIZE else None
+    return _Read(bufs[out_fd], bufs[err_fd], record, hit, out_fd in open_fds and err_fd in open_fds)
 
 
 def _drain(bufs: dict[int, CappedBuffer], open_fds: set[int]) -> None:

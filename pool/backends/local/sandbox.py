@@ -46,6 +46,21 @@ _FILE_OP_TIMEOUT_S = 120.0
 _PF_EXITING = 0x4
 
 
+def _check_command(command: str, timeout_s: float | None) -> None:
+    """Refuse what no shell can receive: not a str, a NUL byte, over the size limit, a timeout <= 0."""
+    if not isinstance(command, str):
+        raise CommandRejectedError(f"a command must be a str, got {type(command).__name__}")
+    if "\0" in command:
+        raise CommandRejectedError("the command contains a NUL byte, which no shell can receive")
+    if len(command.encode("utf-8", "surrogateescape")) > MAX_COMMAND_BYTES:
+        raise CommandRejectedError(
+            f"the command is {len(command.encode('utf-8', 'surrogateescape'))} bytes; the limit is "
+            f"{MAX_COMMAND_BYTES}: write large scripts with write_file() or pass data on stdin"
+        )
+    if timeout_s is not None and not timeout_s > 0:
+        raise CommandRejectedError(f"timeout_s must be positive, got {timeout_s}")
+
+
 def _is_exiting(pid: int) -> bool:
     """True while the kernel tears the process down (PF_EXITING, a zombie): it will not answer again."""
     try:
@@ -237,7 +252,7 @@ class LocalSandbox:
         self._check_open()
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier; the shell is the agent's (use exec())")
-        self._exec_fields(command, timeout_s, None, None)  # the checks exec() makes
+        _check_command(command, timeout_s)
         if self._egress.environment:
             env = {**self._egress.environment, **(env or {})}
         timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
@@ -297,17 +312,7 @@ class LocalSandbox:
     def _exec_fields(
         self, command: str, timeout_s: float | None, cwd: str | None, env: Mapping[str, str] | None
     ) -> list[tuple[str, str]]:
-        if not isinstance(command, str):
-            raise CommandRejectedError(f"a command must be a str, got {type(command).__name__}")
-        if "\0" in command:
-            raise CommandRejectedError("the command contains a NUL byte, which no shell can receive")
-        if len(command.encode("utf-8", "surrogateescape")) > MAX_COMMAND_BYTES:
-            raise CommandRejectedError(
-                f"the command is {len(command.encode('utf-8', 'surrogateescape'))} bytes; the limit is "
-                f"{MAX_COMMAND_BYTES}: write large scripts with write_file() or pass data on stdin"
-            )
-        if timeout_s is not None and not timeout_s > 0:
-            raise CommandRejectedError(f"timeout_s must be positive, got {timeout_s}")
+        _check_command(command, timeout_s)
         timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
         merged = dict(self._backend.base_env(self._snapshot))
         merged.update(self._snapshot.env)

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pool.backends.local import capture
 from pool.contract import SHELL_STATE_FILE as STATE_FILE
 
-_LOOP = f"""\
+COMMAND = f"""\
 printf 'R\\n' >&3
 [ -f {STATE_FILE} ] && . {STATE_FILE} 2>/dev/null
 while IFS= read -r -d '' __snapgym_action; do
@@ -38,7 +38,6 @@ while IFS= read -r -d '' __snapgym_action; do
   printf '%d\\n' "$__snapgym_rc" >&3
 done
 """
-COMMAND = _LOOP
 """What the session's reaper runs with ``bash --noprofile --norc -c`` (no bash: the session never gets ready)."""
 _HEADER = struct.Struct("=II")
 _CONTROL_PIPE_BYTES = 1 << 20
