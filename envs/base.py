@@ -41,6 +41,7 @@ from envs.sources import BackendSource, PoolSource, SandboxSource
 from envs.spaces import UnicodeText
 from envs.tasks import Task, load_task
 from envs.verifier import Verdict, verify
+from pool.beside import run_beside
 from pool.capabilities import Capabilities
 from pool.contract import Backend, Sandbox
 from pool.egress.policy import Phase, PhasePolicies
@@ -451,8 +452,9 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         egress = self._has_egress
         info["changes"] = self._end_state_changes()
         try:
-            verdict = verify(
-                self._sandbox, self.task, mode=self.verification, known_good=self.task_snapshot,
+            # Beside the sandbox: a pooled one's verifier then costs one round trip, not six.
+            verdict = run_beside(
+                self._sandbox, verify, self.task, mode=self.verification, known_good=self.task_snapshot,
                 env=self._episode_env(), network=self.network.verifier if egress else None,
             )  # fmt: skip
         except SandboxOutOfMemoryError as exc:  # shared: nothing left to verify beside; the agent's doing

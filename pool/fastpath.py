@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from pool.errors import ConfigError
+
 _LENGTH = struct.Struct("!Q")
 
 
@@ -63,20 +65,28 @@ class FastPathServer:
         with conn:
             while True:
                 try:
-                    method, args = _receive(conn)
+                    frame = _receive_frame(conn)
                 except (EOFError, OSError):
                     return
-                if method not in self._methods:
-                    reply: tuple[str, Any] = ("error", AttributeError(f"{method} is not served on the fast path"))
-                else:
-                    try:
-                        reply = ("ok", getattr(self._target, method)(*args))
-                    except Exception as exc:
-                        reply = ("error", exc)
+                reply = self._answer(frame)
                 try:
                     _send(conn, reply)
                 except OSError:
                     return
+                except Exception as exc:  # the value does not pickle: say so, and keep the connection
+                    _send(conn, ("error", _unpicklable("reply", exc)))
+
+    def _answer(self, frame: bytes) -> tuple[str, Any]:
+        try:
+            method, args = pickle.loads(frame)
+        except Exception as exc:  # e.g. a function its module is not importable here
+            return ("error", _unpicklable("call", exc))
+        if method not in self._methods:
+            return ("error", AttributeError(f"{method} is not served on the fast path"))
+        try:
+            return ("ok", getattr(self._target, method)(*args))
+        except Exception as exc:
+            return ("error", exc)
 
 
 class FastPathClient:
@@ -159,9 +169,20 @@ def _send(conn: socket.socket, message: object) -> None:
 
 
 def _receive(conn: socket.socket) -> Any:
+    return pickle.loads(_receive_frame(conn))
+
+
+def _receive_frame(conn: socket.socket) -> bytes:
     header = _read_exactly(conn, _LENGTH.size)
     (size,) = _LENGTH.unpack(header)
-    return pickle.loads(_read_exactly(conn, size))
+    return _read_exactly(conn, size)
+
+
+def _unpicklable(what: str, exc: Exception) -> ConfigError:
+    return ConfigError(
+        f"the fast path could not pickle or unpickle the {what} ({type(exc).__name__}: {exc}); what a call "
+        f"sends or returns must pickle, and a function must be importable in both processes"
+    )
 
 
 def _read_exactly(conn: socket.socket, size: int) -> bytes:

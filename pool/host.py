@@ -35,7 +35,7 @@ from pool.verification import VerificationPlan, VerificationReport
 BackendFactory = Callable[[], Backend]
 _LEASE_METHOD_NAMES = (
     "exec", "read_file", "write_file", "snapshot", "restore", "start_digest", "begin_verification", "identity",
-    "set_network", "network_log", "changes", "shell",
+    "set_network", "network_log", "changes", "shell", "run_beside",
 )  # fmt: skip
 LEASE_METHODS = frozenset(_LEASE_METHOD_NAMES)
 """What a lease may call on its host (through Ray, or the same-node fast path).
@@ -45,6 +45,8 @@ every time it takes the slot back, so a holder whose lease was reclaimed can
 no longer reach the sandbox the next holder uses.
 """
 Ticket = tuple[int, int]
+POOL_METHODS = frozenset({"recycle"})
+"""What the pool's manager calls on the same-node fast path (its hot call: once per episode)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,7 @@ class SandboxHost:
         self.started_at = time.time()
         # Many threads wait on sandboxes here; hand the GIL over quickly when a reply lands.
         sys.setswitchinterval(0.0005)
-        self._fastpath = FastPathServer(self, LEASE_METHODS)
+        self._fastpath = FastPathServer(self, LEASE_METHODS | POOL_METHODS)
         if _in_ray_worker():
             exit_when_orphaned()
 
@@ -225,6 +227,12 @@ class SandboxHost:
     def start_digest(self, ticket: Ticket) -> str:
         """The digest the sandbox last started from."""
         return self._sandbox(ticket).start_digest
+
+    def run_beside(
+        self, ticket: Ticket, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """``function(sandbox, *args, **kwargs)`` here, beside the sandbox (see pool.beside)."""
+        return function(self._sandbox(ticket), *args, **kwargs)
 
     def identity(self, ticket: Ticket) -> tuple[str, dict[str, str]]:
         """The sandbox's id and labels."""

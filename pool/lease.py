@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pool import raycalls
@@ -41,6 +41,7 @@ class Lease:
         *,
         host_fast: FastPathClient | None = None,
         manager_fast: FastPathClient | None = None,
+        identities: dict[tuple[str, int], tuple[str, dict[str, str]]] | None = None,
     ) -> None:
         self._manager = manager
         self._grant = grant
@@ -53,7 +54,7 @@ class Lease:
         self._lost: str | None = None
         self._failed: str | None = None
         self._host_gone = False
-        self._identity_cache: tuple[str, dict[str, str]] | None = None
+        self._identities = identities if identities is not None else {}
         _renewer.register(self)
 
     # -- identity -------------------------------------------------------------
@@ -79,9 +80,11 @@ class Lease:
         return dict(self._identity()[1])
 
     def _identity(self) -> tuple[str, dict[str, str]]:
-        if self._identity_cache is None:
-            self._identity_cache = self._call("identity")
-        return self._identity_cache
+        key = (self._grant.host_id, self._grant.slot)
+        identity = self._identities.get(key)
+        if identity is None:
+            identity = self._identities[key] = self._call("identity")
+        return identity
 
     @property
     def start_snapshot(self) -> Snapshot:
@@ -133,6 +136,10 @@ class Lease:
         options = {"timeout_s": timeout_s, "env": dict(env) if env else None, "max_output_bytes": max_output_bytes}
         result: ExecResult = self._call("shell", command, options)
         return result
+
+    def run_beside(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """``function(sandbox, *args, **kwargs)`` in the host's process, beside the sandbox (see pool.beside)."""
+        return self._call("run_beside", function, args, dict(kwargs))
 
     def read_file(self, path: str, *, max_bytes: int | None = None, follow_symlinks: bool = True) -> bytes:
         """Bytes of a regular file in the sandbox."""

@@ -88,6 +88,8 @@ class SandboxPool:
         self._hosts: dict[str, tuple[Any, FastPathClient | None]] = {}
         self._snapshots: dict[str, Snapshot] = {}
         self._added: dict[str, Snapshot] = {}
+        self._identities: dict[tuple[str, int], tuple[str, dict[str, str]]] = {}
+        """Each slot's sandbox id and labels: a slot number is never reused on its host."""
         self._manager_fast = FastPathClient(self._fastpath_path) if reachable(self._fastpath_path) else None
         self._capabilities: Capabilities | None = None
 
@@ -140,7 +142,9 @@ class SandboxPool:
         if start is None:
             start = self._manager_get(self._manager.snapshot.remote(grant.snapshot_id))
             self._snapshots[grant.snapshot_id] = start
-        return Lease(self._manager, grant, host[0], start, host_fast=host[1], manager_fast=self._manager_fast)
+        lease = Lease(self._manager, grant, host[0], start, host_fast=host[1], manager_fast=self._manager_fast,
+                      identities=self._identities)  # fmt: skip
+        return lease
 
     def release(self, lease: Lease) -> None:
         """Give a lease back (same as ``lease.release()``)."""

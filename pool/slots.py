@@ -30,6 +30,9 @@ class HostRecord:
     handle: Any
     capacity: int
     fastpath: str | None = None
+    """The host's same-node socket (see pool.fastpath), when it has one."""
+    fast: Any = None
+    """A FastPathClient on that socket, when the pool runs on the host's node (else calls go through Ray)."""
     alive: bool = True
     slots: int = 0
     creating: int = 0

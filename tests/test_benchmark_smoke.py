@@ -268,6 +268,9 @@ def test_throughput_reports_episodes_per_second(tmp_path: Path, shared_store: Pa
     )
     assert summary["targets"]["baseline_ratio"]["value"] == baseline["ratio"]
     assert "no-isolation baseline" in done.stdout
+    for cpu in (summary["throughput"]["cpu"], baseline["cpu"]):  # machine CPU per episode: the work, not the wait
+        assert cpu["busy_ms_per_episode"] > 0 and cpu["steal_ms_per_episode"] >= 0 and 0 < cpu["cores_busy"] <= 2.5
+    assert "ms of machine CPU per episode" in done.stdout
 
 
 def test_burst_times_concurrent_and_sequential_starts_and_time_to_first_command(

@@ -239,3 +239,28 @@ def test_acquire_of_a_snapshot_never_added_names_pool_add(shared_pool: SandboxPo
         shared_pool.acquire(unknown, timeout_s=1)
     with pytest.raises(PoolError, match=r"pool\.add"):
         shared_pool.acquire("also-never-added", timeout_s=1)
+
+
+def _not_importable_on_the_host(sandbox: pool.Sandbox) -> str:
+    return sandbox.id
+
+
+def test_run_beside_runs_in_the_host_with_the_real_sandbox(shared_pool: SandboxPool, base_snapshot: Snapshot) -> None:
+    """run_beside ships the function to the host's process, which calls it with the sandbox itself (one
+    round trip); a sandbox error inside comes back as itself; a function the host cannot import is a clear
+    error, not a lost host; a released lease refuses, like any call."""
+    import operator
+
+    from pool.beside import run_beside
+
+    with shared_pool.acquire(base_snapshot) as lease:
+        lease.write_file("/workspace/beside.txt", "beside\n")
+        assert run_beside(lease, operator.attrgetter("__class__.__name__")) == "LocalSandbox"
+        assert run_beside(lease, operator.methodcaller("read_file", "/workspace/beside.txt")) == b"beside\n"
+        with pytest.raises(pool.FileOperationError):
+            run_beside(lease, operator.methodcaller("read_file", "/no/such/file"))
+        with pytest.raises(ConfigError, match="importable"):
+            run_beside(lease, _not_importable_on_the_host)  # this test module is not on the host's path
+        assert lease.is_alive and lease.exec("cat beside.txt").stdout == "beside\n"
+    with pytest.raises(SandboxClosedError):
+        run_beside(lease, operator.attrgetter("id"))
