@@ -315,6 +315,8 @@ class PoolManager:
         self._leases[lease_id] = slot
         self._metrics.acquires += 1
         self._metrics.acquire_wait_s.append(waited_s)
+        left = len(served.ready)
+        served.low_ready = left if served.low_ready is None else min(served.low_ready, left)
         self._refill_locked(served)
         return LeaseGrant(lease_id, slot.host.id, slot.number, slot.epoch, served.snapshot.id, slot.host.node_id,
                           self.config.lease_ttl_s)  # fmt: skip
@@ -396,12 +398,13 @@ class PoolManager:
     def _refill_locked(self, served: Served) -> None:
         if served.crash_looping or self._closed:
             return
-        in_use = sum(
-            1 for s in self._slots.values() if s.snapshot_id == served.snapshot.id and s.state is not SlotState.READY
+        # A slot being restored is ready in milliseconds: it counts toward the warm target, or every
+        # release under steady load would open a sandbox that the next shrink check destroys again.
+        restoring = sum(
+            1 for s in self._slots.values() if s.snapshot_id == served.snapshot.id and s.state is SlotState.RESTORING
         )
-        have = in_use + len(served.ready) + served.creating
         room = self.config.max_size - len(self._slots) - sum(s.creating for s in self._served.values())
-        deficit = min(in_use + served.warm_target - have, room)
+        deficit = min(served.warm_target - len(served.ready) - served.creating - restoring, room)
         while deficit > 0:
             host = max(self._alive_hosts(), key=lambda h: h.free, default=None)
             if host is None or host.free <= 0:
@@ -453,12 +456,18 @@ class PoolManager:
             served.last_grow_at = now
 
     def _shrink_locked(self, served: Served, now: float) -> None:
+        """Once no acquire has waited for ``idle_s``, each second: lower the warm target by one and
+        destroy the ready slots that went unused since the last check (never one an acquire needed)."""
         if now - served.last_wait_at < self.config.idle_s or now - served.last_grow_at < 1.0:
+            return
+        surplus = len(served.ready) if served.low_ready is None else served.low_ready
+        served.low_ready = None
+        served.last_grow_at = now
+        if surplus <= 0:  # an acquire took the last ready slot: every one of them is in use
             return
         if served.warm_target > self.config.min_warm:
             served.warm_target -= 1
-            served.last_grow_at = now
-        while len(served.ready) > served.warm_target:
+        for _ in range(min(surplus, len(served.ready) - served.warm_target)):
             slot = served.ready.pop()
             self._drop_slot_locked(slot)
             if slot.host.alive:

@@ -31,7 +31,8 @@ class PoolConfig:
     acquire_timeout_s: float = 60.0
     """How long acquire() waits for a ready sandbox by default."""
     idle_s: float = 10.0
-    """After this long without a waiting acquire, the warm target shrinks toward ``min_warm``."""
+    """After this long without a waiting acquire, the warm target shrinks toward ``min_warm`` (one step
+    a second, giving back only ready sandboxes no acquire needed in that second)."""
     tick_s: float = 0.2
     """Period of the pool's maintenance (refill, reclaim, health)."""
     max_failures: int = 5

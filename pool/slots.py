@@ -75,6 +75,9 @@ class Served:
     waiters: int = 0
     last_wait_at: float = 0.0
     last_grow_at: float = 0.0
+    low_ready: int | None = None
+    """The fewest ready slots any acquire left since the last shrink check (None: no acquire since):
+    that many were never needed, the surplus the next check may give back."""
     pending_recreations: int = 0
     failure_times: deque[float] = field(default_factory=deque)
     last_error: str | None = None

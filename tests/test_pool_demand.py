@@ -76,3 +76,34 @@ def test_demand_grows_the_pool_up_to_max_size_then_idleness_shrinks_it(make_pool
     assert idle["leased"] == 0 and idle["restoring"] == 0
     with pool.acquire(snapshot, timeout_s=30) as lease:  # still serving after the shrink
         assert lease.exec("cat a").stdout == "hi\n"
+
+
+def test_steady_load_keeps_its_sandboxes_instead_of_churning(make_pool: Callable[..., SandboxPool]) -> None:
+    """Episodes that release and acquire again at once, for several idle_s: the slots they release come back
+    after their restore, so the pool neither destroys ready sandboxes an acquire is about to need nor opens
+    new ones in their place (each costs a sandbox build). The same few sandboxes serve every lease."""
+    import time
+
+    pool = make_pool(min_warm=1, max_warm=4, max_size=8, idle_s=1.0)
+    snapshot = pool.add(side_template("steady"))
+    assert pool.warm_up(snapshot, 1) >= 1
+    used: set[str] = set()
+    errors: list[BaseException] = []
+    stop = time.monotonic() + 5.0
+
+    def episodes() -> None:
+        try:
+            while time.monotonic() < stop:
+                with pool.acquire(snapshot, timeout_s=30) as lease:
+                    used.add(lease.id)
+                    lease.exec("true")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=episodes) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert len(used) <= 3 + 4, f"{len(used)} sandboxes served 3 steady workers: the pool churned"
