@@ -1,13 +1,17 @@
 """Per-sandbox cgroups for memory, CPU and process-count limits (v1 or v2).
 
-Each sandbox gets a directory (``snapgym/<sandbox>``) with no limits of its
-own; the daemon's keeper creates a child directory per instance (``i<N>``:
-one per episode, and one per verifier) and writes the limits there
-(:meth:`SandboxCgroup.limit_settings`), so what a finished episode leaves
-charged (tmpfs pages, page cache, dying processes) never counts against the
-next one. Used when the backend runs as root and a cgroup hierarchy is
-writable; when not, the backend falls back to rlimits and says so in its
-Capabilities.
+The daemon's keeper creates a cgroup per instance (one per episode, and one
+per verifier), ``snapgym/<sandbox>-i<N>`` (``-v<N>`` for a shared-mode
+verifier), and writes the limits there (:meth:`SandboxCgroup.limit_settings`),
+so what a finished episode leaves charged (tmpfs pages, page cache, dying
+processes) never counts against the next one.
+
+The instance cgroups sit side by side, with no cgroup per sandbox above them:
+the kernel keeps, for every memory cgroup, a slot per superblock shrinker on
+the machine, and every sandbox brings several superblocks, so each memory
+cgroup a sandbox adds costs memory in proportion to the number of sandboxes.
+Used when the backend runs as root and a cgroup hierarchy is writable; when
+not, the backend falls back to rlimits and says so in its Capabilities.
 """
 
 from __future__ import annotations
@@ -74,7 +78,8 @@ def available() -> set[str]:
 
 
 class SandboxCgroup:
-    """The cgroup directories of one sandbox (one per hierarchy); instances live below them."""
+    """The cgroups of one sandbox's instances: ``dirs`` holds, per hierarchy, the path each
+    instance's directory name starts with (``<hierarchy>/snapgym/<sandbox>``, plus ``-i<N>``)."""
 
     def __init__(self, name: str, limits: Limits, enabled: set[str]) -> None:
         self.name = name
@@ -97,8 +102,6 @@ class SandboxCgroup:
             parent.mkdir(exist_ok=True)
             _enable_v2_controllers(parent, self.enabled)
             path = parent / self.name
-            path.mkdir(exist_ok=True)
-            _enable_v2_controllers(path, self.enabled, include_root=False)
             if path not in self.dirs:
                 self.dirs.append(path)
             return
@@ -106,9 +109,8 @@ class SandboxCgroup:
             base = _v1_controller(controller)
             if base is None:
                 continue
-            path = base / _PARENT / self.name
-            path.mkdir(parents=True, exist_ok=True)
-            self.dirs.append(path)
+            (base / _PARENT).mkdir(exist_ok=True)
+            self.dirs.append(base / _PARENT / self.name)
 
     def limit_settings(self) -> list[tuple[str, str]]:
         """(file, value) pairs each instance's cgroup gets; files a hierarchy lacks are skipped."""
@@ -125,25 +127,41 @@ class SandboxCgroup:
             settings += [("cpu.max", f"{quota} 100000"), ("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", quota)]
         return settings
 
+    def instance_dirs(self) -> list[Path]:
+        """The cgroup directories of the sandbox's instances that exist now, in every hierarchy."""
+        found = []
+        for prefix in self.dirs:
+            with contextlib.suppress(OSError):
+                found += [d for d in prefix.parent.iterdir() if _instance_of(d.name, prefix.name) and d.is_dir()]
+        return found
+
     def memory_bytes(self) -> int | None:
-        """Current memory charge of the sandbox, when a memory cgroup exists."""
-        for d in self.dirs:
+        """Current memory charge of the sandbox (all its instances), when memory cgroups exist."""
+        total, seen = 0, False
+        for d in self.instance_dirs():
             for name in ("memory.current", "memory.usage_in_bytes"):
-                f = d / name
-                if f.exists():
-                    return int(f.read_text())
-        return None
+                with contextlib.suppress(OSError, ValueError):
+                    total += int((d / name).read_text())
+                    seen = True
+                    break
+        return total if seen else None
 
     def remove(self) -> None:
-        """Kill anything left inside and delete the cgroup directories."""
-        for d in self.dirs:
+        """Kill anything left inside and delete the instances' cgroup directories."""
+        for d in self.instance_dirs():
             kill_and_remove(d)
         self.dirs = []
 
 
-def _enable_v2_controllers(parent: Path, enabled: set[str], *, include_root: bool = True) -> None:
+def _instance_of(directory: str, sandbox: str) -> bool:
+    """Whether a cgroup directory name is an instance of the sandbox (``<sandbox>-i3``, ``<sandbox>-v1``)."""
+    head, _, tail = directory.rpartition("-")
+    return head == sandbox and len(tail) > 1 and tail[0] in "iv" and tail[1:].isdigit()
+
+
+def _enable_v2_controllers(parent: Path, enabled: set[str]) -> None:
     wanted = " ".join(f"+{c}" for c in sorted(enabled))
-    for directory in (CGROUP_ROOT, parent) if include_root else (parent,):
+    for directory in (CGROUP_ROOT, parent):
         # Already enabled, or delegated differently: limits still apply where possible.
         with contextlib.suppress(OSError):
             (directory / "cgroup.subtree_control").write_text(wanted)

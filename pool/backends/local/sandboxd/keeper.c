@@ -4,7 +4,7 @@
  *
  * An instance is one init in its own namespaces over the snapshot's layers,
  * with a fresh writable tmpfs and cgroups of its own (created per instance
- * under the sandbox's cgroup, limits applied), so nothing of one episode (its
+ * beside the others, <sandbox>-i<N>, limits applied), so nothing of one episode (its
  * page cache, tmpfs pages, dying processes, PIDs) counts against the next.
  *
  * A restore hands over to a spare instance that was set up ahead of time, so
@@ -178,14 +178,16 @@ static void recycle_net(int net) {
 
 /* ------------------------------------------------------------- cgroups */
 
-/* The instance's own cgroup in each of the sandbox's hierarchies ("cgroup" fields),
- * with the limits of the "cgset" fields (FILE\tVALUE) written where that file exists. */
+/* The instance's own cgroup in each of the sandbox's hierarchies: "cgroup" fields name
+ * the path it starts with, and the suffix follows a dash (no cgroup per sandbox above
+ * the instances: each memory cgroup costs kernel memory per superblock on the machine).
+ * The limits of the "cgset" fields (FILE\tVALUE) are written where that file exists. */
 static void cgroups_create(msg_t *cfg, const char *suffix, char dirs[][512], int *n) {
     *n = 0;
     for (uint32_t i = 0; i < cfg->nfields && *n < 4; i++) {
         if (strcmp(cfg->key[i], "cgroup") != 0) continue;
         char *dir = dirs[(*n)++];
-        snprintf(dir, 512, "%s/%s", cfg->val[i], suffix);
+        snprintf(dir, 512, "%s-%s", cfg->val[i], suffix);
         if (mkdir(dir, 0755) < 0 && errno != EEXIST) continue; /* joining it fails, and says why */
         for (uint32_t j = 0; j < cfg->nfields; j++) {
             if (strcmp(cfg->key[j], "cgset") != 0) continue;
