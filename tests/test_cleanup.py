@@ -77,3 +77,31 @@ def test_sigkill_of_the_host_process_kills_sandboxes_and_is_reaped(tmp_path: Pat
         assert list(runtime.iterdir()) == []
     finally:
         backend.close()
+
+
+def test_each_live_instance_has_one_memory_cgroup_and_no_sandbox_cgroup_above_it(tmp_path: Path) -> None:
+    """Memory cgroups cost kernel memory per superblock on the machine, so a sandbox adds only its
+    instances' (its current one and its spare), side by side; a restore replaces the current one."""
+    import pytest
+
+    memory = cgroups.CGROUP_ROOT / "memory" / "snapgym"
+    if os.geteuid() != 0 or not (cgroups.CGROUP_ROOT / "memory" / "cgroup.procs").exists():
+        pytest.skip("memory cgroups v1 need host root")
+    backend = LocalBackend(store_dir=tmp_path / "store", runtime_dir=tmp_path / "run")
+    try:
+        sandbox = backend.create(backend.build(Template(name="cgroups", setup=["true"])))
+        sandbox.exec("true")
+
+        def mine() -> list[str]:
+            return sorted(d.name for d in memory.iterdir() if d.is_dir() and d.name.startswith(f"{sandbox.id}-"))
+
+        first = mine()
+        assert first and all(name.rpartition("-")[2][0] == "i" for name in first), first
+        assert len(first) <= 2  # the current instance and the spare, nothing per sandbox
+        current = sandbox.exec("grep memory /proc/self/cgroup").stdout.strip().rpartition("/")[2]
+        assert current in first
+        sandbox.restore()
+        after = sandbox.exec("grep memory /proc/self/cgroup").stdout.strip().rpartition("/")[2]
+        assert after != current and after in mine()
+    finally:
+        backend.close()
