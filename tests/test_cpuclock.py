@@ -1,4 +1,8 @@
-"""The machine CPU clock: busy seconds over a window, with a real CPU load and a real idle spell."""
+"""The machine CPU clock: busy seconds over a window, against this thread's own CPU time in it.
+
+The clock is machine-wide by design, and the suite runs beside other tests, so the checks bound it
+by what this test itself did (it must be counted) and by what the machine can do at most.
+"""
 
 from __future__ import annotations
 
@@ -16,21 +20,22 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def test_a_busy_spell_counts_about_one_core_and_an_idle_one_little() -> None:
-    """One thread spinning for 0.6 s is about 0.6 busy seconds (other work on the machine may add some);
-    sleeping is far less; a window outside what was sampled is refused."""
+def test_a_busy_spell_is_counted_and_bounded_by_the_machine() -> None:
+    """A thread spinning for 0.6 s: the machine's busy time in that window holds at least the CPU
+    time the thread got, and at most every core for the window; steal is apart; a window outside
+    what was sampled is refused."""
     with MachineCPU(period_s=0.02) as cpu:
-        idle_start = time.time()
-        time.sleep(0.6)
-        idle_end = busy_start = time.time()
+        time.sleep(0.1)
+        started, own_before = time.time(), time.thread_time()
         _spin(0.6)
-        busy_end = time.time()
-    busy, idle = cpu.between(busy_start, busy_end), cpu.between(idle_start, idle_end)
-    assert busy.wall_s == pytest.approx(0.6, abs=0.05)
-    assert 0.4 <= busy.busy_s <= 0.6 * (os.cpu_count() or 1) + 0.05
-    assert idle.busy_s < busy.busy_s - 0.3
-    assert busy.steal_s >= 0
+        ended, own = time.time(), time.thread_time() - own_before
+        time.sleep(0.1)
+    window = cpu.between(started, ended)
+    assert window.wall_s == pytest.approx(ended - started)
+    assert own > 0.1  # the thread ran
+    assert own - 0.05 <= window.busy_s <= window.wall_s * (os.cpu_count() or 1) + 0.05
+    assert window.steal_s >= 0
     with pytest.raises(ValueError, match="not inside the sampled span"):
-        cpu.between(idle_start - 10, busy_end)
+        cpu.between(started - 10, ended)
     with pytest.raises(ValueError):
-        cpu.between(busy_end, busy_start)
+        cpu.between(ended, started)
