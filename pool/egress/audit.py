@@ -1,4 +1,5 @@
-"""The audit of a sandbox's network: one record per connection attempt, allowed or not."""
+"""The audit of a sandbox's network: one record per connection attempt, allowed or not, and one
+per call to a model route."""
 
 from __future__ import annotations
 
@@ -65,6 +66,59 @@ class Connection:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """One request an agent made to a model route through the gateway (see pool.egress.models)."""
+
+    time: float
+    """When the request arrived (Unix time, seconds)."""
+    route: str
+    """The route's name."""
+    method: str
+    path: str
+    """The path the agent asked for (capped; without the query)."""
+    verdict: str
+    """:data:`ALLOWED` (forwarded; ``status`` is the upstream's), :data:`DENIED` (a path, method or size
+    the route refuses, or its call cap), :data:`UNREACHABLE` (the upstream could not be reached or
+    did not answer in time) or :data:`INVALID`."""
+    status: int
+    """The HTTP status the agent got."""
+    model: str | None = None
+    """The ``model`` the request named."""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    bytes_up: int = 0
+    """Request body bytes forwarded."""
+    bytes_down: int = 0
+    """Reply body bytes returned."""
+    duration_s: float = 0.0
+    error: str | None = None
+    """Why it was denied or failed (``"path not allowed"``, ``"call cap 2000 reached"``, ``"upstream: ..."``)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return asdict(self)
+
+
+def summarise_model_calls(calls: Iterable[ModelCall]) -> dict[str, Any]:
+    """Calls per verdict and the tokens they used, in total and per route."""
+    items = list(calls)
+    per_route: dict[str, dict[str, int]] = {}
+    for call in items:
+        totals = per_route.setdefault(call.route, {"calls": 0, "input_tokens": 0, "output_tokens": 0})
+        totals["calls"] += 1
+        totals["input_tokens"] += call.input_tokens or 0
+        totals["output_tokens"] += call.output_tokens or 0
+    return {
+        "calls": len(items),
+        **{verdict: sum(c.verdict == verdict for c in items) for verdict in (ALLOWED, DENIED, UNREACHABLE, INVALID)},
+        "input_tokens": sum(c.input_tokens or 0 for c in items),
+        "output_tokens": sum(c.output_tokens or 0 for c in items),
+        "routes": per_route,
+    }
+
+
 def summarise(connections: Iterable[Connection]) -> dict[str, Any]:
     """Counts per verdict, bytes each way, and the hosts by verdict (for ledgers and summaries)."""
     items = list(connections)
@@ -90,14 +144,23 @@ class NetworkLog:
     connections: tuple[Connection, ...] = ()
     dropped: int = 0
     """Attempts over the per-sandbox record cap, counted but not recorded."""
+    model_calls: tuple[ModelCall, ...] = ()
+    """The agent's calls to its model routes (see pool.egress.models)."""
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: the records, the count dropped, and :func:`summarise`'s summary."""
-        return {
+        """JSON-ready: the records, the count dropped, and :func:`summarise`'s summary; the model
+        calls and their summary when there were any."""
+        fields: dict[str, Any] = {
             "connections": [c.as_dict() for c in self.connections],
             "dropped": self.dropped,
             "summary": summarise(self.connections),
         }
+        if self.model_calls:
+            fields["model_calls"] = [c.as_dict() for c in self.model_calls]
+            fields["model_summary"] = summarise_model_calls(self.model_calls)
+        return fields
 
     def __add__(self, other: NetworkLog) -> NetworkLog:
-        return NetworkLog(self.connections + other.connections, self.dropped + other.dropped)
+        return NetworkLog(
+            self.connections + other.connections, self.dropped + other.dropped, self.model_calls + other.model_calls
+        )

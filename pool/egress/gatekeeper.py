@@ -2,7 +2,8 @@
 
 The backend says where the sandbox's current network namespace is; the
 gatekeeper keeps one gate of the process's :class:`~pool.egress.proxy.EgressProxy`
-listening in it at ``127.0.0.1:3128`` with the phase's policy, moves it when
+listening in it at ``127.0.0.1:3128`` with the phase's policy (and, during the
+agent's turn, a model gate per configured model route: :mod:`pool.egress.models`), moves it when
 the namespace changes (a restore or a strict verifier starts a new one), and
 keeps the records of closed gates until they are read.
 """
@@ -20,6 +21,7 @@ from pool.egress.policy import NetworkPolicy, Phase
 from pool.egress.sandboxside import PROXY_PORT, ca_bundle, proxy_environment
 
 if TYPE_CHECKING:
+    from pool.egress.modelgate import ModelGate
     from pool.egress.proxy import EgressProxy, Gate
 
 SETTLE_S = 0.5
@@ -35,6 +37,8 @@ class Gatekeeper:
         self._proxy = proxy
         self._gate: Gate | None = None
         self._netns: tuple[int, int] | None = None
+        self._proxy_environment: dict[str, str] = {}
+        self._model_gates: list[ModelGate] = []
         self._log = NetworkLog()
         self.environment: dict[str, str] = {}
         """The variables every command of the sandbox gets while a gate is attached."""
@@ -42,30 +46,43 @@ class Gatekeeper:
     def apply(
         self, netns_path: str, policy: NetworkPolicy, phase: Phase, *, read_file: ReadFile, write_file: WriteFile
     ) -> dict[str, str]:
-        """Give the namespace at ``netns_path`` the policy of ``phase``; returns the commands' variables."""
+        """Give the namespace at ``netns_path`` the policy of ``phase`` (and, in the agent's phase,
+        the configured model routes); returns the commands' variables.
+
+        Raises:
+            ConfigError: a model route's key is not set in this process.
+        """
         stat = os.stat(netns_path)
         here = (stat.st_dev, stat.st_ino)
         if self._gate is not None and self._netns == here:
             self._gate.set_policy(policy, phase)
-            return dict(self.environment)
-        self.detach()
-        proxy = self._proxy()
-        listener = listen_in_netns(netns_path, PROXY_PORT)
-        self._gate = proxy.open_gate(listener, policy, phase)
-        self._netns = here
-        bundle = ca_bundle(proxy.sandbox_ca_files, read_file=read_file, write_file=write_file)
-        self.environment = proxy_environment(bundle)
+        else:
+            self.detach()
+            proxy = self._proxy()
+            listener = listen_in_netns(netns_path, PROXY_PORT)
+            self._gate = proxy.open_gate(listener, policy, phase)
+            self._netns = here
+            bundle = ca_bundle(proxy.sandbox_ca_files, read_file=read_file, write_file=write_file)
+            self._proxy_environment = proxy_environment(bundle)
+        if phase is Phase.AGENT:
+            self._open_model_gates(netns_path)
+        else:
+            self._close_model_gates()
+        models = {k: v for gate in self._model_gates for k, v in gate.route.environment.items()}
+        self.environment = {**self._proxy_environment, **models}
         return dict(self.environment)
 
     def seal(self) -> None:
         """Cut what is open and refuse everything until the next :meth:`apply` (the agent's turn ended)."""
+        self._close_model_gates()
         if self._gate is not None:
             self._gate.set_policy(NetworkPolicy.offline(), Phase.VERIFIER)
 
     def detach(self) -> None:
         """Close the gate (its open connections are cut), keeping its records for :meth:`log`."""
+        self._close_model_gates()
         gate, self._gate, self._netns = self._gate, None, None
-        self.environment = {}
+        self.environment, self._proxy_environment = {}, {}
         if gate is not None:
             self._collect(gate)
             gate.close()
@@ -84,9 +101,36 @@ class Gatekeeper:
             while self._gate.open_connections and time.monotonic() < deadline:
                 time.sleep(0.002)
             self._collect(self._gate)
+        for model_gate in self._model_gates:
+            self._collect_calls(model_gate)
         log, self._log = self._log, NetworkLog()
         return log
 
     def _collect(self, gate: Gate) -> None:
         records, dropped = gate.drain()
         self._log = self._log + NetworkLog(tuple(records), dropped)
+
+    def _open_model_gates(self, netns_path: str) -> None:
+        """Serve every configured model route in the namespace, unless that is done already."""
+        proxy = self._proxy()
+        if self._model_gates or not proxy.settings.models:
+            return
+        try:
+            for route in proxy.settings.models:
+                listener = listen_in_netns(netns_path, route.port)
+                self._model_gates.append(proxy.open_model_gate(listener, route))
+        except BaseException:
+            self._close_model_gates()
+            raise
+
+    def _close_model_gates(self) -> None:
+        gates, self._model_gates = self._model_gates, []
+        for gate in gates:
+            self._proxy().close_model_gate(gate)
+            self._collect_calls(gate)
+        self.environment = dict(self._proxy_environment)
+
+    def _collect_calls(self, gate: ModelGate) -> None:
+        calls, dropped = gate.drain()
+        if calls or dropped:
+            self._log = self._log + NetworkLog((), dropped, tuple(calls))

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 from pool.egress.gate import Gate
 from pool.egress.limits import ProxyLimits
 from pool.egress.loop import LoopThread
+from pool.egress.modelgate import ModelClient, ModelGate
+from pool.egress.models import ModelRoute
 from pool.egress.policy import NetworkPolicy, Phase
 from pool.egress.settings import EgressSettings
 from pool.errors import BackendError, ConfigError
@@ -59,6 +61,8 @@ class EgressProxy:
         self._lock = threading.Lock()
         self._loop: LoopThread | None = None
         self._gates: list[Gate] = []
+        self._model_client = ModelClient(self._settings)
+        self._model_gates: set[ModelGate] = set()
         self._closed = False
 
     @property
@@ -108,6 +112,41 @@ class EgressProxy:
             raise
         return gate
 
+    def open_model_gate(self, listener: socket.socket, route: ModelRoute) -> ModelGate:
+        """Serve ``route`` to the sandbox whose namespace ``listener`` listens in (see pool.egress.models).
+
+        The proxy owns ``listener`` from this call on, also when the call fails.
+
+        Raises:
+            ConfigError: ``listener`` is not a listening TCP socket, or the route's key is not set here.
+            BackendError: the proxy is closed.
+        """
+        try:
+            _check_listener(listener)
+            credential = route.credential_headers()
+            with self._lock:
+                if self._closed:
+                    raise BackendError("the egress proxy is closed")
+                if self._loop is None:
+                    self._loop = LoopThread()
+                gate = ModelGate(listener, route, credential, self._model_client)
+                self._loop.post(gate.start())
+                self._model_gates.add(gate)
+        except BaseException:
+            listener.close()
+            raise
+        return gate
+
+    def close_model_gate(self, gate: ModelGate) -> None:
+        """Stop ``gate`` (calls still open after a moment are cut); its records stay drainable."""
+        with self._lock:
+            if gate not in self._model_gates:
+                return
+            self._model_gates.discard(gate)
+            loop = self._loop
+        if loop is not None:
+            loop.call(gate.shutdown())
+
     def close(self) -> None:
         """Close every gate (cutting their connections, writing their records) and stop the
         event loop. Records stay drainable from the gates. Closing again does nothing."""
@@ -115,13 +154,16 @@ class EgressProxy:
             if self._closed:
                 return
             self._closed = True
-            loop, gates = self._loop, self._gates
-            self._gates = []
+            loop, gates, model_gates = self._loop, self._gates, self._model_gates
+            self._gates, self._model_gates = [], set()
         if loop is None:
             return
         try:
             for gate in gates:
                 loop.call(gate.shutdown("cut: the proxy closed"))
+            for model_gate in model_gates:
+                loop.call(model_gate.shutdown())
+            loop.call(self._model_client.close())
         finally:
             loop.stop()
 

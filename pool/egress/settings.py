@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pool.egress.cache.settings import CacheSettings
+from pool.egress.models import ModelRoute, parse_routes
 from pool.egress.policy import IPAddress, IPNetwork, normalise_host, parse_address
 from pool.errors import ConfigError
 
@@ -40,6 +41,10 @@ class EgressSettings:
     cache: CacheSettings = field(default_factory=CacheSettings)
     """The download cache (:mod:`pool.egress.cache`): ``off``, or ``record``/``replay`` with a ``dir``.
     :meth:`parse` also takes its fields as a mapping."""
+    models: tuple[ModelRoute, ...] = ()
+    """Model routes (:mod:`pool.egress.models`): the model endpoints an agent inside a sandbox may
+    call during its turn, with a key added here. :meth:`parse` also takes a list of mappings or a
+    mapping of name -> fields."""
     networks: tuple[IPNetwork, ...] = field(default=(), compare=False, repr=False)
     host_addresses: Mapping[str, IPAddress] = field(default_factory=dict, compare=False, repr=False)
 
@@ -60,12 +65,11 @@ class EgressSettings:
         object.__setattr__(self, "trusted_networks", tuple(str(n) for n in self.trusted_networks))
         object.__setattr__(self, "denied_ports", tuple(int(p) for p in self.denied_ports))
         object.__setattr__(self, "cache", CacheSettings.parse(self.cache))
+        object.__setattr__(self, "models", parse_routes(self.models))
         if self.upstream_proxy is not None:
             parts = urlsplit(self.upstream_proxy)
             if parts.scheme != "http" or not parts.hostname or parts.port is None:
-                raise ConfigError(
-                    f"egress upstream_proxy must look like http://host:port, got {self.upstream_proxy!r}"
-                )
+                raise ConfigError(f"egress upstream_proxy must look like http://host:port, got {self.upstream_proxy!r}")
 
     @classmethod
     def parse(cls, value: EgressSettings | Mapping[str, Any] | None) -> EgressSettings:
@@ -75,7 +79,7 @@ class EgressSettings:
         if isinstance(value, EgressSettings):
             return value
         known = {"hosts", "upstream_proxy", "extra_ca_files", "trusted_networks", "denied_ports", "connect_timeout_s"}
-        known.add("cache")
+        known |= {"cache", "models"}
         unknown = set(value) - known
         if unknown:
             raise ConfigError(f"unknown egress setting(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
@@ -106,6 +110,7 @@ class EgressSettings:
             "denied_ports": list(self.denied_ports),
             "connect_timeout_s": self.connect_timeout_s,
             "cache": self.cache.as_dict(),
+            "models": [route.as_dict() for route in self.models],
         }
 
 

@@ -1,0 +1,203 @@
+"""A stand-in model API for the tests: Anthropic Messages and OpenAI Chat Completions / Responses over HTTPS.
+
+``python3 model_server.py CONFIG.json`` (stdlib only; run inside the test
+internet's namespace by ``model_fixtures``) serves, at ``config["address"]``
+and ``config["port"]`` with the test CA's certificate:
+
+- ``POST /v1/messages`` (Anthropic): a ``message`` object, or its event stream
+  when the body says ``"stream": true``;
+- ``POST /v1/chat/completions`` (OpenAI): a ``chat.completion``, or chunks
+  ending with a usage chunk when streaming;
+- ``POST /v1/responses`` (OpenAI Responses): a ``response``, or its events
+  ending with ``response.completed``;
+- ``GET /v1/models``: one model.
+
+A request without the configured key (``x-api-key`` or ``Authorization:
+Bearer``) gets 401. What the model says is scripted: the JSON list in
+``config["script"]``, read at every request, one entry per turn in order
+(the last repeats; a new script starts again at its first), each ``{"text": ...}``, ``{"echo_headers": true}`` (say
+the request's headers back), or ``{"status": N, "headers": {...}}`` (answer
+that status with those headers and no body). Usage is fixed: 11 input and 7
+output tokens per call. Every request (headers, body) is appended to
+``config["log"]`` as one JSON line before it is answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+INPUT_TOKENS = 11
+OUTPUT_TOKENS = 7
+
+
+class ModelHandler(BaseHTTPRequestHandler):
+    """Answers one request as the scripted model."""
+
+    protocol_version = "HTTP/1.1"
+    server: ModelServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        self._answer(b"")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        self._answer(self.rfile.read(length))
+
+    def _answer(self, raw: bytes) -> None:
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        turn = self.server.record(self.command, self.path, headers, body)
+        key = self.server.config["api_key"]
+        if headers.get("x-api-key") != key and headers.get("authorization") != f"Bearer {key}":
+            self._send_json(401, {"type": "error", "error": {"type": "authentication_error", "message": "bad key"}})
+            return
+        if self.path.startswith("/v1/models"):
+            self._send_json(200, {"data": [{"id": "stand-in", "type": "model"}]})
+            return
+        entry = self.server.script_entry(turn)
+        if "status" in entry:
+            self._send(int(entry["status"]), b"", dict(entry.get("headers", {})))
+            return
+        text = json.dumps(headers, sort_keys=True) if entry.get("echo_headers") else str(entry.get("text", ""))
+        stream = isinstance(body, dict) and bool(body.get("stream"))
+        if self.path.startswith("/v1/messages"):
+            self._messages(text, stream)
+        elif self.path.startswith("/v1/chat/completions"):
+            self._chat(text, stream)
+        elif self.path.startswith("/v1/responses"):
+            self._responses(text, stream)
+        else:
+            self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def _messages(self, text: str, stream: bool) -> None:
+        message = {
+            "id": "msg_standin", "type": "message", "role": "assistant", "model": "stand-in",
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS},
+        }  # fmt: skip
+        if not stream:
+            self._send_json(200, message)
+            return
+        start = {**message, "content": [], "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": 1}}
+        self._send_events([
+            ("message_start", {"type": "message_start", "message": start}),
+            ("content_block_start", {"type": "content_block_start", "index": 0,
+                                     "content_block": {"type": "text", "text": ""}}),
+            ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                     "delta": {"type": "text_delta", "text": text}}),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                               "usage": {"output_tokens": OUTPUT_TOKENS}}),
+            ("message_stop", {"type": "message_stop"}),
+        ])  # fmt: skip
+
+    def _chat(self, text: str, stream: bool) -> None:
+        usage = {"prompt_tokens": INPUT_TOKENS, "completion_tokens": OUTPUT_TOKENS,
+                 "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS}  # fmt: skip
+        if not stream:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            self._send_json(200, {"id": "chatcmpl-standin", "object": "chat.completion", "model": "stand-in",
+                                  "choices": [choice], "usage": usage})  # fmt: skip
+            return
+        chunk = {"id": "chatcmpl-standin", "object": "chat.completion.chunk", "model": "stand-in"}
+        self._send_events([
+            (None, {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]}),
+            (None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            (None, {**chunk, "choices": [], "usage": usage}),
+        ], done=True)  # fmt: skip
+
+    def _responses(self, text: str, stream: bool) -> None:
+        output = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]
+        usage = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS}
+        response = {"id": "resp_standin", "object": "response", "model": "stand-in", "status": "completed",
+                    "output": output, "usage": usage}  # fmt: skip
+        if not stream:
+            self._send_json(200, response)
+            return
+        self._send_events([
+            ("response.created", {"type": "response.created", "response": {**response, "status": "in_progress",
+                                                                           "output": [], "usage": None}}),
+            ("response.output_text.delta", {"type": "response.output_text.delta", "delta": text}),
+            ("response.completed", {"type": "response.completed", "response": response}),
+        ])  # fmt: skip
+
+    def _send_events(self, events: list[tuple[str | None, Any]], *, done: bool = False) -> None:
+        parts = [(f"event: {name}\n" if name else "") + f"data: {json.dumps(data)}\n\n" for name, data in events]
+        if done:
+            parts.append("data: [DONE]\n\n")
+        self._send(200, "".join(parts).encode(), {"content-type": "text/event-stream"})
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        self._send(status, json.dumps(payload).encode(), {"content-type": "application/json"})
+
+    def _send(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class ModelServer(ThreadingHTTPServer):
+    """The HTTPS server, its config, its turn counter and its log."""
+
+    daemon_threads = True
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__((config["address"], int(config["port"])), ModelHandler)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(config["cert"], config["key"])
+        self.socket = context.wrap_socket(self.socket, server_side=True)
+        self.config = config
+        self._lock = threading.Lock()
+        self._turns = 0
+        self._script_text = ""
+        self._log = os.open(config["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def record(self, method: str, path: str, headers: dict[str, str], body: Any) -> int:
+        """Log the request; its turn number (from 0, counting POSTs since the script last changed)."""
+        with self._lock:
+            with open(self.config["script"]) as script:
+                text = script.read()
+            if text != self._script_text:
+                self._script_text, self._turns = text, 0
+            turn = self._turns
+            if method == "POST":
+                self._turns += 1
+            line = {"time": time.time(), "method": method, "path": path, "headers": headers, "body": body}
+            os.write(self._log, (json.dumps(line, sort_keys=True) + "\n").encode())
+        return turn
+
+    def script_entry(self, turn: int) -> dict[str, Any]:
+        """The scripted entry for ``turn`` (the last one repeats)."""
+        with open(self.config["script"]) as script:
+            entries = json.load(script) or [{"text": ""}]
+        entry: dict[str, Any] = entries[min(turn, len(entries) - 1)]
+        return entry
+
+
+def main() -> None:
+    with open(sys.argv[1]) as file:
+        config = json.load(file)
+    server = ModelServer(config)
+    with open(config["ready_file"], "w") as ready:
+        ready.write("ready\n")
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
