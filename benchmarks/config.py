@@ -171,6 +171,7 @@ def register_configs() -> None:
     store.store(group="agent", name="noop_schema", node=schemas.NoopAgentConfig)
     store.store(group="agent", name="replay_schema", node=schemas.ReplayAgentConfig)
     store.store(group="agent", name="llm_schema", node=schemas.LLMAgentConfig)
+    store.store(group="agent", name="installed_schema", node=schemas.InstalledAgentConfig)
 
 
 def check_backend_options(cfg: DictConfig) -> None:

@@ -6,7 +6,9 @@
   environment), ``verifier/result.json``: its verdict without the output (reward, exit code,
   timing, removed links, missing outputs, notes), and the test reports test.sh left beside the
   reward (``verifier/ctrf.json``, as Terminal-Bench 2's ``pytest --ctrf`` writes it).
-- ``network.json``: the connection attempts, when the sandbox tried to reach anything.
+- ``agent/logs/``: an installed agent's own logs and trajectory, as it wrote them in the sandbox.
+- ``network.json``: the connection attempts, when the sandbox tried to reach anything, and an
+  installed agent's model calls with their token usage.
 - ``diff.json``: what the agent left changed against the episode's start (paths added, changed,
   removed: ``pool.changes``), when the backend can list it without asking the sandbox.
 
@@ -28,6 +30,7 @@ DIFF_FILE = "diff.json"
 NETWORK_FILE = "network.json"
 RESULT_FILE = "result.json"
 TRAJECTORY_FILE = "agent/trajectory.json"
+AGENT_LOGS_DIR = "agent/logs"
 VERIFIER_OUTPUT_FILE = "verifier/test-stdout.txt"
 VERIFIER_RESULT_FILE = "verifier/result.json"
 MAX_CONNECTIONS_KEPT = 2000
@@ -73,6 +76,19 @@ def write_verifier(run_dir: Path, folder: str, verdict: dict[str, Any]) -> dict[
     return written
 
 
+def write_agent_files(run_dir: Path, folder: str, files: dict[str, bytes]) -> dict[str, str]:
+    """Write an installed agent's own logs under ``agent/logs/``; returns their paths by name.
+
+    The agent chose the names: each part of a path is made safe (no ``..``, no separators, no odd
+    characters), so nothing lands outside the episode's folder."""
+    written: dict[str, str] = {}
+    for name, data in sorted(files.items()):
+        parts = [_UNSAFE.sub("_", part) for part in name.split("/") if part]
+        safe = "/".join(part if part.strip(".") else part.replace(".", "_") for part in parts) or "_"
+        written[f"agent_log:{safe}"] = write_bytes(run_dir, f"{folder}/{AGENT_LOGS_DIR}/{safe}", data)
+    return written
+
+
 def write_json(run_dir: Path, relative: str, document: Any) -> str:
     """Write ``document`` as JSON at ``run_dir / relative``, whole or not at all; returns ``relative``."""
     # compact: json's C encoder (an indent would run its pure-Python one, several times slower)
@@ -81,10 +97,15 @@ def write_json(run_dir: Path, relative: str, document: Any) -> str:
 
 def write_text(run_dir: Path, relative: str, text: str) -> str:
     """Write ``text`` at ``run_dir / relative``, whole or not at all; returns ``relative``."""
+    return write_bytes(run_dir, relative, text.encode("utf-8", errors="replace"))
+
+
+def write_bytes(run_dir: Path, relative: str, data: bytes) -> str:
+    """Write ``data`` at ``run_dir / relative``, whole or not at all; returns ``relative``."""
     target = run_dir / relative
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = target.with_name(f".{target.name}.tmp")
-    staged.write_text(text, errors="replace")
+    staged.write_bytes(data)
     os.replace(staged, target)
     return relative
 
@@ -94,7 +115,10 @@ def network_record(network: dict[str, Any] | None) -> dict[str, Any] | None:
     if not network:
         return None
     summary = dict(network.get("summary") or {})
-    return {"policy": network.get("policy"), **summary, "dropped": network.get("dropped", 0)}
+    record = {"policy": network.get("policy"), **summary, "dropped": network.get("dropped", 0)}
+    if network.get("model_summary"):
+        record["model"] = network["model_summary"]
+    return record
 
 
 def changes_record(changes: dict[str, Any] | None) -> dict[str, Any] | None:

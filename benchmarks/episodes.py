@@ -9,8 +9,10 @@ The outcome classes, as recorded in the ledger:
 - ``timeout``: the episode outran ``episode_timeout_s`` (agent included).
   Counts as a failed episode, not retried.
 - ``infra_error``: the sandbox, backend, pool, verifier or model endpoint
-  failed. Retried under a new attempt id; never averaged in as a reward; not
-  final: a resumed run supersedes it and plays the episode again.
+  failed (for an agent inside the sandbox: its last model call found the
+  endpoint unreachable or overloaded, and the episode scored 0). Retried
+  under a new attempt id; never averaged in as a reward; not final: a
+  resumed run supersedes it and plays the episode again.
 - ``network_denied`` / ``network_unreachable``: the verification failed
   because the verifier could not download what it needed (its policy refused
   the host, or the host could not be reached; see ``envs.network``). Not
@@ -46,6 +48,8 @@ OUTCOMES = (SCORED, AGENT_ERROR, TIMEOUT, INFRA_ERROR, NETWORK_DENIED, NETWORK_U
 UNSCORED = (INFRA_ERROR, NETWORK_DENIED, NETWORK_UNREACHABLE)
 """Outcomes left out of every mean: the agent's reward is unknown."""
 _MAX_ERROR_CHARS = 4000
+_MODEL_DOWN_STATUSES = (502, 503, 504, 529)
+"""Upstream answers that mean the model's side was down or overloaded (529: Anthropic's overloaded)."""
 _FAILED = object()
 """What an agent call returns when the agent failed (the result says how)."""
 
@@ -95,6 +99,8 @@ class AttemptResult:
     """The verifier's verdict (``info["verifier"]``: reward, output, exit code, ...), for the episode's folder."""
     changes: dict[str, Any] | None = None
     """What the episode added, changed and removed (``info["changes"]``), for the episode's folder."""
+    agent_files: dict[str, bytes] | None = None
+    """The agent's own logs (an installed agent's, copied out of the sandbox), for the episode's folder."""
 
     @property
     def is_retryable(self) -> bool:
@@ -165,6 +171,7 @@ def _play(
         result.steps = int(info.get("step", result.steps + 1))
         trajectory.add(str(action), obs, info, getattr(policy, "last_turn", None))
         if terminated or truncated:
+            result.agent_files = getattr(policy, "files", None)
             _finish(result, float(reward), info)
             return
 
@@ -199,13 +206,38 @@ def _finish(result: AttemptResult, reward: float, info: dict[str, Any]) -> None:
     result.verifier = info.get("verifier")
     result.changes = info.get("changes")
     failure = info.get("network_failure")
+    model_down = _model_failure(info.get("network"))
     if failure and info.get("unscored_reason") in (NETWORK_DENIED, NETWORK_UNREACHABLE):
         result.outcome, result.error = info["unscored_reason"], str(failure.get("hint", ""))
         result.extra["network_failure"] = failure
+    elif info.get("scored") and reward == 0.0 and model_down is not None:
+        result.outcome, result.error = INFRA_ERROR, model_down
     elif info.get("scored"):
         result.outcome, result.reward = SCORED, reward
     else:
         result.outcome, result.error = INFRA_ERROR, str(info.get("infra_error", "the episode was not scored"))
+
+
+def _model_failure(network: dict[str, Any] | None) -> str | None:
+    """Why an agent inside the sandbox could not go on, when its last model call says it was the model's
+    side: the endpoint unreachable or overloaded (an infrastructure failure, played again).
+
+    Raises:
+        ModelRequestError: the endpoint refused the key (401/403): every episode would fail, the run stops.
+    """
+    calls = (network or {}).get("model_calls") or []
+    if not calls:
+        return None
+    last = calls[-1]
+    status, route = last.get("status"), last.get("route")
+    if last.get("verdict") == "allowed" and status in (401, 403):
+        raise ModelRequestError(
+            f"the model endpoint of route {route!r} refused the key with HTTP {status}; check the key's variable "
+            "(the route's credential_env) and resume the run"
+        )
+    if last.get("verdict") == "unreachable" or status in _MODEL_DOWN_STATUSES:
+        return f"the agent's model (route {route!r}) was unavailable: {last.get('error') or f'HTTP {status}'}"
+    return None
 
 
 def _describe(exc: BaseException, *, with_traceback: bool = False) -> str:

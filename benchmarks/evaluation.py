@@ -391,7 +391,9 @@ class Evaluation:
                 files.update(episodefiles.write_verifier(run_dir, folder, result.verifier))
             if result.changes is not None:
                 files["diff"] = episodefiles.write_changes(run_dir, folder, result.changes)
-            if result.network and result.network.get("connections"):
+            if result.agent_files:
+                files.update(episodefiles.write_agent_files(run_dir, folder, result.agent_files))
+            if result.network and (result.network.get("connections") or result.network.get("model_calls")):
                 files["network"] = episodefiles.write_network(run_dir, folder, result.network)
         except OSError as exc:  # the episode's files are a convenience: the ledger holds the result
             log.warning("the files of episode %s could not be written: %s", spec.episode_id, exc)

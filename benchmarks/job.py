@@ -58,9 +58,24 @@ class Job:
         return OmegaConf.to_object(self.config.benchmark)
 
     def backend_options(self) -> dict[str, Any]:
-        """The backend's keyword options (everything under ``backend`` but ``name``)."""
+        """The backend's keyword options (everything under ``backend`` but ``name``), with the model route
+        an installed agent needs added to ``egress.models`` unless the backend names that route itself."""
         options = cast(dict[str, Any], OmegaConf.to_container(self.config.backend, resolve=True))
         options.pop("name")
+        route = self.config.get("agent", {}).get("model_route")
+        if route is not None and "egress" not in options:
+            raise ConfigError(
+                f"agent {self.config.agent.get('kind')} runs inside the sandbox and reaches its model through the "
+                f"egress proxy's model gateway, which the {self.config.backend.name} backend does not have; "
+                "use backend=local or backend=docker"
+            )
+        if route is not None:
+            egress = dict(options["egress"] or {})
+            routes = list(egress.get("models") or [])
+            wanted = cast(dict[str, Any], OmegaConf.to_container(route, resolve=True))
+            if wanted.get("name") not in {r.get("name") for r in routes if isinstance(r, dict)}:
+                egress["models"] = [*routes, wanted]
+            options["egress"] = egress
         return options
 
     def open_backend(self) -> Backend:

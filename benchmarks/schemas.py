@@ -131,6 +131,30 @@ class ReplayAgentConfig:
 
 
 @dataclass
+class InstalledAgentConfig:
+    """A CLI agent installed into each task's snapshot and run inside the sandbox (benchmarks.agents.installed)."""
+
+    name: str = "installed"
+    kind: str = "installed"
+    """What the agent is (``claude-code``, ``codex``, your own); recorded with the version in every result."""
+    version: str = MISSING
+    """The version installed, pinned; ``{version}`` in ``install`` is replaced by it."""
+    install: list[str] = field(default_factory=list)
+    """Shell commands that install the agent at build time (under the task's build network policy)."""
+    command: str = MISSING
+    """The command line of an episode; ``{instruction_file}``, ``{model}``, ``{logs_dir}``, ``{version}``."""
+    model: str = ""
+    """The model the command names."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables for the agent's command."""
+    model_route: dict[str, Any] | None = None
+    """The model route (``pool.egress.models.ModelRoute`` fields) the runner adds to the backend's egress
+    settings, unless the backend has a route of that name; the key's variable is read outside the sandbox."""
+    max_log_bytes: int = 16 << 20
+    """The most bytes of the agent's own logs copied into the episode's folder."""
+
+
+@dataclass
 class LLMAgentConfig:
     """A model behind an OpenAI-compatible chat completions endpoint."""
 

@@ -15,7 +15,9 @@ and ``config["port"]`` with the test CA's certificate:
 A request without the configured key (``x-api-key`` or ``Authorization:
 Bearer``) gets 401. What the model says is scripted: the JSON list in
 ``config["script"]``, read at every request, one entry per turn in order
-(the last repeats; a new script starts again at its first), each ``{"text": ...}``, ``{"echo_headers": true}`` (say
+(the last repeats; a new script starts again at its first; a request that carries a conversation
+is at the turn of its assistant messages), each ``{"text": ...}``, ``{"tool": {"name": ..., "input": {...}}}``
+(Anthropic: call that tool), ``{"echo_headers": true}`` (say
 the request's headers back), or ``{"status": N, "headers": {...}}`` (answer
 that status with those headers and no body). Usage is fixed: 11 input and 7
 output tokens per call. Every request (headers, body) is appended to
@@ -67,14 +69,14 @@ class ModelHandler(BaseHTTPRequestHandler):
         if self.path.startswith("/v1/models"):
             self._send_json(200, {"data": [{"id": "stand-in", "type": "model"}]})
             return
-        entry = self.server.script_entry(turn)
+        entry = self.server.script_entry(_conversation_turn(body, turn))
         if "status" in entry:
             self._send(int(entry["status"]), b"", dict(entry.get("headers", {})))
             return
         text = json.dumps(headers, sort_keys=True) if entry.get("echo_headers") else str(entry.get("text", ""))
         stream = isinstance(body, dict) and bool(body.get("stream"))
         if self.path.startswith("/v1/messages"):
-            self._messages(text, stream)
+            self._messages(text, stream, entry.get("tool"))
         elif self.path.startswith("/v1/chat/completions"):
             self._chat(text, stream)
         elif self.path.startswith("/v1/responses"):
@@ -82,24 +84,30 @@ class ModelHandler(BaseHTTPRequestHandler):
         else:
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
 
-    def _messages(self, text: str, stream: bool) -> None:
+    def _messages(self, text: str, stream: bool, tool: dict[str, Any] | None) -> None:
+        block: dict[str, Any] = {"type": "text", "text": text}
+        if tool is not None:
+            block = {"type": "tool_use", "id": f"toolu_{time.monotonic_ns()}", "name": tool["name"], "input": tool["input"]}
         message = {
             "id": "msg_standin", "type": "message", "role": "assistant", "model": "stand-in",
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+            "content": [block], "stop_reason": "tool_use" if tool else "end_turn",
             "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS},
         }  # fmt: skip
         if not stream:
             self._send_json(200, message)
             return
         start = {**message, "content": [], "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": 1}}
+        if tool is None:
+            opening, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": text}
+        else:
+            opening = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(tool["input"])}
         self._send_events([
             ("message_start", {"type": "message_start", "message": start}),
-            ("content_block_start", {"type": "content_block_start", "index": 0,
-                                     "content_block": {"type": "text", "text": ""}}),
-            ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                     "delta": {"type": "text_delta", "text": text}}),
+            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": opening}),
+            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
             ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"]},
                                "usage": {"output_tokens": OUTPUT_TOKENS}}),
             ("message_stop", {"type": "message_stop"}),
         ])  # fmt: skip
@@ -159,9 +167,10 @@ class ModelServer(ThreadingHTTPServer):
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__((config["address"], int(config["port"])), ModelHandler)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(config["cert"], config["key"])
-        self.socket = context.wrap_socket(self.socket, server_side=True)
+        if config.get("cert"):  # plain HTTP without one (for trying a CLI by hand)
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(config["cert"], config["key"])
+            self.socket = context.wrap_socket(self.socket, server_side=True)
         self.config = config
         self._lock = threading.Lock()
         self._turns = 0
@@ -188,6 +197,16 @@ class ModelServer(ThreadingHTTPServer):
             entries = json.load(script) or [{"text": ""}]
         entry: dict[str, Any] = entries[min(turn, len(entries) - 1)]
         return entry
+
+
+def _conversation_turn(body: Any, counted: int) -> int:
+    """Which scripted entry answers: the assistant turns already in the conversation when the request
+    carries one (a CLI agent's side requests then do not shift the script), else the count of calls."""
+    if isinstance(body, dict) and isinstance(body.get("messages"), list):
+        return sum(isinstance(m, dict) and m.get("role") == "assistant" for m in body["messages"])
+    if isinstance(body, dict) and isinstance(body.get("input"), list):
+        return sum(isinstance(i, dict) and i.get("type") == "function_call" for i in body["input"])
+    return counted
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""Agents the runner can play episodes with: ``oracle``, ``noop``, ``replay`` and ``llm``.
+"""Agents the runner can play episodes with: ``oracle``, ``noop``, ``replay``, ``llm`` (outside the
+sandbox) and ``installed`` (a CLI agent inside it: ``agent=claude-code``, ``agent=codex``).
 
 >>> from benchmarks.agents import make_agent
 >>> agent = make_agent({"name": "noop", "steps": 0})
@@ -17,13 +18,20 @@ from benchmarks.agents.base import (
     ModelUnavailableError,
     Policy,
 )
+from benchmarks.agents.installed import InstalledAgent
 from benchmarks.agents.llm import LLMAgent
 from benchmarks.agents.noop import NoopAgent
 from benchmarks.agents.oracle import OracleAgent
 from benchmarks.agents.replay import ReplayAgent
 from pool.errors import ConfigError
 
-AGENTS: dict[str, type[Any]] = {"oracle": OracleAgent, "noop": NoopAgent, "replay": ReplayAgent, "llm": LLMAgent}
+AGENTS: dict[str, type[Any]] = {
+    "oracle": OracleAgent,
+    "noop": NoopAgent,
+    "replay": ReplayAgent,
+    "llm": LLMAgent,
+    "installed": InstalledAgent,
+}
 
 
 def make_agent(options: Mapping[str, Any]) -> Agent:
@@ -47,6 +55,7 @@ __all__ = [
     "Agent",
     "AgentError",
     "EpisodeContext",
+    "InstalledAgent",
     "LLMAgent",
     "ModelRequestError",
     "ModelUnavailableError",

@@ -31,7 +31,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from benchmarks import results, rundir
-from benchmarks.agents import LLMAgent, make_agent
+from benchmarks.agents import InstalledAgent, LLMAgent, make_agent
 from benchmarks.episodes import INFRA_ERROR
 from benchmarks.evaluation import EvalSettings, Evaluation, plan_episodes
 from benchmarks.job import Job, ScenarioStoppedError
@@ -100,7 +100,11 @@ def run(job: Job) -> EvalOutcome:
     run_dir, config, resumed = rundir.resolve(job.config, job.output_dir, given=job.given)
     agent = make_agent(_plain(config.agent))
     suite = _suite(config)
-    return evaluate(job, config, run_dir, suite.tasks, agent, resumed=resumed, plots=config.benchmark.plots,
+    tasks = suite.tasks
+    if isinstance(agent, InstalledAgent):  # its install is part of every task's start state
+        agent.check_model_key()
+        tasks = [agent.with_install(task) for task in tasks]
+    return evaluate(job, config, run_dir, tasks, agent, resumed=resumed, plots=config.benchmark.plots,
                     skipped=suite.skipped)  # fmt: skip
 
 
