@@ -56,11 +56,15 @@ int mount_overlay(const char *target, char *const *lowers, int nlowers, const ch
     return mount("overlay", target, "overlay", upper ? 0 : MS_RDONLY, opts);
 }
 
+/* /dev: one tmpfs for the device nodes, their links and /dev/shm (its 64 MiB), as in Docker.
+ * /dev/shm is a folder of it, bound onto itself for its own flags, not a tmpfs of its own: the
+ * kernel keeps per-memory-cgroup bookkeeping for every superblock on the machine, so each one a
+ * sandbox adds costs memory in proportion to the number of sandboxes. */
 static void setup_dev(const char *root, const char *root_uid) {
     char p[4096], q[4096], opts[128];
     snprintf(p, sizeof p, "%s/dev", root);
-    snprintf(opts, sizeof opts, "mode=755,size=1m,uid=%s,gid=%s", root_uid, root_uid);
-    if (mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NOEXEC, opts) < 0)
+    snprintf(opts, sizeof opts, "mode=755,size=65m,uid=%s,gid=%s", root_uid, root_uid);
+    if (mount("tmpfs", p, "tmpfs", MS_NOSUID, opts) < 0)
         child_fail("mount tmpfs on /dev");
     static const char *nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
     for (size_t i = 0; i < sizeof nodes / sizeof *nodes; i++) {
@@ -79,9 +83,11 @@ static void setup_dev(const char *root, const char *root_uid) {
         if (symlink(links[i][0], p) < 0) child_fail("symlink /dev/%s", links[i][1]);
     }
     snprintf(p, sizeof p, "%s/dev/shm", root);
-    mkdir(p, 01777);
-    snprintf(opts, sizeof opts, "mode=1777,size=64m,uid=%s,gid=%s", root_uid, root_uid);
-    if (mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+    uid_t owner = (uid_t)atol(root_uid);
+    if (mkdir(p, 0) < 0 || chmod(p, 01777) < 0 || chown(p, owner, owner) < 0)
+        child_fail("create /dev/shm");
+    if (mount(p, p, NULL, MS_BIND, NULL) < 0 ||
+        mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, NULL) < 0)
         child_fail("mount /dev/shm");
     snprintf(p, sizeof p, "%s/dev/pts", root);
     mkdir(p, 0755);
