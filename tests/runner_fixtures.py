@@ -56,7 +56,12 @@ class Run:
 
 
 def run_benchmark(
-    tmp_path: Path, store: Path, *overrides: str, env: Mapping[str, str] | None = None, name: str = "run"
+    tmp_path: Path,
+    store: Path,
+    *overrides: str,
+    env: Mapping[str, str] | None = None,
+    name: str = "run",
+    timeout_s: float = 120,
 ) -> Run:
     """``python -m benchmarks.run`` on TASK with ``overrides``, writing under ``tmp_path / name``."""
     run_dir, hydra_dir = tmp_path / name, tmp_path / f"{name}-hydra"
@@ -77,7 +82,7 @@ def run_benchmark(
         env=dict(os.environ if env is None else env),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout_s,
     )
     return Run(done, run_dir, hydra_dir)
 

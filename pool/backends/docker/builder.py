@@ -44,7 +44,7 @@ from pool.errors import ConfigError
 from pool.hostview import DEFAULT_PATH
 from pool.imagebuild import BaseConfig, Recipe, file_target, recipe_for, run_recipe
 from pool.labels import OWNER
-from pool.resources import require_supported
+from pool.resources import Resources, require_supported
 from pool.snapshots import BASE_ENV, Snapshot
 from pool.templates import Template
 
@@ -155,8 +155,11 @@ class Builder:
         )
         labels = {OWNER: backend.owner, ROLE: "build", SNAPSHOT: snapshot_id}
         route = backend.egress.build_route(recipe.network, backend="docker")
-        container = backend.start_container(
-            draft, labels, network=route is BuildRoute.DIRECT, what=f"the build container of template {template.name!r}"
+        container = backend.start_container(  # under the backend's limits, not the task's (as docker build does)
+            replace(draft, resources=Resources()),
+            labels,
+            network=route is BuildRoute.DIRECT,
+            what=f"the build container of template {template.name!r}",
         )
         sandbox = DockerSandbox(backend, f"build-{snapshot_id[:12]}", container, draft, labels)
         try:

@@ -271,7 +271,9 @@ class LocalBackend:
                 base=recipe.base,
                 env=dict(recipe.env),
                 workdir="/",
-                resources=template.resources,
+                # the build runs under the backend's limits, not the task's (as docker build does): the
+                # task's memory_mb is what an episode gets, and an install can need more than that
+                resources=Resources(),
             )
             route = self.egress.build_route(recipe.network, backend=self.name)
             sandbox = self._open(start, network=route is BuildRoute.DIRECT)
