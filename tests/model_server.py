@@ -17,7 +17,7 @@ Bearer``) gets 401. What the model says is scripted: the JSON list in
 ``config["script"]``, read at every request, one entry per turn in order
 (the last repeats; a new script starts again at its first; a request that carries a conversation
 is at the turn of its assistant messages), each ``{"text": ...}``, ``{"tool": {"name": ..., "input": {...}}}``
-(Anthropic: call that tool), ``{"echo_headers": true}`` (say
+(call that tool: Anthropic ``tool_use``, Responses ``function_call``), ``{"echo_headers": true}`` (say
 the request's headers back), or ``{"status": N, "headers": {...}}`` (answer
 that status with those headers and no body). Usage is fixed: 11 input and 7
 output tokens per call. Every request (headers, body) is appended to
@@ -80,14 +80,19 @@ class ModelHandler(BaseHTTPRequestHandler):
         elif self.path.startswith("/v1/chat/completions"):
             self._chat(text, stream)
         elif self.path.startswith("/v1/responses"):
-            self._responses(text, stream)
+            self._responses(text, stream, entry.get("tool"))
         else:
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
 
     def _messages(self, text: str, stream: bool, tool: dict[str, Any] | None) -> None:
         block: dict[str, Any] = {"type": "text", "text": text}
         if tool is not None:
-            block = {"type": "tool_use", "id": f"toolu_{time.monotonic_ns()}", "name": tool["name"], "input": tool["input"]}
+            block = {
+                "type": "tool_use",
+                "id": f"toolu_{time.monotonic_ns()}",
+                "name": tool["name"],
+                "input": tool["input"],
+            }
         message = {
             "id": "msg_standin", "type": "message", "role": "assistant", "model": "stand-in",
             "content": [block], "stop_reason": "tool_use" if tool else "end_turn",
@@ -127,20 +132,47 @@ class ModelHandler(BaseHTTPRequestHandler):
             (None, {**chunk, "choices": [], "usage": usage}),
         ], done=True)  # fmt: skip
 
-    def _responses(self, text: str, stream: bool) -> None:
-        output = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]
-        usage = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS}
-        response = {"id": "resp_standin", "object": "response", "model": "stand-in", "status": "completed",
-                    "output": output, "usage": usage}  # fmt: skip
+    def _responses(self, text: str, stream: bool, tool: dict[str, Any] | None) -> None:
+        stamp = time.monotonic_ns()
+        if tool is None:
+            part = {"type": "output_text", "text": text, "annotations": []}
+            item: dict[str, Any] = {"id": f"msg_{stamp}", "type": "message", "role": "assistant",
+                                    "status": "completed", "content": [part]}  # fmt: skip
+        else:
+            item = {"id": f"fc_{stamp}", "type": "function_call", "status": "completed", "call_id": f"call_{stamp}",
+                    "name": tool["name"], "arguments": json.dumps(tool["input"])}  # fmt: skip
+        usage = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS,
+                 "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS, "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens_details": {"reasoning_tokens": 0}}  # fmt: skip
+        response = {"id": f"resp_{stamp}", "object": "response", "model": "stand-in", "status": "completed",
+                    "output": [item], "usage": usage}  # fmt: skip
         if not stream:
             self._send_json(200, response)
             return
-        self._send_events([
-            ("response.created", {"type": "response.created", "response": {**response, "status": "in_progress",
-                                                                           "output": [], "usage": None}}),
-            ("response.output_text.delta", {"type": "response.output_text.delta", "delta": text}),
-            ("response.completed", {"type": "response.completed", "response": response}),
-        ])  # fmt: skip
+        opened = {**item, "status": "in_progress", **({"content": []} if tool is None else {"arguments": ""})}
+        where = {"item_id": item["id"], "output_index": 0}
+        if tool is None:
+            middle = [
+                ("response.content_part.added", {**where, "content_index": 0, "part": {**part, "text": ""}}),
+                ("response.output_text.delta", {**where, "content_index": 0, "delta": text}),
+                ("response.output_text.done", {**where, "content_index": 0, "text": text}),
+                ("response.content_part.done", {**where, "content_index": 0, "part": part}),
+            ]
+        else:
+            middle = [
+                ("response.function_call_arguments.delta", {**where, "delta": item["arguments"]}),
+                ("response.function_call_arguments.done", {**where, "arguments": item["arguments"]}),
+            ]
+        events = [
+            ("response.created", {"response": {**response, "status": "in_progress", "output": [], "usage": None}}),
+            ("response.output_item.added", {"output_index": 0, "item": opened}),
+            *middle,
+            ("response.output_item.done", {"output_index": 0, "item": item}),
+            ("response.completed", {"response": response}),
+        ]
+        self._send_events(
+            [(name, {"type": name, "sequence_number": n, **data}) for n, (name, data) in enumerate(events)]
+        )
 
     def _send_events(self, events: list[tuple[str | None, Any]], *, done: bool = False) -> None:
         parts = [(f"event: {name}\n" if name else "") + f"data: {json.dumps(data)}\n\n" for name, data in events]

@@ -1,13 +1,14 @@
-"""Real coding agents (Claude Code, from npm) installed into a task's snapshot and run inside the sandbox
-by the real runner, talking to a stand-in model through the model gateway, with their key outside.
+"""Real coding agents (Claude Code and Codex CLI, from npm) installed into a task's snapshot and run
+inside the sandbox by the real runner, talking to a stand-in model through the model gateway, with
+their key outside.
 
-The CLI comes from its registry (npm); a machine that cannot reach the registry skips these tests
-and says so. The model is ``model_fixtures``' stand-in on the test internet, scripted to solve the
-built-in task: it answers Claude Code's first call with a Bash tool call that solves it, and the
-next with "done". What is checked is what a user relies on: the reward comes from the verifier
-(1.0), the key never reaches the sandbox or the run's files, every call and its tokens are on
-record, the agent's own log is in the episode's folder, and a model that is down is an
-infrastructure failure, not the agent's.
+The CLIs come from their registry (npm); a machine that cannot reach it skips these tests and says
+so. The model is ``model_fixtures``' stand-in on the test internet, scripted to solve the built-in
+task: it answers the agent's first call with a tool call that solves it (Claude Code's ``Bash``,
+Codex's ``exec_command``), and the next with "done". What is checked is what a user relies on: the
+reward comes from the verifier (1.0), the key never reaches the sandbox or the run's files, every
+call and its tokens are on record, the agent's own log is in the episode's folder, and a model that
+is down is an infrastructure failure, not the agent's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import json
 import os
 import socket
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from model_fixtures import KEY_VARIABLE, NAME, StandInModel
@@ -28,6 +31,33 @@ pytest_plugins = ["net_fixtures", "model_fixtures", "runner_fixtures"]
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.332"
 """The version configs/agent/claude-code.yaml pins."""
+
+
+@dataclass(frozen=True)
+class CLI:
+    """An installed agent as the tests drive it."""
+
+    config: str
+    """Its ``agent=`` choice."""
+    version: str
+    route: str
+    """The model route it calls through."""
+    path: str
+    """The API path of its calls."""
+    tool: dict[str, Any]
+    """The scripted model's tool call that solves the task."""
+    log: str
+    """Its own log, under the episode's agent/logs/."""
+    log_mark: str
+    """What its log says when it ran the tool."""
+
+
+CLIS = [
+    CLI("claude-code", "2.1.332", "anthropic", "/v1/messages",
+        {"name": "Bash", "input": {"command": SOLVE, "description": "count 5xx"}}, "claude-code.jsonl", '"tool_use"'),
+    CLI("codex", "0.171.0", "openai", "/v1/responses",
+        {"name": "exec_command", "input": {"cmd": SOLVE}}, "codex.jsonl", '"command_execution"'),
+]  # fmt: skip
 INSTALL_TIMEOUT_S = 900
 
 
@@ -59,16 +89,22 @@ def agent_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("agent-store")
 
 
-def claude_code_run(
-    tmp_path: Path, store: Path, internet: TestInternet, model: StandInModel, *overrides: str, name: str = "run"
+def cli_run(
+    tmp_path: Path,
+    store: Path,
+    internet: TestInternet,
+    model: StandInModel,
+    *overrides: str,
+    agent: str = "claude-code",
+    name: str = "run",
 ) -> Run:
-    """The runner playing the task with agent=claude-code, its model route pointed at the stand-in."""
+    """The runner playing the task with an installed agent, its model route pointed at the stand-in."""
     hosts = [f"{host}={address}" for host, address in {**internet.hosts, NAME: model.address}.items()]
     return run_benchmark(
         tmp_path,
         store,
-        "agent=claude-code",
-        "agent.model=claude-stand-in",
+        f"agent={agent}",
+        "agent.model=stand-in-model",
         f"agent.model_route.upstream={model.url}",
         f"agent.model_route.credential_env={KEY_VARIABLE}",
         f"backend.egress.hosts=[{','.join(json.dumps(h) for h in hosts)}]",
@@ -85,28 +121,29 @@ def every_file_text(folder: Path) -> str:
     return "\n".join(p.read_bytes().decode("utf-8", "replace") for p in folder.rglob("*") if p.is_file())
 
 
-def test_claude_code_installed_in_the_snapshot_solves_the_task_with_its_key_outside(
-    npm_registry: None, internet: TestInternet, model_api: StandInModel, agent_store: Path, tmp_path: Path
+@pytest.mark.parametrize("cli", CLIS, ids=[c.config for c in CLIS])
+def test_a_cli_agent_installed_in_the_snapshot_solves_the_task_with_its_key_outside(
+    npm_registry: None, internet: TestInternet, model_api: StandInModel, agent_store: Path, tmp_path: Path, cli: CLI
 ) -> None:
-    model_api.script({"tool": {"name": "Bash", "input": {"command": SOLVE, "description": "count 5xx"}}},
-                     {"text": "The answer is in /app/answer.txt."})  # fmt: skip
+    model_api.script({"tool": cli.tool}, {"text": "The answer is in /app/answer.txt."})
     before = len(model_api.requests())
-    run = claude_code_run(tmp_path, agent_store, internet, model_api)
+    run = cli_run(tmp_path, agent_store, internet, model_api, agent=cli.config)
     summary = run.summary()
     result = run.result()
     assert (result["outcome"], result["reward"]) == ("scored", 1.0), result
-    assert result["agent"] == "claude-code@2.1.332:claude-stand-in"  # the pinned version, in every result
-    calls = model_api.requests()[before:]
-    assert len(calls) >= 2 and all(c["headers"].get("x-api-key") == model_api.api_key for c in calls)
-    assert calls[0]["body"]["model"] == "claude-stand-in"
+    assert result["agent"] == f"{cli.config}@{cli.version}:stand-in-model"  # the pinned version, in every result
+    calls = [c for c in model_api.requests()[before:] if c["method"] == "POST"]
+    assert len(calls) >= 2 and all(c["path"].startswith(cli.path) for c in calls)
+    assert all(model_api.api_key in (c["headers"].get("x-api-key"), c["headers"].get("authorization", "")[7:])
+               for c in calls)  # fmt: skip
+    assert calls[0]["body"]["model"] == "stand-in-model"
     model = result["network"]["model"]
-    assert model["calls"] == len(calls) and model["input_tokens"] == 11 * len(calls)
-    assert model["routes"]["anthropic"]["output_tokens"] == 7 * len(calls)
+    assert model["calls"] >= len(calls) and model["routes"][cli.route]["input_tokens"] >= 11 * len(calls)
     folder = run.run_dir / result["files"]["dir"]
-    log = (folder / "agent/logs/claude-code.jsonl").read_text()
-    assert '"tool_use"' in log and "answer.txt" in log  # the agent's own trajectory, copied out
+    log = (folder / "agent/logs" / cli.log).read_text()
+    assert cli.log_mark in log and "answer.txt" in log  # the agent's own trajectory, copied out
     network = json.loads((folder / "network.json").read_text())
-    assert [c["path"] for c in network["model_calls"]] == ["/v1/messages"] * len(calls)
+    assert {c["path"] for c in network["model_calls"] if c["method"] == "POST"} == {cli.path}
     assert model_api.api_key not in every_file_text(run.run_dir)  # nor in the ledger, the files, the config
     assert summary["counts"]["scored"] == 1
 
@@ -114,8 +151,12 @@ def test_claude_code_installed_in_the_snapshot_solves_the_task_with_its_key_outs
 def test_a_model_that_is_down_is_an_infrastructure_failure_not_the_agents(
     npm_registry: None, internet: TestInternet, model_api: StandInModel, agent_store: Path, tmp_path: Path
 ) -> None:
-    run = claude_code_run(tmp_path, agent_store, internet, model_api, "agent.model_route.upstream=https://models.test:8444",
-                          "max_attempts=1")  # fmt: skip
+    run = cli_run(
+        tmp_path, agent_store, internet, model_api,
+        "agent.model_route.upstream=https://models.test:8444",  # nothing listens there
+        "+agent.env.CLAUDE_CODE_MAX_RETRIES=1",  # Claude Code's own retries would take minutes
+        "max_attempts=1",
+    )  # fmt: skip
     result = run.result()
     assert result["outcome"] == "infra_error", result
     assert "model" in result["error"] and "unavailable" in result["error"]
