@@ -84,8 +84,13 @@ def write_agent_files(run_dir: Path, folder: str, files: dict[str, bytes]) -> di
     written: dict[str, str] = {}
     for name, data in sorted(files.items()):
         parts = [_UNSAFE.sub("_", part) for part in name.split("/") if part]
-        safe = "/".join(part if part.strip(".") else part.replace(".", "_") for part in parts) or "_"
-        written[f"agent_log:{safe}"] = write_bytes(run_dir, f"{folder}/{AGENT_LOGS_DIR}/{safe}", data)
+        parts = [part if part.strip(".") else part.replace(".", "_") for part in parts] or ["_"]
+        relative = f"{folder}/{AGENT_LOGS_DIR}/{'/'.join(parts)}"
+        try:
+            written[f"agent_log:{name}"] = write_bytes(run_dir, relative, data)
+        except (NotADirectoryError, IsADirectoryError):  # a file where a folder of another name is, or so
+            flat = f"{folder}/{AGENT_LOGS_DIR}/{'__'.join(parts)}.{len(written)}"
+            written[f"agent_log:{name}"] = write_bytes(run_dir, flat, data)
     return written
 
 

@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,10 @@ import pytest
 from model_fixtures import KEY_VARIABLE, NAME, StandInModel
 from net_fixtures import TestInternet
 from runner_fixtures import SOLVE, Run, run_benchmark
+
+from benchmarks.agents.installed import INSTRUCTION_FILE, LOGS_DIR, collect_logs
+from benchmarks.episodefiles import write_agent_files
+from pool import Backend, Sandbox, Snapshot
 
 pytest_plugins = ["net_fixtures", "model_fixtures", "runner_fixtures"]
 
@@ -70,6 +75,12 @@ def npm_registry() -> None:
         pytest.skip(f"npm cannot reach its registry here ({exc}); Claude Code cannot be installed")
     if done.returncode != 0:
         pytest.skip(f"npm cannot reach its registry here: {done.stderr.strip()[-300:]}")
+
+
+@pytest.fixture()
+def sandbox_for_logs(backend: Backend, snap: Snapshot) -> Iterator[Sandbox]:
+    with backend.create(snap) as sandbox:
+        yield sandbox
 
 
 def registry_networks() -> list[str]:
@@ -168,3 +179,31 @@ def test_a_missing_key_stops_the_run_before_any_sandbox_starts(tmp_path: Path, r
     assert run.done.returncode != 0
     assert "ANTHROPIC_API_KEY" in run.done.stderr and "not set" in run.done.stderr
     assert not (run.run_dir / "ledger.jsonl").exists() or not run.ledger()
+
+
+# -- attacks on what is copied out ------------------------------------------------------------
+
+
+def test_copying_the_logs_out_follows_no_link_and_keeps_to_its_caps(sandbox_for_logs: Sandbox) -> None:
+    sandbox_for_logs.exec(
+        f"mkdir -p {LOGS_DIR}/deep/er && echo run > {LOGS_DIR}/agent.log && echo nested > {LOGS_DIR}/deep/er/x.json"
+        f" && ln -s /etc/passwd {LOGS_DIR}/passwd && ln -s /etc {LOGS_DIR}/etc && mkfifo {LOGS_DIR}/pipe"
+        f" && truncate -s 64M {LOGS_DIR}/huge.bin && echo 'the task' > {INSTRUCTION_FILE}"
+        f" && echo odd > '{LOGS_DIR}/name with spaces'"
+    )
+    files = collect_logs(sandbox_for_logs, max_bytes=1 << 20)
+    assert files["agent.log"] == b"run\n" and files["deep/er/x.json"] == b"nested\n"
+    assert files["name with spaces"] == b"odd\n"
+    assert b"not copied" in files["huge.bin"] and len(files["huge.bin"]) < 200
+    assert not {"passwd", "etc", "pipe", "instruction.md"} & set(files)
+    assert not any(name.startswith("etc/") for name in files)
+
+
+def test_an_agents_file_names_cannot_leave_the_episode_folder(tmp_path: Path) -> None:
+    hostile = {"../../escape": b"a", "..": b"b", "./.": b"c", "a/../../b": b"d", "/abs/path": b"e", "ok.txt": b"f"}
+    written = write_agent_files(tmp_path, "episodes/t/0-1", hostile)
+    folder = (tmp_path / "episodes/t/0-1/agent/logs").resolve()
+    for relative in written.values():
+        assert (tmp_path / relative).resolve().is_relative_to(folder), relative
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes"]
+    assert (folder / "ok.txt").read_bytes() == b"f"

@@ -371,3 +371,19 @@ def test_a_missing_key_is_a_config_error_naming_the_variable(
 def test_a_bad_route_is_refused_with_what_to_fix(fields: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         ModelRoute(**{"name": "r", "api": "anthropic", "upstream": "https://api.example.com", **fields})  # type: ignore[arg-type]
+
+
+def test_an_oversized_request_is_refused_before_it_is_read(sandbox: Sandbox, model_api: StandInModel) -> None:
+    agent_turn(sandbox)
+    before = len(model_api.requests())
+    # says 64 GiB are coming, sends a little, keeps the connection open: the gateway answers at once
+    done = sandbox.exec(
+        "python3 -c \"import socket; s=socket.create_connection(('127.0.0.1',3129)); "
+        "s.sendall(b'POST /v1/messages HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 68719476736\\r\\n\\r\\n{'); "
+        "print(s.recv(200).split(b' ')[1].decode())\"",
+        timeout_s=30,
+    )
+    assert done.stdout.strip() == "413", done
+    assert len(model_api.requests()) == before
+    [made] = sandbox.network_log().model_calls
+    assert (made.verdict, made.status) == ("denied", 413)
