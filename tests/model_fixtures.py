@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from net_fixtures import TestInternet, egress_options
+from net_fixtures import TestInternet, egress_options, stop_server
 
 SERVER = Path(__file__).with_name("model_server.py")
 NAME = "models.test"
@@ -87,12 +87,7 @@ def open_model_api(internet: TestInternet, folder: Path) -> Iterator[StandInMode
             time.sleep(0.05)
         yield model
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
 
 
 def model_routes(model: StandInModel, **overrides: Any) -> list[dict[str, Any]]:

@@ -170,7 +170,7 @@ def open_internet(folder: Path, *, extra_names: Mapping[str, int] | None = None)
         yield internet
     finally:
         if server is not None:
-            _stop(server)
+            stop_server(server)
         _remove_network(namespace, host_link)
 
 
@@ -240,13 +240,14 @@ def _start_server(internet: TestInternet) -> subprocess.Popen[bytes]:
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ready.exists():
         if server.poll() is not None or time.monotonic() > deadline:
-            _stop(server)
+            stop_server(server)
             raise RuntimeError(f"the test internet's server did not start: {stderr.read_text()[-2000:]}")
         time.sleep(0.05)
     return server
 
 
-def _stop(server: subprocess.Popen[bytes]) -> None:
+def stop_server(server: subprocess.Popen[bytes]) -> None:
+    """Terminate a server process, killing it if it has not stopped within 5 s."""
     server.terminate()
     try:
         server.wait(timeout=5)
@@ -431,6 +432,18 @@ def egress_options(internet: TestInternet, **overrides: Any) -> dict[str, Any]:
         "extra_ca_files": [str(internet.ca.cert_path)],
         **overrides,
     }
+
+
+@contextlib.contextmanager
+def proxied_backend(name: str, store: Path, egress: Mapping[str, Any]) -> Iterator[Backend]:
+    """:func:`open_backend`, closed on exit; the test is skipped where the backend has no egress proxy."""
+    backend = open_backend(name, store, egress)
+    try:
+        if backend.capabilities.egress_control != "proxy":
+            pytest.skip(f"the {name} backend has no egress proxy here")
+        yield backend
+    finally:
+        backend.close()
 
 
 def open_backend(name: str, store: Path, egress: Mapping[str, Any]) -> Backend:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import backend_params
-from net_fixtures import TestInternet, egress_options, open_backend
+from net_fixtures import TestInternet, egress_options, proxied_backend
 
 from pool import Backend, BuildError, Template
 from pool.buildnetwork import BuildRoute, build_route
@@ -32,14 +32,8 @@ CURL = "curl -sS -m 10 -o /dev/null -w '%{http_code}'"
 def build_backend(
     request: pytest.FixtureRequest, internet: TestInternet, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Backend]:
-    backend = open_backend(str(request.param), tmp_path_factory.mktemp("store"), egress_options(internet))
-    if backend.capabilities.egress_control != "proxy":
-        backend.close()
-        pytest.skip(f"the {request.param} backend has no egress proxy here")
-    try:
+    with proxied_backend(str(request.param), tmp_path_factory.mktemp("store"), egress_options(internet)) as backend:
         yield backend
-    finally:
-        backend.close()
 
 
 @pytest.fixture()

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import WORKSPACE_TEMPLATE, backend_params
-from net_fixtures import TestInternet, egress_options, open_backend, wait_until
+from net_fixtures import TestInternet, egress_options, open_backend, proxied_backend, wait_until
 
 from pool import Backend, Sandbox, Snapshot
 from pool.egress import NetworkPolicy, Phase
@@ -39,14 +39,8 @@ def fresh_sandbox(name: str, store: Path, egress: dict[str, Any]) -> Iterator[Sa
 def net_backend(
     request: pytest.FixtureRequest, internet: TestInternet, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Backend]:
-    backend = open_backend(str(request.param), tmp_path_factory.mktemp("store"), egress_options(internet))
-    if backend.capabilities.egress_control != "proxy":
-        backend.close()
-        pytest.skip(f"the {request.param} backend has no egress proxy here")
-    try:
+    with proxied_backend(str(request.param), tmp_path_factory.mktemp("store"), egress_options(internet)) as backend:
         yield backend
-    finally:
-        backend.close()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import WORKSPACE_TEMPLATE, backend_params
 from model_fixtures import KEY_VARIABLE, StandInModel, model_egress
-from net_fixtures import TestInternet, open_backend
+from net_fixtures import TestInternet, open_backend, proxied_backend
 
 from pool import Backend, Sandbox, Snapshot
 from pool.egress import NetworkPolicy, Phase
@@ -30,9 +30,9 @@ CALL = textwrap.dedent(
     """\
     import json, os, sys, urllib.request, urllib.error
     route, path, payload = sys.argv[1], sys.argv[2], sys.argv[3]
-    openai = os.environ["OPENAI_BASE_URL"].removesuffix("/v1")
+    openai = os.environ.get("OPENAI_BASE_URL", "").removesuffix("/v1")
     base = os.environ["ANTHROPIC_BASE_URL"] if route == "anthropic" else openai
-    key = os.environ["ANTHROPIC_API_KEY"] if route == "anthropic" else os.environ["OPENAI_API_KEY"]
+    key = os.environ.get("ANTHROPIC_API_KEY" if route == "anthropic" else "OPENAI_API_KEY", "")
     headers = {"content-type": "application/json", "x-api-key": key, "authorization": "Bearer " + key}
     headers.update(json.loads(sys.argv[4]) if len(sys.argv) > 4 else {})
     request = urllib.request.Request(base + path, data=payload.encode() or None, headers=headers,
@@ -56,14 +56,8 @@ def gw_backend(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Backend]:
     egress = model_egress(internet, model_api, max_calls=5)
-    backend = open_backend(str(request.param), tmp_path_factory.mktemp("store"), egress)
-    if backend.capabilities.egress_control != "proxy":
-        backend.close()
-        pytest.skip(f"the {request.param} backend has no egress proxy here")
-    try:
+    with proxied_backend(str(request.param), tmp_path_factory.mktemp("store"), egress) as backend:
         yield backend
-    finally:
-        backend.close()
 
 
 @pytest.fixture(scope="module")
