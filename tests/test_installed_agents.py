@@ -132,7 +132,10 @@ def every_file_text(folder: Path) -> str:
     return "\n".join(p.read_bytes().decode("utf-8", "replace") for p in folder.rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize("cli", CLIS, ids=[c.config for c in CLIS])
+@pytest.mark.parametrize(
+    "cli",
+    [pytest.param(c, id=c.config, marks=[pytest.mark.slow] if c.config == "codex" else []) for c in CLIS],
+)  # Codex in the slow suite (CI runs both): the default run stays well under 15 minutes
 def test_a_cli_agent_installed_in_the_snapshot_solves_the_task_with_its_key_outside(
     npm_registry: None, internet: TestInternet, model_api: StandInModel, agent_store: Path, tmp_path: Path, cli: CLI
 ) -> None:
@@ -159,6 +162,7 @@ def test_a_cli_agent_installed_in_the_snapshot_solves_the_task_with_its_key_outs
     assert summary["counts"]["scored"] == 1
 
 
+@pytest.mark.slow
 def test_a_model_that_is_down_is_an_infrastructure_failure_not_the_agents(
     npm_registry: None, internet: TestInternet, model_api: StandInModel, agent_store: Path, tmp_path: Path
 ) -> None:
