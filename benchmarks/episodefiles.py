@@ -9,6 +9,8 @@
 - ``agent/logs/``: an installed agent's own logs and trajectory, as it wrote them in the sandbox.
 - ``network.json``: the connection attempts, when the sandbox tried to reach anything, and an
   installed agent's model calls with their token usage.
+- ``<sample>-journal.jsonl`` beside the attempts' folders: the episode's journal, with
+  ``checkpoint_every`` set (:mod:`benchmarks.journal`).
 - ``diff.json``: what the agent left changed against the episode's start (paths added, changed,
   removed: ``pool.changes``), when the backend can list it without asking the sandbox.
 
@@ -36,6 +38,11 @@ VERIFIER_RESULT_FILE = "verifier/result.json"
 MAX_CONNECTIONS_KEPT = 2000
 """The most connection records written per episode (the summary counts them all)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def journal_file(task_id: str, sample: int) -> str:
+    """The journal of one episode (all its attempts; see benchmarks.journal), relative to the run directory."""
+    return f"{EPISODES_DIR}/{_UNSAFE.sub('_', task_id)}/{sample}-journal.jsonl"
 
 
 def episode_dir(task_id: str, sample: int, attempt: int) -> str:

@@ -33,10 +33,12 @@ from typing import Any
 
 import gymnasium as gym
 
-from benchmarks.agents.base import Agent, EpisodeContext, ModelRequestError, ModelUnavailableError
+from benchmarks.agents.base import Agent, AgentError, EpisodeContext, ModelRequestError, ModelUnavailableError
+from benchmarks.durable import PROVENANCE, Durability, DurableAttempt, Resumed
 from envs.errors import InvalidActionError
 from envs.tasks import Task
 from envs.trajectory import Trajectory
+from pool.errors import SnapgymError
 
 SCORED = "scored"
 AGENT_ERROR = "agent_error"
@@ -116,22 +118,40 @@ class EpisodeLimits:
     episode_timeout_s: float | None = None
 
 
-def play(env: gym.Env[Any, str], task: Task, agent: Agent, spec: EpisodeSpec, limits: EpisodeLimits) -> AttemptResult:
-    """Play one attempt of ``spec`` in ``env``.
+def play(
+    env: gym.Env[Any, str],
+    task: Task,
+    agent: Agent,
+    spec: EpisodeSpec,
+    limits: EpisodeLimits,
+    durability: Durability | None = None,
+) -> AttemptResult:
+    """Play one attempt of ``spec`` in ``env`` (journalled, and going on from the last checkpoint where
+    ``durability`` says so: see benchmarks.durable).
 
     Raises:
         ModelRequestError: the model endpoint refuses every request; the run must stop.
     """
-    started = time.perf_counter()
     result = AttemptResult(outcome=INFRA_ERROR)
+    durable = DurableAttempt(durability, env, agent) if durability is not None else None
+    clock = _Clock(time.perf_counter())
     try:
-        _play(env, task, agent, spec, limits, result, started)
+        _play(env, task, agent, spec, limits, result, clock, durable)
     except ModelRequestError:
         raise
     except Exception as exc:  # anything the environment raised that it did not classify: infrastructure
         result.outcome, result.error = INFRA_ERROR, _describe(exc, with_traceback=True)
-    result.episode_s = time.perf_counter() - started
+    result.episode_s = time.perf_counter() - clock.started
+    if durable is not None:
+        result.extra.update(checkpoints=durable.checkpoints, checkpoint_s=durable.checkpoint_s)
+        durable.ended(result.outcome)
     return result
+
+
+@dataclass(slots=True)
+class _Clock:
+    started: float
+    """perf_counter() at the episode's start (earlier than this attempt's, for one resumed at a checkpoint)."""
 
 
 def _play(
@@ -141,8 +161,52 @@ def _play(
     spec: EpisodeSpec,
     limits: EpisodeLimits,
     result: AttemptResult,
-    started: float,
+    clock: _Clock,
+    durable: DurableAttempt | None,
 ) -> None:
+    tool = "python" if limits.env_id.endswith("Python-v0") else "shell"
+    context = EpisodeContext(task, env, limits.env_id, spec.seed)
+    resumed = _resume(durable, context, task, tool, result, clock) if durable is not None else None
+    if resumed is not None:
+        obs, info, policy, trajectory = resumed.observation, resumed.info, resumed.policy, resumed.trajectory
+        result.trajectory = trajectory
+    else:
+        obs, info = _reset(env, spec, result)
+        if durable is not None:
+            durable.started({name: getattr(result, name) for name in PROVENANCE})
+        result.trajectory = trajectory = Trajectory(task.instruction, tool)
+        policy = _agent_call(result, lambda: agent.start(context))
+        if policy is _FAILED:
+            return
+    while True:
+        if _out_of_time(result, limits, clock.started):
+            return
+        action = _agent_call(result, functools.partial(policy.act, obs, info))
+        if action is _FAILED or _out_of_time(result, limits, clock.started):  # an action too late is not played
+            return
+        step_clock = time.perf_counter()
+        try:
+            obs, reward, terminated, truncated, info = env.step(action)
+        except InvalidActionError as exc:
+            obs, reward, terminated, truncated, info = env.unwrapped.refuse(f"invalid action: {exc}")  # type: ignore[attr-defined]
+        result.env_s += time.perf_counter() - step_clock
+        result.steps = int(info.get("step", result.steps + 1))
+        trajectory.add(str(action), obs, info, getattr(policy, "last_turn", None))
+        if terminated or truncated:
+            result.agent_files = getattr(policy, "files", None)
+            _finish(result, float(reward), info)
+            return
+        if durable is not None:
+            timings = {
+                "episode_s": time.perf_counter() - clock.started,
+                "agent_s": result.agent_s,
+                "env_s": result.env_s,
+            }
+            durable.after_step(policy, trajectory, (obs, info), timings)
+
+
+def _reset(env: gym.Env[Any, str], spec: EpisodeSpec, result: AttemptResult) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Start the episode at the task's snapshot, recording where it started."""
     clock = time.perf_counter()
     obs, info = env.reset(seed=spec.seed)
     result.env_s += time.perf_counter() - clock
@@ -151,29 +215,33 @@ def _play(
     result.verification = info.get("verification")
     result.reset_latency_ms = float(info.get("reset_latency_s", 0.0)) * 1000
     result.reset_kind = info.get("reset_kind")
-    tool = "python" if limits.env_id.endswith("Python-v0") else "shell"
-    result.trajectory = trajectory = Trajectory(task.instruction, tool)
-    policy = _agent_call(result, lambda: agent.start(EpisodeContext(task, env, limits.env_id, spec.seed)))
-    if policy is _FAILED:
-        return
-    while True:
-        if _out_of_time(result, limits, started):
-            return
-        action = _agent_call(result, functools.partial(policy.act, obs, info))
-        if action is _FAILED or _out_of_time(result, limits, started):  # an action that came too late is not played
-            return
-        clock = time.perf_counter()
-        try:
-            obs, reward, terminated, truncated, info = env.step(action)
-        except InvalidActionError as exc:
-            obs, reward, terminated, truncated, info = env.unwrapped.refuse(f"invalid action: {exc}")  # type: ignore[attr-defined]
-        result.env_s += time.perf_counter() - clock
-        result.steps = int(info.get("step", result.steps + 1))
-        trajectory.add(str(action), obs, info, getattr(policy, "last_turn", None))
-        if terminated or truncated:
-            result.agent_files = getattr(policy, "files", None)
-            _finish(result, float(reward), info)
-            return
+    return obs, info
+
+
+def _resume(
+    durable: DurableAttempt, context: EpisodeContext, task: Task, tool: str, result: AttemptResult, clock: _Clock
+) -> Resumed | None:
+    """Go on from the journal's last checkpoint, when there is one this attempt may use; None: start over
+    (the result then says how many journalled steps are played again)."""
+    earlier = durable.durability.earlier
+    checkpoint = durable.checkpoint_to_resume
+    if checkpoint is None:
+        if earlier.steps_reached:
+            result.extra["steps_replayed"] = earlier.steps_reached
+        return None
+    try:
+        resumed = durable.resume(context, task.instruction, tool)
+    except (SnapgymError, AgentError) as exc:
+        result.extra.update(steps_replayed=earlier.steps_reached, resume_failed=_describe(exc))
+        return None
+    for name in PROVENANCE:
+        setattr(result, name, earlier.start.get(name))
+    result.steps, result.agent_s, result.env_s = checkpoint.step, checkpoint.agent_s, checkpoint.env_s
+    result.extra.update(resumed_from_step=checkpoint.step, steps_replayed=0,
+                        resumed_from_snapshot=checkpoint.snapshot.get("id"),
+                        resume_latency_ms=float(resumed.info.get("reset_latency_s", 0.0)) * 1000)  # fmt: skip
+    clock.started -= checkpoint.episode_s
+    return resumed
 
 
 def _out_of_time(result: AttemptResult, limits: EpisodeLimits, started: float) -> bool:
@@ -202,6 +270,8 @@ def _agent_call(result: AttemptResult, call: Any) -> Any:
 
 def _finish(result: AttemptResult, reward: float, info: dict[str, Any]) -> None:
     result.end_reason = info.get("end_reason")
+    if "end_digest" in info:
+        result.extra["end_digest"] = info["end_digest"]
     result.network = info.get("network")
     result.verifier = info.get("verifier")
     result.changes = info.get("changes")

@@ -33,7 +33,9 @@ import gymnasium as gym
 
 from benchmarks import episodefiles
 from benchmarks.agents.base import Agent, ModelRequestError
+from benchmarks.durable import Durability
 from benchmarks.episodes import INFRA_ERROR, AttemptResult, EpisodeLimits, EpisodeSpec, play
+from benchmarks.journal import EpisodeJournal
 from benchmarks.ledger import Ledger, LedgerWriteError, attempt_id
 from benchmarks.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy
 from benchmarks.records import SessionRecords, Started
@@ -83,6 +85,9 @@ class EvalSettings:
     """An outage longer than this stops the run (the circuit breaker)."""
     outage_backoff_max_s: float = 30.0
     """The longest pause between health probes during an outage."""
+    checkpoint_every: int = 0
+    """Journal a checkpoint of each episode every this many steps, so that a resumed run goes on from
+    the last one (see benchmarks.durable); 0: no journal, an interrupted episode is played again."""
 
     def __post_init__(self) -> None:
         """Refuse values no episode could run with, before any work starts (naming the key)."""
@@ -90,6 +95,8 @@ class EvalSettings:
         positive = ("step_timeout_s", "outage_timeout_s", "outage_backoff_max_s")
         wrong = [f"{name}={getattr(self, name)} (at least 1)" for name in at_least_one if getattr(self, name) < 1]
         wrong += [f"{name}={getattr(self, name)} (above 0)" for name in positive if not getattr(self, name) > 0]
+        if self.checkpoint_every < 0:
+            wrong.append(f"checkpoint_every={self.checkpoint_every} (0 for none, or a number of steps)")
         if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
             wrong.append(f"episode_timeout_s={self.episode_timeout_s} (above 0, or null for none)")
         if wrong:
@@ -244,7 +251,7 @@ class Evaluation:
             self.ledger.append(self.records.attempt(spec.episode_id, attempt))
             started = self.records.now()
             try:
-                result = self._attempt(spec)
+                result = self._attempt(spec, attempt)
             except ModelRequestError as exc:
                 self._halt(exc)
                 return
@@ -265,14 +272,21 @@ class Evaluation:
                 self._release_sandbox()
             return
 
-    def _attempt(self, spec: EpisodeSpec) -> AttemptResult:
+    def _attempt(self, spec: EpisodeSpec, attempt: int) -> AttemptResult:
         task = self.tasks[spec.task_id]
         limits = EpisodeLimits(self.settings.env_id, self.settings.episode_timeout_s)
         try:
             env = self._env_for(task)
         except Exception as exc:  # a pool that is gone may raise Ray's errors here, not only ours
             return AttemptResult(INFRA_ERROR, error=f"could not make the environment: {type(exc).__name__}: {exc}")
-        return play(env, task, self.agent, spec, limits)
+        return play(env, task, self.agent, spec, limits, self._durability(spec, attempt))
+
+    def _durability(self, spec: EpisodeSpec, attempt: int) -> Durability | None:
+        """How the attempt is journalled (None: checkpoints are off)."""
+        if not self.settings.checkpoint_every:
+            return None
+        journal = EpisodeJournal(self.ledger.path.parent / episodefiles.journal_file(spec.task_id, spec.sample))
+        return Durability(journal, attempt, self.settings.checkpoint_every, journal.load())
 
     def _env_for(self, task: Task) -> gym.Env[Any, str]:
         """This thread's environment for ``task``; a new one after the supply replaced its backend or pool."""
@@ -292,6 +306,8 @@ class Evaluation:
             options["verification"] = self.settings.verification
         if self.settings.network is not None:
             options["network"] = self.settings.network
+        if self.settings.checkpoint_every:
+            options["end_digest"] = True
         env = self.supply.make_env(self.settings.env_id, task, **options)
         with self._envs_lock:
             self._envs.append(env)

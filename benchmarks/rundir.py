@@ -25,7 +25,7 @@ from pool.errors import ConfigError
 RUN_CONFIG = "run.yaml"
 PLAN_KEYS = (
     "suite", "agent", "benchmark", "env", "verification", "episodes_per_task", "seed", "max_steps", "step_timeout_s",
-    "episode_timeout_s", "max_attempts", "pass_at_k", "success_threshold",
+    "episode_timeout_s", "max_attempts", "pass_at_k", "success_threshold", "checkpoint_every",
 )  # fmt: skip
 """Config keys a resume takes from the saved run."""
 OUTPUTS = Path("outputs")

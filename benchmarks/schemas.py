@@ -214,6 +214,10 @@ class RunConfig:
     at all) before the circuit breaker stops it: non-zero exit, summary.json written, resumable."""
     outage_backoff_max_s: float = 30.0
     """During an outage, health probes start at once and back off (doubling from 0.5 s) up to this."""
+    checkpoint_every: int = 0
+    """Journal a checkpoint of each episode every this many steps (the sandbox's files, the agent's declared
+    state), so that a resumed run goes on from the last one instead of playing the episode again; 0: off.
+    Resumable: the replay, llm and noop agents on Shell-v0 (see benchmarks.durable)."""
     pass_at_k: list[int] = field(default_factory=lambda: [1])
     """k values of pass@k in the summary (each <= episodes_per_task; larger ones are skipped)."""
     success_threshold: float = 1.0

@@ -20,6 +20,7 @@ import contextlib
 import enum
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs.default_backend import DEFAULT_BACKEND, shared_backend
+from envs.endstate import end_digest
 from envs.errors import InvalidActionError, ResetNeededError
 from envs.network import (
     NetworkFailure,
@@ -43,6 +45,7 @@ from envs.tasks import Task, load_task
 from envs.verifier import Verdict, verify
 from pool.beside import run_beside
 from pool.capabilities import Capabilities
+from pool.changes import Changes
 from pool.contract import Backend, Sandbox
 from pool.egress.policy import Phase, PhasePolicies
 from pool.errors import CommandRejectedError, ConfigError, SandboxError, SandboxOutOfMemoryError, SnapgymError
@@ -53,7 +56,7 @@ from pool.verification import VerifyMode
 
 SUBMIT = "submit"
 """The action that ends an episode and asks for the verdict."""
-_RESET_OPTIONS = {"snapshot", "task"}
+_RESET_OPTIONS = {"snapshot", "task", "resume_at"}
 _MAX_REASON_CHARS = 2000
 
 
@@ -98,11 +101,16 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             from the environment's seeded ``np_random``); ``task`` is ignored then. Each task's
             snapshot is built on its first episode.
         task_sampler: ``(np_random, task_ids) -> task_id``, the next episode's task.
+        end_digest: at the end of each episode, put the digest of the end state (see
+            envs.endstate) in ``info["end_digest"]`` (it reads every changed file).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012 (Gymnasium's convention)
     own_paths: frozenset[str] = frozenset()
     """Files the environment itself keeps in the sandbox, left out of ``info["changes"]``."""
+    state_in_files: bool = True
+    """Whether a checkpoint holds what the next step depends on (the shell's working directory and
+    exported variables are in a file); False for an interpreter whose variables live in a process."""
 
     def __init__(
         self,
@@ -122,6 +130,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         render_mode: str | None = None,
         tasks: Sequence[str | Path | Task] | None = None,
         task_sampler: TaskSampler | None = None,
+        end_digest: bool = False,
     ) -> None:
         if max_steps < 1 or step_timeout_s <= 0 or max_action_bytes < 1 or max_output_bytes < 1:
             raise ConfigError("max_steps, step_timeout_s, max_action_bytes and max_output_bytes must be positive")
@@ -173,9 +182,11 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._pristine_at: str | None = None
         self.fork_point: Snapshot | None = None
         """Where a plain ``reset()`` starts a child of ``fork()`` (None: the task's snapshot)."""
+        self.end_digest = end_digest
         self._state = EpisodeState.NEEDS_RESET
         self._steps = 0
         self._episode_started = 0.0
+        self._changes_before: Changes | None = None
         self._last_text = ""
 
     # -- Gymnasium API --------------------------------------------------------
@@ -187,8 +198,15 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
 
         Returns the instruction as the observation; ``info`` holds the task id,
         the snapshot id, where it started (``started_at``: ``task``, ``fork`` for a
-        child of ``fork()``, or ``snapshot``), the start state's digest and the reset
-        latency.
+        child of ``fork()``, ``snapshot``, or ``checkpoint``), the start state's digest
+        and the reset latency.
+
+        ``options["resume_at"]`` (with a ``snapshot`` from :meth:`checkpoint`) goes on
+        with an episode that was checkpointed there: ``{"step": steps taken, "elapsed_s":
+        seconds of the task's agent time used, "changes": info-style changes at the
+        checkpoint}``. The step count and the agent's clock go on from there (a resumed
+        episode gets no extra steps or time), and the end-state changes are the whole
+        episode's.
         """
         super().reset(seed=seed)
         self._check_not_closed()
@@ -200,6 +218,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             self._switch_to(self._next_task(options.get("task")))
         target = options.get("snapshot") or self.fork_point or self.task_snapshot
         started_at = "snapshot" if options.get("snapshot") else "fork" if self.fork_point else "task"
+        resume_at = resume_point(options.get("resume_at"), has_snapshot=bool(options.get("snapshot")),
+                                 max_steps=self.max_steps)  # fmt: skip
         if not isinstance(target, Snapshot):
             raise ConfigError(
                 f"options['snapshot'] must be a Snapshot (from checkpoint()), got {type(target).__name__}"
@@ -212,6 +232,11 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._state = EpisodeState.RUNNING
         self._steps = 0
         self._episode_started = time.monotonic()
+        self._changes_before = None
+        if resume_at is not None:
+            started_at = "checkpoint"
+            self._steps, self._changes_before = resume_at.step, resume_at.changes
+            self._episode_started -= resume_at.elapsed_s
         assert self._sandbox is not None
         info = {
             "task_id": self.task.id,
@@ -226,6 +251,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             "verification": self.verification.value,
             "network": self.network.as_dict(),
         }
+        if resume_at is not None:
+            info["resumed_at_step"] = resume_at.step
         self._last_text = self.task.instruction
         return make_observation(self.task.instruction, NO_COMMAND), info
 
@@ -271,10 +298,15 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
 
         The snapshot holds the sandbox's files. Processes (and a Python env's
         variables) are not part of it: the local backend snapshots filesystems.
+        The time it takes is not charged to the task's agent time.
         """
         self._check_running()
         assert self._sandbox is not None
-        return self._sandbox.snapshot()
+        started = time.monotonic()
+        try:
+            return self._sandbox.snapshot()
+        finally:
+            self._episode_started += time.monotonic() - started
 
     def fork(self, n: int, snapshot: Snapshot | None = None) -> list[SandboxEnv]:
         """``n`` new environments whose sandboxes already sit at ``snapshot``.
@@ -403,6 +435,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             verification=self.verification if self._verification_override else None,
             network=self._network_setting,
             render_mode=self.render_mode,
+            end_digest=self.end_digest,
         )
 
     def refuse(self, reason: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
@@ -427,6 +460,11 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         """Steps taken in the current episode."""
         return self._steps
 
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds of the current episode so far, on the clock of the task's agent timeout."""
+        return time.monotonic() - self._episode_started
+
     # -- internals ------------------------------------------------------------
 
     def _after_command(
@@ -450,7 +488,11 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._last_text = obs["output"]
         assert self._sandbox is not None
         egress = self._has_egress
-        info["changes"] = self._end_state_changes()
+        info["changes"] = self.episode_changes()
+        if self.end_digest:
+            info["end_digest"], why_not = end_digest(self._sandbox, info["changes"], self.task_snapshot.digest)
+            if why_not is not None:
+                info["end_digest_unavailable"] = why_not
         try:
             # Beside the sandbox: a pooled one's verifier then costs one round trip, not six.
             verdict = run_beside(
@@ -474,14 +516,17 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             return obs, 0.0, False, True, info
         return obs, verdict.reward, reason == "submitted", reason != "submitted", info
 
-    def _end_state_changes(self) -> dict[str, Any]:
-        """What the episode added, changed and removed, as the agent left it (before the verifier), or
-        ``{"unavailable": why}``."""
+    def episode_changes(self) -> dict[str, Any]:
+        """What the episode has added, changed and removed so far against the task's snapshot (at the
+        end: as the agent left it, before the verifier), or ``{"unavailable": why}``."""
         assert self._sandbox is not None
         if self._capabilities.changes == "none":
             return {"unavailable": f"the {self._source.name} backend cannot list them outside the sandbox"}
         try:
-            return self._sandbox.changes().without(self.own_paths).as_dict()
+            changes = self._sandbox.changes().without(self.own_paths)
+            if self._changes_before is not None:
+                changes = changes.after(self._changes_before)
+            return changes.as_dict()
         except SandboxError as exc:
             return {"unavailable": f"{type(exc).__name__}: {exc}"}
 
@@ -578,3 +623,37 @@ def _open_backend(backend: Backend | str | None, options: Mapping[str, Any] | No
     if options:
         raise ConfigError("backend_options go with a backend name, not with a backend instance")
     return backend
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where a checkpointed episode goes on (``reset(options={"resume_at": ...})``)."""
+
+    step: int
+    elapsed_s: float
+    changes: Changes | None
+
+
+def resume_point(value: Any, *, has_snapshot: bool, max_steps: int) -> ResumePoint | None:
+    """The ``resume_at`` reset option, checked.
+
+    Raises:
+        ConfigError: it has no checkpoint to go with, or its fields are not a step count below
+            ``max_steps``, a non-negative time and an info-style changes mapping (or None).
+    """
+    if value is None:
+        return None
+    if not has_snapshot:
+        raise ConfigError("options['resume_at'] needs options['snapshot'], the checkpoint it goes on from")
+    if not isinstance(value, Mapping) or set(value) - {"step", "elapsed_s", "changes"}:
+        raise ConfigError(f"options['resume_at'] takes step, elapsed_s and changes, got {value!r:.200}")
+    step, elapsed, changes = value.get("step"), value.get("elapsed_s", 0.0), value.get("changes")
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < max_steps:
+        raise ConfigError(f"options['resume_at']['step'] must be a step count in [0, {max_steps}), got {step!r}")
+    if not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool) or not 0 <= elapsed < float("inf"):
+        raise ConfigError(f"options['resume_at']['elapsed_s'] must be seconds >= 0, got {elapsed!r}")
+    if changes is None:
+        return ResumePoint(step, float(elapsed), None)
+    if not isinstance(changes, Mapping) or "unavailable" in changes:  # the checkpoint's listing failed
+        return ResumePoint(step, float(elapsed), Changes("host", truncated=True))  # so the end's is incomplete
+    return ResumePoint(step, float(elapsed), Changes.from_dict(dict(changes)))

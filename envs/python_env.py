@@ -29,6 +29,7 @@ class PythonEnv(SandboxEnv):
     """
 
     own_paths = frozenset({SERVER_PATH, SOCKET_PATH, f"{SOCKET_PATH}.pid"})
+    state_in_files = False  # the interpreter's variables are in its process, which a checkpoint does not keep
 
     def _on_episode_start(self) -> None:
         assert self._sandbox is not None

@@ -46,6 +46,44 @@ class Changes:
         counts = {kind: self.counts.get(kind, 0) - (len(getattr(self, kind)) - len(kept[kind])) for kind in KINDS}
         return Changes(self.source, kept["added"], kept["changed"], kept["removed"], counts, self.truncated)
 
+    def after(self, earlier: Changes) -> Changes:
+        """The changes since ``earlier``'s start, when these were listed in a sandbox that started from
+        the state ``earlier`` describes (an episode resumed at a checkpoint): paths made and then
+        removed drop out, a path removed and made again is changed.
+
+        The result is truncated when either listing was (the counts are then of the kept paths).
+        """
+        removed_dirs = tuple(p for p in self.removed if p.endswith("/"))
+
+        def gone(path: str) -> bool:
+            return path in self.removed or any(path.startswith(d) for d in removed_dirs)
+
+        added = {p for p in earlier.added if not gone(p)}
+        changed = {p for p in earlier.changed if not gone(p)}
+        removed = {p for p in earlier.removed if p not in self.added}
+        changed |= {p for p in self.added if p in earlier.removed}
+        added |= {p for p in self.added if p not in earlier.removed}
+        added |= {p for p in self.changed if p in earlier.added}
+        changed |= {p for p in self.changed if p not in earlier.added}
+        removed |= {p for p in self.removed if p not in earlier.added}
+        lists = {"added": sorted(added), "changed": sorted(changed - added), "removed": sorted(removed)}
+        truncated = self.truncated or earlier.truncated
+        counts = {kind: len(paths) for kind, paths in lists.items()}
+        return Changes(self.source, tuple(lists["added"]), tuple(lists["changed"]), tuple(lists["removed"]), counts,
+                       truncated)  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Changes:
+        """Read :meth:`as_dict` output back."""
+        return cls(
+            source=str(data.get("source", "host")),
+            added=tuple(data.get("added") or ()),
+            changed=tuple(data.get("changed") or ()),
+            removed=tuple(data.get("removed") or ()),
+            counts={kind: int((data.get("counts") or {}).get(kind, 0)) for kind in KINDS},
+            truncated=bool(data.get("truncated")),
+        )
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the lists, the counts and whether anything was left out."""
         return {

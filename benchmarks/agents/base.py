@@ -7,8 +7,9 @@ a sandbox; only the actions do.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 
@@ -65,3 +66,29 @@ class Agent(Protocol):
 
     def start(self, episode: EpisodeContext) -> Policy:
         """A policy for one episode, called after ``env.reset``."""
+
+
+class SavablePolicy(Policy, Protocol):
+    """A policy whose state can be written down at a checkpoint (see :class:`ResumableAgent`)."""
+
+    def state(self) -> dict[str, Any]:
+        """What the policy needs to go on from here, as JSON-ready values (a chat agent's messages,
+        a replay's position)."""
+
+
+@runtime_checkable
+class ResumableAgent(Protocol):
+    """An agent whose episodes survive a crash of the runner: with ``checkpoint_every`` set, the runner
+    journals each policy's :meth:`SavablePolicy.state` beside a checkpoint of the sandbox, and a resumed
+    run goes on from there. Agents that are not resumable play an interrupted episode again from its start."""
+
+    def start(self, episode: EpisodeContext) -> SavablePolicy:
+        """A policy for one episode, called after ``env.reset``."""
+
+    def resume(self, episode: EpisodeContext, state: Mapping[str, Any]) -> SavablePolicy:
+        """The policy that ``state`` (from :meth:`SavablePolicy.state`) was written by, called after
+        ``env.reset`` put the sandbox at the checkpoint.
+
+        Raises:
+            AgentError: ``state`` is not one this agent wrote (the episode is then played from its start).
+        """

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
-from benchmarks.agents.base import EpisodeContext, Observation
+from benchmarks.agents.base import AgentError, EpisodeContext, Observation
 from benchmarks.agents.chat import ChatEndpoint, EndpointProbe, Message, complete
 from envs.base import SUBMIT
 from pool.errors import ConfigError
@@ -26,6 +27,7 @@ Each of your replies is run as one action and you will see its output.
 Put the action in one fenced code block. Reply with exactly `submit` when the task is done."""
 SHELL_ACTIONS = "An action is a bash command (cd and exported variables persist between actions)."
 PYTHON_ACTIONS = "An action is Python source, run in one persistent interpreter (variables persist)."
+_ROLES = ("system", "user", "assistant")
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
 
 
@@ -84,28 +86,50 @@ class LLMAgent:
         params = {**self._params, "seed": episode.seed}
         return _ChatPolicy(self._endpoint, messages, params, self.max_observation_chars)
 
+    def resume(self, episode: EpisodeContext, state: Mapping[str, Any]) -> _ChatPolicy:
+        """The conversation as it stood at a checkpoint (``state["messages"]``), going on from there.
+
+        Raises:
+            AgentError: the messages are not a conversation this agent began for this episode.
+        """
+        policy = self.start(episode)
+        messages, replied = state.get("messages"), state.get("replied")
+        if not isinstance(messages, list) or not isinstance(replied, bool) or messages[:2] != policy.messages:
+            raise AgentError("the saved conversation does not begin with this episode's prompt and instruction")
+        for message in messages:
+            if not (
+                isinstance(message, dict) and message.get("role") in _ROLES and isinstance(message.get("content"), str)
+            ):
+                raise AgentError(f"a saved message must have a role in {_ROLES} and text content, got {message!r:.200}")
+        policy.messages[:] = [{"role": m["role"], "content": m["content"]} for m in messages]
+        policy.replied = replied
+        return policy
+
 
 class _ChatPolicy:
     def __init__(self, endpoint: ChatEndpoint, messages: list[Message], params: dict[str, Any], limit: int) -> None:
         self._endpoint = endpoint
-        self._messages = messages
+        self.messages = messages
         self._params = params
         self._limit = limit
-        self._replied = False
+        self.replied = False
         self.last_turn: dict[str, Any] | None = None
         """The last reply, its model and token counts (the runner writes them into the trajectory)."""
 
     def act(self, observation: Observation, info: dict[str, Any]) -> str:
-        if self._replied:
-            self._messages.append({"role": "user", "content": clip(str(observation["output"]), self._limit)})
-        reply = complete(self._endpoint, self._messages, **self._params)
-        self._replied = True
-        self._messages.append({"role": "assistant", "content": reply.content})
+        if self.replied:
+            self.messages.append({"role": "user", "content": clip(str(observation["output"]), self._limit)})
+        reply = complete(self._endpoint, self.messages, **self._params)
+        self.replied = True
+        self.messages.append({"role": "assistant", "content": reply.content})
         self.last_turn = {
             "message": reply.content, "model_name": self._endpoint.model,
             "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
         }  # fmt: skip
         return action_from_reply(reply.content)
+
+    def state(self) -> dict[str, Any]:
+        return {"messages": [dict(message) for message in self.messages], "replied": self.replied}
 
 
 def action_from_reply(reply: str) -> str:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from benchmarks.agents.base import EpisodeContext, Observation
+from benchmarks.agents.base import AgentError, EpisodeContext, Observation
 from envs.base import SUBMIT
 
 
@@ -20,6 +21,17 @@ class NoopAgent:
         """A policy that idles ``steps`` times, then submits."""
         return _NoopPolicy(self.steps)
 
+    def resume(self, episode: EpisodeContext, state: Mapping[str, Any]) -> _NoopPolicy:
+        """The policy with ``state["left"]`` idle steps to go.
+
+        Raises:
+            AgentError: ``left`` is not a count of steps.
+        """
+        left = state.get("left")
+        if not isinstance(left, int) or isinstance(left, bool) or not 0 <= left <= self.steps:
+            raise AgentError(f"a noop policy's steps left must be in [0, {self.steps}], got {left!r}")
+        return _NoopPolicy(left)
+
 
 class _NoopPolicy:
     def __init__(self, steps: int) -> None:
@@ -30,3 +42,6 @@ class _NoopPolicy:
             return SUBMIT
         self._left -= 1
         return "true"
+
+    def state(self) -> dict[str, Any]:
+        return {"left": self._left}

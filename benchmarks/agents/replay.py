@@ -10,7 +10,7 @@ task. When the actions run out, the agent submits.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,33 @@ class ReplayAgent:
             )
         return _ReplayPolicy(actions)
 
+    def resume(self, episode: EpisodeContext, state: Mapping[str, Any]) -> _ReplayPolicy:
+        """The policy that had played ``state["position"]`` of the task's actions.
+
+        Raises:
+            AgentError: the position is not one of the task's actions.
+        """
+        policy = self.start(episode)
+        position = state.get("position")
+        if not isinstance(position, int) or isinstance(position, bool) or not 0 <= position <= len(policy.actions):
+            raise AgentError(f"a replay position must be in [0, {len(policy.actions)}], got {position!r}")
+        policy.position = position
+        return policy
+
 
 class _ReplayPolicy:
     def __init__(self, actions: list[str]) -> None:
-        self._actions = iter(actions)
+        self.actions = actions
+        self.position = 0
 
     def act(self, observation: Observation, info: dict[str, Any]) -> str:
-        return next(self._actions, SUBMIT)
+        if self.position >= len(self.actions):
+            return SUBMIT
+        self.position += 1
+        return self.actions[self.position - 1]
+
+    def state(self) -> dict[str, Any]:
+        return {"position": self.position}
 
 
 def load_actions(path: Path) -> dict[str, list[str]]:

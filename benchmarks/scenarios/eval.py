@@ -213,6 +213,7 @@ def eval_settings(config: DictConfig) -> EvalSettings:
         network=network_setting(config),
         outage_timeout_s=config.outage_timeout_s,
         outage_backoff_max_s=config.outage_backoff_max_s,
+        checkpoint_every=config.checkpoint_every,
     )
 
 
