@@ -9,7 +9,10 @@
   that failed on infrastructure and were run again), ``interrupted_attempts``,
   ``outage_attempts`` (attempts that failed during an outage, not counted
   against max_attempts), ``superseded`` (infra_error results a resume played
-  again). Each episode counts once, by its standing result (see ``benchmarks.ledger``).
+  again); with ``checkpoint_every`` set, ``resumed_at_checkpoint`` (episodes that went on from
+  a checkpoint after an interruption) and ``steps_replayed`` (steps played a second time because
+  an interrupted episode could not go on from a checkpoint). Each episode counts once, by its
+  standing result (see ``benchmarks.ledger``).
 - ``mean_reward``: over finished episodes except unscored ones (``infra_error``,
   ``network_denied``, ``network_unreachable``: left out, never 0; agent errors
   and timeouts count as 0).
@@ -120,6 +123,7 @@ def summarize_run(
     counts["interrupted_attempts"] = sum(bool(r.get("interrupted")) for r in attempts)
     counts["outage_attempts"] = sum(bool(r.get("outage")) for r in attempts)
     counts["superseded"] = sum(r["kind"] == SUPERSEDED for r in failed)
+    counts.update(_durability_counts(frame))
     by_task = {str(task): _task_figures(group, ks) for task, group in frame.groupby("task_id")} if len(frame) else {}
     summary: dict[str, Any] = {
         "scenario": meta.get("scenario", "eval"),
@@ -218,6 +222,14 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"unscored {task} ({info['outcome']}, {info['episodes']} episode(s)): {info['hint']}"
             for task, info in (summary.get("network") or {}).get("tasks_blocked", {}).items()
         ),
+        *(
+            [
+                f"resumed at a checkpoint: {counts['resumed_at_checkpoint']} episode(s); "
+                f"steps played again after interruptions: {counts['steps_replayed']}"
+            ]
+            if "resumed_at_checkpoint" in counts
+            else []
+        ),
         f"start states identical: {summary['start_states_identical']}; "
         f"{_fmt(throughput['episodes_per_s'], 1)} episodes/s over {_fmt(throughput['wall_s'], 1)} s",
         *([f"STOPPED: {summary['stopped']}"] if summary.get("stopped") else []),
@@ -313,3 +325,12 @@ def session_clock(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 def _fmt(value: Any, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _durability_counts(frame: pd.DataFrame) -> dict[str, int]:
+    """With checkpoints on: the episodes that went on from a checkpoint, and the steps played twice."""
+    if "checkpoints" not in frame or frame["checkpoints"].isna().all():
+        return {}
+    resumed = frame["resumed_from_step"].notna().sum() if "resumed_from_step" in frame else 0
+    replayed = frame["steps_replayed"].fillna(0).sum() if "steps_replayed" in frame else 0
+    return {"resumed_at_checkpoint": int(resumed), "steps_replayed": int(replayed)}

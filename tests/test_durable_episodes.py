@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,18 @@ from chat_server import ChatRequest, ChatServer
 from runner_fixtures import REPO, TASK, run_benchmark
 
 import envs  # noqa: F401 (registers the environments)
+from benchmarks.agents.base import EpisodeContext
+from benchmarks.agents.replay import ReplayAgent
+from benchmarks.evaluation import EvalSettings, Evaluation
 from benchmarks.journal import Checkpoint, EpisodeJournal
+from benchmarks.ledger import Ledger
+from benchmarks.schemas import PoolKind
+from benchmarks.supply import SandboxSupply
+from envs.tasks import load_task
+from pool import LocalBackend
 from pool.changes import Changes
 from pool.errors import ConfigError
+from tests.test_envs_infra import kill_init_from_the_host
 
 pytest_plugins = ["chat_server", "runner_fixtures"]
 
@@ -130,6 +140,7 @@ def test_an_episode_killed_at_step_30_goes_on_from_step_30_and_ends_as_the_unint
     done = run_benchmark(tmp_path, runner_store, "resume=true", name="run")
     summary = done.summary()
     assert summary["counts"]["interrupted_attempts"] == 2
+    assert (summary["counts"]["resumed_at_checkpoint"], summary["counts"]["steps_replayed"]) == (1, 0)
 
     (resumed,) = results(run_dir)
     assert resumed["attempt"] == 3
@@ -159,7 +170,8 @@ def test_a_python_episode_is_played_again_from_its_start_and_says_how_many_steps
     kill_after(tmp_path, runner_store, run_dir, ["env=python", "agent=replay", f"agent.path={actions}",
                                                   "checkpoint_every=2"], "step", 10)  # fmt: skip
     assert not journalled(journal_of(run_dir), "checkpoint", 10)
-    run_benchmark(tmp_path, runner_store, "resume=true", name="run").summary()
+    summary = run_benchmark(tmp_path, runner_store, "resume=true", name="run").summary()
+    assert summary["counts"]["resumed_at_checkpoint"] == 0 and summary["counts"]["steps_replayed"] >= 10
     (result,) = results(run_dir)
     assert (result["outcome"], result["reward"], result["checkpoints"]) == ("scored", 1.0, 0)
     assert result["steps_replayed"] >= 10 and result.get("resumed_from_step") is None
@@ -225,6 +237,49 @@ def test_a_model_agent_goes_on_with_its_conversation_not_a_new_one(
     assert [step["message"] for step in trajectory["steps"][1:5]] == [
         f"```bash\necho turn {turn} >> /app/turns.txt\n```" for turn in range(4)
     ]
+
+
+class LosesItsSandboxOnce(ReplayAgent):
+    """The replay agent, except that before its action ``lose_at`` the sandbox's init is SIGKILLed from the
+    host, once: the infrastructure failing mid-episode, as a host or a node does."""
+
+    def __init__(self, actions: list[str], lose_at: int) -> None:
+        super().__init__(actions=actions)
+        self.lose_at, self.lost = lose_at, False
+
+    def start(self, episode: EpisodeContext) -> Any:
+        return self._watch(super().start(episode), episode)
+
+    def resume(self, episode: EpisodeContext, state: Mapping[str, Any]) -> Any:
+        return self._watch(super().resume(episode, state), episode)
+
+    def _watch(self, policy: Any, episode: EpisodeContext) -> Any:
+        act = policy.act
+
+        def act_after_the_loss(observation: Any, info: Any) -> str:
+            if policy.position + 1 == self.lose_at and not self.lost:
+                self.lost = True
+                kill_init_from_the_host(episode.env.unwrapped)  # type: ignore[arg-type]
+            return str(act(observation, info))
+
+        policy.act = act_after_the_loss
+        return policy
+
+
+def test_an_attempt_whose_sandbox_died_goes_on_from_the_last_checkpoint(tmp_path: Path, store_dir: Path) -> None:
+    agent = LosesItsSandboxOnce([*shell_script()[:30], SOLVE, "submit"], lose_at=25)
+    backend = LocalBackend(store_dir=store_dir)
+    try:
+        supply = SandboxSupply(PoolKind.direct, lambda: backend, backend_options={}, pool_settings=None)
+        with Ledger.open(tmp_path) as ledger:
+            settings = EvalSettings(checkpoint_every=10, concurrency=1, max_attempts=2)
+            Evaluation([load_task(TASK)], agent, supply, ledger, settings).run()
+    finally:
+        backend.close()
+    (result,) = results(tmp_path)
+    assert (result["attempt"], result["infra_failures"], result["outcome"], result["reward"]) == (2, 1, "scored", 1.0)
+    assert (result["resumed_from_step"], result["steps_replayed"], result["steps"]) == (20, 0, 31)
+    assert agent.lost
 
 
 # -- the environment's side ----------------------------------------------------------------------
