@@ -38,6 +38,7 @@ size), so the file is again a sequence of whole records.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -65,6 +66,10 @@ class LedgerWriteError(SnapgymError, OSError):
 
 class LedgerCorruptError(SnapgymError, ValueError):
     """A line before the ledger's last one is not a whole record."""
+
+
+class LedgerInUseError(SnapgymError, BlockingIOError):
+    """Another runner is writing this run (two runners on one ledger would play episodes twice)."""
 
 
 def attempt_id(episode_id: str, attempt: int) -> str:
@@ -131,17 +136,27 @@ class Ledger:
     def open(cls, run_dir: Path, *, fsync: bool = True) -> Ledger:
         """Open (or create) ``run_dir/ledger.jsonl``, cut a torn last line, and load its state.
 
+        The ledger stays locked (``flock``) until :meth:`close`, or until this process ends, however
+        it ends: a second runner of the same run, such as a resume started while the first still
+        runs, is refused instead of playing the same episodes.
+
         Raises:
             LedgerCorruptError: a line before the last one is not a whole record.
+            LedgerInUseError: another process holds the ledger.
         """
         run_dir.mkdir(parents=True, exist_ok=True)
         ledger = cls(run_dir / LEDGER_FILE, fsync=fsync)
-        if ledger.path.exists():
+        fd = os.open(ledger.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            _lock_exclusively(fd, ledger.path)  # before reading: what we read stays true while we write
             ledger.torn_bytes = _cut_torn_tail(ledger.path)
             for record in read_records(ledger.path):
                 ledger.state.observe(record)
-        ledger._fd = os.open(ledger.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        ledger._size = os.fstat(ledger._fd).st_size
+        except BaseException:
+            os.close(fd)
+            raise
+        ledger._fd = fd
+        ledger._size = os.fstat(fd).st_size
         return ledger
 
     def append(self, record: Mapping[str, Any]) -> None:
@@ -260,3 +275,13 @@ def _cut_torn_tail(path: Path) -> int:
             torn,
         )
     return torn
+
+
+def _lock_exclusively(fd: int, path: Path) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise LedgerInUseError(
+            f"another runner is writing {path} (a run still going, or a resume of it); wait for it to end "
+            "or stop it, then resume"
+        ) from None

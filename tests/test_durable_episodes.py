@@ -282,6 +282,33 @@ def test_an_attempt_whose_sandbox_died_goes_on_from_the_last_checkpoint(tmp_path
     assert agent.lost
 
 
+def test_a_resume_started_while_the_run_still_goes_is_refused(tmp_path: Path, runner_store: Path) -> None:
+    """Two runners on one ledger would play the same episodes twice: the second stops before any sandbox."""
+    run_dir = tmp_path / "run"
+    actions = write_actions(tmp_path / "actions.jsonl", ["echo 1", "sleep 30", SOLVE])
+    command = [
+        sys.executable, "-m", "benchmarks.run", f"suite.include=[{TASK}]", f"backend.store_dir={runner_store}",
+        f"output_dir={run_dir}", f"hydra.run.dir={tmp_path / 'hydra'}", "progress=false", "agent=replay",
+        f"agent.path={actions}", "checkpoint_every=1",
+    ]  # fmt: skip
+    first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not journalled(journal_of(run_dir), "checkpoint", 1):
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        second = run_benchmark(tmp_path, runner_store, "resume=true", name="run")
+        assert second.done.returncode == 2, second.done.stderr[-2000:]
+        assert "another runner is writing" in second.done.stderr
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    (tmp_path / "actions.jsonl").write_text(json.dumps({"action": "true"}))  # the resume need not sleep again
+    third = run_benchmark(tmp_path, runner_store, "resume=true", name="run")  # the kill released the lock
+    assert third.summary()["counts"]["finished"] == 1
+
+
 # -- the environment's side ----------------------------------------------------------------------
 
 

@@ -121,7 +121,12 @@ def evaluate(
 ) -> EvalOutcome:
     """Play the plan into ``run_dir``'s ledger and write its reports (also used by throughput)."""
     settings = dataclasses.replace(eval_settings(config), run_id=run_dir.name)
-    supply = open_supply(job, config)
+    ledger = Ledger.open(run_dir, fsync=config.ledger_fsync)  # first: a second runner of this run stops here
+    try:
+        supply = open_supply(job, config)
+    except BaseException:
+        ledger.close()
+        raise
     tasks, unverifiable = _verifiable(tasks, settings.verification, supply)
     tasks, unnetworked = _networkable(tasks, settings.network, supply)
     tasks, unplaced = _placeable(tasks, supply)
@@ -129,8 +134,8 @@ def evaluate(
     skipped = {**(skipped or {}), **unverifiable}
     if not tasks:
         supply.close()
+        ledger.close()
         raise ConfigError(f"no task can be verified on this backend: {unverifiable}")
-    ledger = Ledger.open(run_dir, fsync=config.ledger_fsync)
     scheduled = len(plan_episodes(tasks, settings.episodes_per_task, settings.seed))
     final = sum(1 for r in ledger.state.results.values() if r["outcome"] != INFRA_ERROR)  # infra errors run again
     progress = Progress(total=scheduled, done=final, enabled=config.progress,
