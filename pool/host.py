@@ -181,10 +181,17 @@ class SandboxHost:
 
     # -- what a lease does (a ticket first) -----------------------------------
 
-    def restore(self, ticket: Ticket, snapshot_id: str | None = None) -> RestoreReport:
-        """Put a leased sandbox back at a snapshot taken on this host (default: its last start)."""
+    def restore(self, ticket: Ticket, snapshot: Snapshot | str | None = None) -> RestoreReport:
+        """Put a leased sandbox back at a snapshot (default: its last start): one built or taken on this
+        host, by id, or a ``Snapshot`` from this host's store that an earlier process took (a durable
+        episode's checkpoint, after the runner restarted). The backend proves its layers against its
+        digest before the sandbox starts from it; one this node's store lacks fails the restore."""
         self._sandbox(ticket)
-        return self._restore(ticket[0], snapshot_id)
+        if isinstance(snapshot, Snapshot):
+            with self._lock:
+                self._snapshots.setdefault(snapshot.id, snapshot)
+            snapshot = snapshot.id
+        return self._restore(ticket[0], snapshot)
 
     def exec(self, ticket: Ticket, command: str, options: Mapping[str, Any]) -> ExecResult:
         """Run a command (``options``: the keyword arguments of Sandbox.exec)."""

@@ -176,9 +176,9 @@ class Lease:
         return snapshot
 
     def restore(self, snapshot: Snapshot | None = None) -> None:
-        """Go back to a snapshot taken on this host (default: the lease's start)."""
+        """Go back to a snapshot taken on this host, or in its store (default: the lease's start)."""
         target = snapshot or self._start
-        report = self._call("restore", target.id)
+        report = self._call("restore", target)
         if not report.ok:
             self._failed = report.error
             raise SandboxError(f"restore failed on the pool's host: {report.error}; release the lease")
