@@ -20,7 +20,6 @@ import contextlib
 import enum
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from envs.network import (
     template_for,
 )
 from envs.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
+from envs.resume import resume_point
 from envs.sources import BackendSource, PoolSource, SandboxSource
 from envs.spaces import UnicodeText
 from envs.tasks import Task, load_task
@@ -623,37 +623,3 @@ def _open_backend(backend: Backend | str | None, options: Mapping[str, Any] | No
     if options:
         raise ConfigError("backend_options go with a backend name, not with a backend instance")
     return backend
-
-
-@dataclass(frozen=True, slots=True)
-class ResumePoint:
-    """Where a checkpointed episode goes on (``reset(options={"resume_at": ...})``)."""
-
-    step: int
-    elapsed_s: float
-    changes: Changes | None
-
-
-def resume_point(value: Any, *, has_snapshot: bool, max_steps: int) -> ResumePoint | None:
-    """The ``resume_at`` reset option, checked.
-
-    Raises:
-        ConfigError: it has no checkpoint to go with, or its fields are not a step count below
-            ``max_steps``, a non-negative time and an info-style changes mapping (or None).
-    """
-    if value is None:
-        return None
-    if not has_snapshot:
-        raise ConfigError("options['resume_at'] needs options['snapshot'], the checkpoint it goes on from")
-    if not isinstance(value, Mapping) or set(value) - {"step", "elapsed_s", "changes"}:
-        raise ConfigError(f"options['resume_at'] takes step, elapsed_s and changes, got {value!r:.200}")
-    step, elapsed, changes = value.get("step"), value.get("elapsed_s", 0.0), value.get("changes")
-    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < max_steps:
-        raise ConfigError(f"options['resume_at']['step'] must be a step count in [0, {max_steps}), got {step!r}")
-    if not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool) or not 0 <= elapsed < float("inf"):
-        raise ConfigError(f"options['resume_at']['elapsed_s'] must be seconds >= 0, got {elapsed!r}")
-    if changes is None:
-        return ResumePoint(step, float(elapsed), None)
-    if not isinstance(changes, Mapping) or "unavailable" in changes:  # the checkpoint's listing failed
-        return ResumePoint(step, float(elapsed), Changes("host", truncated=True))  # so the end's is incomplete
-    return ResumePoint(step, float(elapsed), Changes.from_dict(dict(changes)))
