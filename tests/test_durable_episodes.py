@@ -309,6 +309,25 @@ def test_a_resume_started_while_the_run_still_goes_is_refused(tmp_path: Path, ru
     assert third.summary()["counts"]["finished"] == 1
 
 
+def test_an_agent_that_makes_its_checkpoints_too_large_only_loses_them(tmp_path: Path, store_dir: Path) -> None:
+    """A file over the store's snapshot limit: every checkpoint fails and says why; the episode goes on and
+    is scored (it would be played from its start after a kill, as without checkpoints)."""
+    agent = ReplayAgent(actions=["head -c 3M /dev/urandom > /app/ballast", "echo on", SOLVE, "submit"])
+    backend = LocalBackend(store_dir=store_dir, max_snapshot_mb=1)
+    try:
+        supply = SandboxSupply(PoolKind.direct, lambda: backend, backend_options={}, pool_settings=None)
+        with Ledger.open(tmp_path) as ledger:
+            Evaluation([load_task(TASK)], agent, supply, ledger, EvalSettings(checkpoint_every=1)).run()
+    finally:
+        backend.close()
+    (result,) = results(tmp_path)
+    assert (result["outcome"], result["reward"], result["checkpoints"]) == ("scored", 1.0, 0)
+    failed = [json.loads(line) for line in journal_of(tmp_path).read_text().splitlines()]
+    failed = [record for record in failed if record["type"] == "checkpoint_failed"]
+    assert [record["step"] for record in failed] == [1, 2, 3]
+    assert all("SnapshotTooLargeError" in record["error"] for record in failed)
+
+
 # -- the environment's side ----------------------------------------------------------------------
 
 
