@@ -65,9 +65,14 @@ def _build_network_address() -> str:
 
     client = docker.from_env()
     try:
-        return str(client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"])
+        config = client.networks.get("bridge").attrs["IPAM"]["Config"][0]
     finally:
         client.close()
+    if "Gateway" in config:
+        return str(config["Gateway"])
+    import ipaddress  # some engines (Debian's 20.10) leave the default bridge's gateway out: its subnet's first host
+
+    return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
 
 
 @pytest.fixture(scope="module")
