@@ -133,13 +133,7 @@ class DurableAttempt:
         """The attempt ended."""
         self.durability.journal.end(self.durability.attempt, outcome)
 
-    def after_step(
-        self,
-        policy: Any,
-        trajectory: Trajectory,
-        seen: tuple[dict[str, Any], dict[str, Any]],
-        timings: dict[str, float],
-    ) -> None:
+    def after_step(self, policy: Any, trajectory: Trajectory, seen: Seen, timings: dict[str, float]) -> None:
         """Journal the step just played; every ``every`` steps, take and journal a checkpoint.
 
         ``seen``: the step's observation and info; ``timings``: the runner's ``episode_s``, ``agent_s`` and
