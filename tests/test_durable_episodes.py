@@ -30,16 +30,13 @@ from runner_fixtures import REPO, TASK, run_benchmark
 import envs  # noqa: F401 (registers the environments)
 from benchmarks.agents.base import EpisodeContext
 from benchmarks.agents.replay import ReplayAgent
-from benchmarks.evaluation import EvalSettings, Evaluation
 from benchmarks.journal import Checkpoint, EpisodeJournal
-from benchmarks.ledger import Ledger
-from benchmarks.schemas import PoolKind
-from benchmarks.supply import SandboxSupply
 from envs.tasks import load_task
 from pool import LocalBackend
 from pool.changes import Changes
 from pool.errors import ConfigError
 from tests.test_envs_infra import kill_init_from_the_host
+from tests.test_runner_ledger import evaluate
 
 pytest_plugins = ["chat_server", "runner_fixtures"]
 
@@ -268,14 +265,8 @@ class LosesItsSandboxOnce(ReplayAgent):
 
 def test_an_attempt_whose_sandbox_died_goes_on_from_the_last_checkpoint(tmp_path: Path, store_dir: Path) -> None:
     agent = LosesItsSandboxOnce([*shell_script()[:30], SOLVE, "submit"], lose_at=25)
-    backend = LocalBackend(store_dir=store_dir)
-    try:
-        supply = SandboxSupply(PoolKind.direct, lambda: backend, backend_options={}, pool_settings=None)
-        with Ledger.open(tmp_path) as ledger:
-            settings = EvalSettings(checkpoint_every=10, concurrency=1, max_attempts=2)
-            Evaluation([load_task(TASK)], agent, supply, ledger, settings).run()
-    finally:
-        backend.close()
+    with LocalBackend(store_dir=store_dir) as backend:
+        evaluate(tmp_path, [load_task(TASK)], agent, backend, checkpoint_every=10, concurrency=1, max_attempts=2)
     (result,) = results(tmp_path)
     assert (result["attempt"], result["infra_failures"], result["outcome"], result["reward"]) == (2, 1, "scored", 1.0)
     assert (result["resumed_from_step"], result["steps_replayed"], result["steps"]) == (20, 0, 31)
@@ -313,13 +304,8 @@ def test_an_agent_that_makes_its_checkpoints_too_large_only_loses_them(tmp_path:
     """A file over the store's snapshot limit: every checkpoint fails and says why; the episode goes on and
     is scored (it would be played from its start after a kill, as without checkpoints)."""
     agent = ReplayAgent(actions=["head -c 3M /dev/urandom > /app/ballast", "echo on", SOLVE, "submit"])
-    backend = LocalBackend(store_dir=store_dir, max_snapshot_mb=1)
-    try:
-        supply = SandboxSupply(PoolKind.direct, lambda: backend, backend_options={}, pool_settings=None)
-        with Ledger.open(tmp_path) as ledger:
-            Evaluation([load_task(TASK)], agent, supply, ledger, EvalSettings(checkpoint_every=1)).run()
-    finally:
-        backend.close()
+    with LocalBackend(store_dir=store_dir, max_snapshot_mb=1) as backend:
+        evaluate(tmp_path, [load_task(TASK)], agent, backend, checkpoint_every=1)
     (result,) = results(tmp_path)
     assert (result["outcome"], result["reward"], result["checkpoints"]) == ("scored", 1.0, 0)
     failed = [json.loads(line) for line in journal_of(tmp_path).read_text().splitlines()]
