@@ -149,6 +149,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="egress_schema", node=EgressBenchConfig)
     from benchmarks import schemas
     from benchmarks.scenarios.burst import BurstConfig
+    from benchmarks.scenarios.durable import DurableBenchConfig
     from benchmarks.scenarios.eval import EvalBenchConfig
     from benchmarks.scenarios.fork import ForkBenchConfig
     from benchmarks.scenarios.idle import IdleConfig
@@ -163,6 +164,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="fork_schema", node=ForkBenchConfig)
     store.store(group="benchmark", name="burst_schema", node=BurstConfig)
     store.store(group="benchmark", name="idle_schema", node=IdleConfig)
+    store.store(group="benchmark", name="durable_schema", node=DurableBenchConfig)
     store.store(group="benchmark", name="integrity_schema", node=IntegrityBenchConfig)
     store.store(group="pool", name="pool_schema", node=schemas.PoolSettings)
     store.store(group="suite", name="suite_schema", node=schemas.SuiteConfig)

@@ -50,6 +50,8 @@ class Job:
     """Hydra's run directory (or ``output_dir`` from the config)."""
     given: frozenset[str] = frozenset()
     """The top-level config keys given on the command line (a resume warns only about those)."""
+    overrides: tuple[str, ...] = ()
+    """The command line's overrides as given (a scenario that starts runners of its own passes some on)."""
     _backends: list[Backend] = field(default_factory=list)
 
     @property

@@ -49,6 +49,7 @@ SCENARIOS: dict[str, str] = {
     "egress": "benchmarks.scenarios.egress",
     "burst": "benchmarks.scenarios.burst",
     "idle": "benchmarks.scenarios.idle",
+    "durable": "benchmarks.scenarios.durable",
 }
 EXIT_USAGE = 2
 """Exit status of a run refused for bad input (config, task, credentials) or stopped by the model's refusal."""
@@ -81,7 +82,7 @@ def load_scenario(name: str) -> Scenario:
 def _run(cfg: DictConfig) -> None:
     hydra = HydraConfig.get()
     given = frozenset(override.lstrip("+~").split("=", 1)[0].split(".", 1)[0] for override in hydra.overrides.task)
-    job = Job(cfg, Path(hydra.runtime.output_dir), given)
+    job = Job(cfg, Path(hydra.runtime.output_dir), given, tuple(hydra.overrides.task))
     try:
         reject_unknown_keys(cfg)
         require_values(cfg)

@@ -479,3 +479,39 @@ def test_a_task_whose_host_packages_are_missing_is_skipped_not_fatal(tmp_path: P
                           f"backend.store_dir={store}", f"hydra.run.dir={tmp_path / 'named'}")  # fmt: skip
     assert named.returncode == 2
     assert "apt-get install snapgym-no-such-package" in named.stderr
+
+
+def test_durable_resumes_a_killed_runner_from_its_checkpoint_and_from_the_start(
+    tmp_path: Path, shared_store: Path
+) -> None:
+    """Two real runners killed with SIGKILL at step 5: one goes on from step 4, the other plays all again."""
+    out = tmp_path / "run"
+    done = run_benchmark(
+        "benchmark=durable",
+        "benchmark.steps=8",
+        "benchmark.checkpoint_every=2",
+        "benchmark.killed_at=5",
+        "benchmark.step_s=0.1",
+        "benchmark.repetitions=1",
+        f"backend.store_dir={shared_store}",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert {name: entry["n"] for name, entry in summary["methods"].items()} == {
+        "recover_from_checkpoint": 1, "recover_from_start": 1,
+    }  # fmt: skip
+    meta = summary["meta"]
+    assert (meta["recover_from_checkpoint_resumed_from_step"], meta["recover_from_checkpoint_steps_replayed"]) == (
+        [4], [0],
+    )  # fmt: skip
+    assert meta["recover_from_start_resumed_from_step"] == [None]
+    assert meta["recover_from_start_steps_replayed"][0] >= 5
+    assert meta["checkpoint_ms"] > 0 and summary["ratios"]["from_start_vs_from_checkpoint"] > 0
+
+
+def test_durable_refuses_a_kill_after_the_episode_ended(tmp_path: Path) -> None:
+    done = run_benchmark("benchmark=durable", "benchmark.steps=8", "benchmark.killed_at=8",
+                         "benchmark.checkpoint_every=2", f"hydra.run.dir={tmp_path}")  # fmt: skip
+    assert done.returncode == 2
+    assert "checkpoint_every <= benchmark.killed_at < benchmark.steps" in done.stderr
