@@ -3,6 +3,7 @@
     python -m pool.reap --backend e2b                 # sandboxes of snapgym processes on this machine that are gone
     python -m pool.reap --backend e2b --run RUN_ID    # every sandbox labelled with that run, wherever it was made
     python -m pool.reap --backend e2b --run RUN_ID --dry-run   # list them only
+    python -m pool.reap --backend docker --run RUN_ID # its containers, and the checkpoints a killed run kept
 
 Without ``--run`` this is the backend's ``reap_orphans()``: sandboxes whose owner
 process (``snapgym.owner``: host, boot, pid) no longer runs on this machine.
@@ -55,7 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         verb = "would destroy" if args.dry_run else "destroyed"
         for sandbox_id in found:
             print(sandbox_id)
-        print(f"{verb} {len(found)} sandbox(es) of run {args.run}")
+        sandboxes = [entry for entry in found if not entry.startswith("checkpoint ")]
+        checkpoints = f" and {len(found) - len(sandboxes)} checkpoint(s)" if len(found) > len(sandboxes) else ""
+        print(f"{verb} {len(sandboxes)} sandbox(es){checkpoints} of run {args.run}")
         return 0
     except SnapgymError as exc:
         print(f"pool.reap: {exc}", file=sys.stderr)

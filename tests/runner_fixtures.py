@@ -57,13 +57,14 @@ class Run:
 
 def run_benchmark(
     tmp_path: Path,
-    store: Path,
+    store: Path | None,
     *overrides: str,
     env: Mapping[str, str] | None = None,
     name: str = "run",
     timeout_s: float = 120,
 ) -> Run:
-    """``python -m benchmarks.run`` on TASK with ``overrides``, writing under ``tmp_path / name``."""
+    """``python -m benchmarks.run`` on TASK with ``overrides``, writing under ``tmp_path / name`` (the local
+    backend's snapshots in ``store``; None for a backend without one)."""
     run_dir, hydra_dir = tmp_path / name, tmp_path / f"{name}-hydra"
     done = subprocess.run(
         [
@@ -71,7 +72,7 @@ def run_benchmark(
             "-m",
             "benchmarks.run",
             f"suite.include=[{TASK}]",
-            f"backend.store_dir={store}",
+            *([f"backend.store_dir={store}"] if store is not None else []),
             f"output_dir={run_dir}",
             f"hydra.run.dir={hydra_dir}",
             "progress=false",

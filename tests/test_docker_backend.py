@@ -6,6 +6,7 @@ Skipped (with the reason) only when no engine answers; CI starts dockerd and req
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import signal
@@ -398,6 +399,63 @@ def test_reap_orphans_removes_the_containers_of_a_dead_process(docker_backend: D
     assert docker_backend.container_state(container).get("Running") is True  # a SIGKILL cleans nothing up
     assert docker_backend.reap_orphans() >= 1
     assert docker_backend.container_state(container) == {}
+
+
+def checkpoints_of_a_killed_process(snap: Snapshot, run: str | None) -> Snapshot:
+    """A child process takes a checkpoint of a sandbox (of ``run``, if given) and is SIGKILLed."""
+    labels = {RUN: run} if run else {}
+    script = (
+        "import json, time\nfrom pool.backends.docker import DockerBackend\n"
+        f"b = DockerBackend(image_prefix={PREFIX!r}, prewarm=False)\n"
+        f"s = b.create(b.get_snapshot({snap.id!r}), labels={labels!r})\n"
+        "s.exec('echo kept > /workspace/checkpointed')\n"
+        "print(json.dumps(s.snapshot().to_dict()), flush=True)\ntime.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path.cwd())
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline().strip()
+        assert line, "the child took no checkpoint"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    return Snapshot.from_dict(json.loads(line))
+
+
+def image_exists(made: DockerBackend, image_id: str) -> bool:
+    try:
+        made.api.inspect_image(image_id)
+    except Exception:
+        return False
+    return True
+
+
+def test_a_killed_runs_checkpoint_waits_for_its_resume_which_adopts_it(
+    docker_backend: DockerBackend, snap: Snapshot
+) -> None:
+    """A checkpoint of a run outlives its killed maker (reap_orphans keeps it, unlike one of no run); the
+    resume that starts a sandbox of that run at it adopts it, and removes it when its backend closes."""
+    of_run = checkpoints_of_a_killed_process(snap, "durable-run")
+    of_no_run = checkpoints_of_a_killed_process(snap, None)
+    docker_backend.reap_orphans()
+    assert image_exists(docker_backend, of_run.digest) and not image_exists(docker_backend, of_no_run.digest)
+    with backend() as resumed, resumed.create(of_run, labels={RUN: "durable-run"}) as sandbox:
+        assert sandbox.read_file("/workspace/checkpointed") == b"kept\n"
+    assert not image_exists(docker_backend, of_run.digest)
+
+
+def test_reap_by_run_removes_the_checkpoints_a_killed_run_kept(docker_backend: DockerBackend, snap: Snapshot) -> None:
+    from pool.reap import main
+
+    kept = checkpoints_of_a_killed_process(snap, "never-resumed")
+    other = checkpoints_of_a_killed_process(snap, "still-resumable")
+    try:
+        assert main(["--backend", "docker", "--run", "never-resumed", "--dry-run"]) == 0
+        assert image_exists(docker_backend, kept.digest)
+        assert docker_backend.reap_run("never-resumed") == [f"checkpoint {kept.digest}"]
+        assert not image_exists(docker_backend, kept.digest) and image_exists(docker_backend, other.digest)
+    finally:
+        docker_backend.reap_run("still-resumable")
 
 
 def test_close_removes_every_container_of_the_backend(snap: Snapshot) -> None:

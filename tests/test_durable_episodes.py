@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -35,6 +36,8 @@ from envs.tasks import load_task
 from pool import LocalBackend
 from pool.changes import Changes
 from pool.errors import ConfigError
+from pool.labels import RUN
+from tests.docker_fixtures import engine_or_skip
 from tests.test_envs_infra import kill_init_from_the_host
 from tests.test_runner_ledger import evaluate
 
@@ -81,17 +84,18 @@ def journalled(journal: Path, kind: str, step: int) -> bool:
     return False
 
 
-def kill_after(tmp_path: Path, store: Path, run_dir: Path, overrides: list[str], kind: str, step: int) -> None:
-    """Run the runner until the journal holds a ``kind`` record of ``step``, then SIGKILL its process group."""
+def kill_after(tmp_path: Path, store: Path | None, run_dir: Path, overrides: list[str], kind: str, step: int) -> None:
+    """Run the runner until the journal holds a ``kind`` record of ``step``, then SIGKILL its process group
+    (``store``: the local backend's; None for another backend)."""
     command = [
-        sys.executable, "-m", "benchmarks.run", f"suite.include=[{TASK}]", f"backend.store_dir={store}",
-        f"output_dir={run_dir}", f"hydra.run.dir={tmp_path / 'hydra'}", "progress=false", "benchmark.plots=false",
-        *overrides,
+        sys.executable, "-m", "benchmarks.run", f"suite.include=[{TASK}]",
+        *([f"backend.store_dir={store}"] if store is not None else []), f"output_dir={run_dir}",
+        f"hydra.run.dir={tmp_path / 'hydra'}", "progress=false", "benchmark.plots=false", *overrides,
     ]  # fmt: skip
     with (tmp_path / f"runner-{time.monotonic_ns()}.log").open("w") as log:
         proc = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # a first Docker run builds the task's image
         while not journalled(journal_of(run_dir), kind, step):
             assert proc.poll() is None, f"the runner ended before step {step} was journalled: {log.name}"
             assert time.monotonic() < deadline, f"step {step} was never journalled"
@@ -154,6 +158,37 @@ def test_an_episode_killed_at_step_30_goes_on_from_step_30_and_ends_as_the_unint
     assert (journal.attempt, journal.ended) == (3, "scored")
     kinds = [json.loads(line)["type"] for line in journal_of(run_dir).read_text().splitlines()]
     assert kinds.count("start") == 1 and kinds.count("resumed") == 2  # played once from the start, never again
+
+
+@pytest.mark.docker
+def test_a_docker_episode_goes_on_from_the_checkpoint_its_killed_runner_left(tmp_path: Path) -> None:
+    """On Docker a checkpoint is an image: the killed runner's stays (it carries the run), the resume goes on
+    from it and adopts the run's leftovers, and no checkpoint image of the run is left once it ended."""
+    engine_or_skip()
+    name = f"durable-{secrets.token_hex(4)}"
+    run_dir = tmp_path / name
+    actions = write_actions(tmp_path / "actions.jsonl", shell_script())
+    overrides = ["backend=docker", "agent=replay", f"agent.path={actions}", "checkpoint_every=10"]
+    kill_after(tmp_path, None, run_dir, overrides, "checkpoint", 30)  # killed in step 31
+    assert run_checkpoints(name), "the killed runner's checkpoints are gone"
+    done = run_benchmark(tmp_path, None, "backend=docker", "resume=true", name=name, timeout_s=300)
+    assert done.done.returncode == 0, done.done.stderr[-3000:]
+    (result,) = results(run_dir)
+    assert (result["outcome"], result["reward"], result["steps"]) == ("scored", 1.0, 50)
+    assert (result["resumed_from_step"], result["steps_replayed"], result.get("resume_failed")) == (30, 0, None)
+    assert commands(run_dir, result) == shell_script()
+    assert run_checkpoints(name) == []
+
+
+def run_checkpoints(run: str) -> list[str]:
+    """The Docker engine's checkpoint images of a run."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        return [image.id for image in client.images.list(filters={"label": [f"{RUN}={run}"]})]
+    finally:
+        client.close()
 
 
 def test_a_python_episode_is_played_again_from_its_start_and_says_how_many_steps(

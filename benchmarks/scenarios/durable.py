@@ -26,8 +26,9 @@ Method:
     over ``checkpoints`` of the resumed attempts).
 
     The backend decides what survives the kill: the local backend's checkpoints
-    are in its store on disk; Docker's are images the killed runner owned, so
-    there the resume falls back to the start (``resumed_from_step`` empty).
+    are in its store on disk, Docker's are images labelled with the run (which
+    the resume adopts and removes when it ends). A backend whose checkpoints do
+    not survive falls back to the start, and ``resume_failed`` says why.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ a user namespace (the container's root is an unprivileged id on the host).
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import os
 import re
 import secrets
@@ -49,7 +48,7 @@ from pool.errors import (
     SnapshotError,
     SnapshotNotFoundError,
 )
-from pool.labels import OWNER, check_labels, new_owner
+from pool.labels import OWNER, RUN, check_labels, new_owner
 from pool.resources import Resources
 from pool.snapshots import Snapshot
 from pool.templates import HOST_BASE, Template
@@ -159,6 +158,7 @@ class DockerBackend:
         self._lock = threading.Lock()
         self._sandboxes: dict[str, DockerSandbox] = {}
         self._checkpoints: set[str] = set()
+        self._adopted_runs: set[str] = set()
         self._closed = False
         self.reap_orphans()
 
@@ -232,6 +232,7 @@ class DockerBackend:
         self._check_open()
         self.check_snapshot(snapshot)
         given = check_labels(labels)
+        self.adopt_checkpoints(snapshot, given)
         ids = [secrets.token_hex(6) for _ in range(n)]
         tags = [{**given, OWNER: self.owner, SANDBOX: sandbox_id} for sandbox_id in ids]
         futures = [self.containers.later(self.start_container, snapshot, t) for t in tags]
@@ -273,9 +274,7 @@ class DockerBackend:
             sandbox.close()
         self.egress.close()
         self.containers.close()
-        for image in self._checkpoints:
-            with contextlib.suppress(Exception):  # in use by another backend's container: reap_orphans takes it later
-                self.api.remove_image(image, force=False)
+        reaper.remove_images(self.api, self._checkpoints)  # one in use by another backend's container stays
         shutil.rmtree(self.hooks.folder, ignore_errors=True)
         self.client.close()
 
@@ -356,11 +355,27 @@ class DockerBackend:
     def checkpoint(self, sandbox: DockerSandbox, container: str) -> Snapshot:
         """Commit a sandbox's container (paused meanwhile) into a checkpoint image of this backend."""
         snapshot = catalog.checkpoint(
-            self.api, container, prefix=self.image_prefix, owner=self.owner, parent=sandbox.start_snapshot
-        )
+            self.api, container, prefix=self.image_prefix, owner=self.owner, parent=sandbox.start_snapshot,
+            run=sandbox.container_labels.get(RUN),
+        )  # fmt: skip
         with self._lock:
             self._checkpoints.add(snapshot.digest)
         return snapshot
+
+    def adopt_checkpoints(self, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
+        """Before a sandbox of run ``labels[RUN]`` starts at checkpoint ``snapshot`` that this backend did not
+        take (a resume after the runner was killed): take over every checkpoint of that run whose maker is
+        gone, so that this backend removes them when it closes."""
+        run = labels.get(RUN)
+        if snapshot.parent is None or not run:
+            return
+        with self._lock:
+            if snapshot.digest in self._checkpoints or run in self._adopted_runs:
+                return
+            self._adopted_runs.add(run)
+        found = reaper.dead_checkpoints_of_run(self.api, run)
+        with self._lock:
+            self._checkpoints.update(found)
 
     def forget(self, sandbox: DockerSandbox) -> None:
         """A sandbox was closed."""

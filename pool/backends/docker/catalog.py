@@ -6,7 +6,10 @@ record (minus the digest) in a label, so a second build finds it by tag and
 rebuilds nothing. A checkpoint (``sandbox.snapshot()``) is the image
 ``<prefix>/checkpoint:<id>``, labelled with the backend instance that made it
 (:data:`pool.labels.OWNER`): it lives as long as that process, and
-``reap_orphans`` removes it after.
+``reap_orphans`` removes it after. A checkpoint of a sandbox that serves a run
+(:data:`pool.labels.RUN`) carries the run too, and outlives a process that was
+killed: the run's resume goes on from it and adopts it (see
+:mod:`pool.backends.docker.reaper`).
 
 The digest is the image ID: the sha256 of the image's configuration, which
 names every layer by the sha256 of its uncompressed content (``diff_ids``).
@@ -28,7 +31,7 @@ from typing import Any
 
 from pool.backends.docker.engine import engine_errors, status_code, translate
 from pool.errors import SnapshotError
-from pool.labels import OWNER
+from pool.labels import OWNER, RUN
 from pool.snapshots import Snapshot
 
 BACKEND = "docker"
@@ -114,9 +117,12 @@ def find(api: Any, prefix: str, snapshot_id: str) -> Snapshot | None:
     return from_image(attrs, snapshot_id)
 
 
-def checkpoint(api: Any, container: str, *, prefix: str, owner: str, parent: Snapshot) -> Snapshot:
-    """Commit a container (paused meanwhile) into ``<prefix>/checkpoint:<id>``, owned by ``owner``."""
-    conf = {"Labels": {OWNER: owner, ROLE: "checkpoint", SANDBOX: ""}}
+def checkpoint(
+    api: Any, container: str, *, prefix: str, owner: str, parent: Snapshot, run: str | None = None
+) -> Snapshot:
+    """Commit a container (paused meanwhile) into ``<prefix>/checkpoint:<id>``, owned by ``owner`` (and of
+    ``run``, when the sandbox serves one)."""
+    conf = {"Labels": {OWNER: owner, ROLE: "checkpoint", SANDBOX: "", **({RUN: run} if run else {})}}
     with engine_errors("taking a snapshot of a sandbox"):
         image_id = str(api.commit(container, conf=conf, pause=True)["Id"])
         snapshot_id = image_id.removeprefix("sha256:")[:32]

@@ -272,6 +272,7 @@ class DockerSandbox:
         self._check_open()
         target = snapshot or self._snapshot
         self._backend.check_snapshot(target)
+        self._backend.adopt_checkpoints(target, self._labels)
         self._egress.detach()
         self._egress.log()  # the last episode's records go with it
         if self._container is not None:
