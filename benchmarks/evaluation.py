@@ -194,6 +194,8 @@ class Evaluation:
             self._play_all(self._build(self.pending()))
         except OutageError as exc:
             self._halt(exc)
+        finally:
+            self._keep_checkpoints_for_resume()
         if self._fatal is not None:
             self._raise_fatal(self._fatal)
 
@@ -216,6 +218,13 @@ class Evaluation:
             executor.shutdown(wait=True)
             self._close_envs()
             gc.unfreeze()
+
+    def _keep_checkpoints_for_resume(self) -> None:
+        """While an episode has no final result (stopped, or ended by its infrastructure), a resume goes on from
+        its checkpoints: the backend keeps them when it closes."""
+        if self.settings.checkpoint_every and self.final_results() < len(self.plan()):
+            with contextlib.suppress(Exception):  # a backend that is gone keeps nothing anyway
+                self.supply.keep_run_checkpoints()
 
     def _halt(self, exc: BaseException) -> None:
         with self._fatal_lock:

@@ -77,6 +77,10 @@ class RoutedSupply:
     def stats(self) -> dict[str, Any]:
         return {"default": self.default.stats(), "gpu": self.gpu.stats()}
 
+    def keep_run_checkpoints(self) -> None:
+        self.default.keep_run_checkpoints()
+        self.gpu.keep_run_checkpoints()
+
     def close(self) -> None:
         try:
             self.default.close()

@@ -159,6 +159,18 @@ class SandboxSupply:
             return stats
         return {}
 
+    def keep_run_checkpoints(self) -> None:
+        """Ask the backend to leave the run's checkpoints when it closes, for the run's resume to go on from.
+
+        Only a backend whose checkpoints would go with it offers that (Docker's ``keep_run_checkpoints``;
+        the local backend's stay in its store anyway). A Ray pool's hosts close their own backends.
+        """
+        keep = getattr(self._backend, "keep_run_checkpoints", None)
+        if self.pool is None and keep is not None:
+            kept = keep()
+            if kept:
+                log.info("%d checkpoint(s) of this run stay in the %s backend for its resume", kept, self.name)
+
     def close(self) -> None:
         """Close the pool or the backend."""
         if self.pool is not None:

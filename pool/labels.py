@@ -57,12 +57,24 @@ def new_owner() -> str:
     return f"{socket.gethostname()}/{boot_id()}/{os.getpid()}/{secrets.token_hex(4)}"
 
 
+_CLOSED_OWNERS: set[str] = set()
+"""Owners of this process whose backend instance has closed."""
+
+
+def owner_closed(owner: str) -> None:
+    """A backend instance of this process closed: what it left (kept checkpoints) counts as a gone owner's."""
+    _CLOSED_OWNERS.add(owner)
+
+
 def owner_is_gone(owner: str) -> bool:
-    """True when ``owner`` names a process of this machine's current boot that no longer runs.
+    """True when ``owner`` names a process of this machine's current boot that no longer runs, or a
+    backend instance of this process that closed.
 
     An owner from another machine, or one that cannot be parsed, is not judged gone: it
     may be alive elsewhere. An owner from an earlier boot of this machine is gone.
     """
+    if owner in _CLOSED_OWNERS:
+        return True
     parts = owner.split("/")
     if len(parts) != 4 or parts[0] != socket.gethostname() or not parts[2].isdigit():
         return False

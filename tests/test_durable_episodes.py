@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -275,9 +275,9 @@ class LosesItsSandboxOnce(ReplayAgent):
     """The replay agent, except that before its action ``lose_at`` the sandbox's init is SIGKILLed from the
     host, once: the infrastructure failing mid-episode, as a host or a node does."""
 
-    def __init__(self, actions: list[str], lose_at: int) -> None:
+    def __init__(self, actions: list[str], lose_at: int, lose: Callable[[Any], None] = kill_init_from_the_host) -> None:
         super().__init__(actions=actions)
-        self.lose_at, self.lost = lose_at, False
+        self.lose_at, self.lost, self.lose = lose_at, False, lose
 
     def start(self, episode: EpisodeContext) -> Any:
         return self._watch(super().start(episode), episode)
@@ -291,7 +291,7 @@ class LosesItsSandboxOnce(ReplayAgent):
         def act_after_the_loss(observation: Any, info: Any) -> str:
             if policy.position + 1 == self.lose_at and not self.lost:
                 self.lost = True
-                kill_init_from_the_host(episode.env.unwrapped)  # type: ignore[arg-type]
+                self.lose(episode.env.unwrapped)
             return str(act(observation, info))
 
         policy.act = act_after_the_loss
@@ -306,6 +306,40 @@ def test_an_attempt_whose_sandbox_died_goes_on_from_the_last_checkpoint(tmp_path
     assert (result["attempt"], result["infra_failures"], result["outcome"], result["reward"]) == (2, 1, "scored", 1.0)
     assert (result["resumed_from_step"], result["steps_replayed"], result["steps"]) == (20, 0, 31)
     assert agent.lost
+
+
+def kill_the_container(env: Any) -> None:
+    """The Docker engine kills the sandbox's container (a crashed container, an engine that lost it)."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        client.api.kill(env.sandbox.container_id)
+    finally:
+        client.close()
+
+
+@pytest.mark.docker
+def test_a_docker_episode_left_unscored_keeps_its_checkpoints_for_the_runs_resume(tmp_path: Path) -> None:
+    """A run that ends with an episode unscored by its infrastructure (its attempts spent) keeps that
+    episode's checkpoint images past its backend's close; the resume goes on from them and removes them."""
+    engine_or_skip()
+    from pool.backends.docker import DockerBackend
+
+    name = f"durable-{secrets.token_hex(4)}"
+    run_dir, actions = tmp_path / name, [*shell_script()[:30], SOLVE, "submit"]
+    settings: dict[str, Any] = {"checkpoint_every": 10, "max_attempts": 1, "run_id": name}
+    with DockerBackend() as backend:
+        evaluate(run_dir, [load_task(TASK)], LosesItsSandboxOnce(actions, 25, kill_the_container), backend, **settings)
+    (unscored,) = results(run_dir)
+    assert (unscored["outcome"], unscored["steps"]) == ("infra_error", 25)  # the 25th found its container dead
+    assert len(run_checkpoints(name)) == 2  # steps 10 and 20
+    with DockerBackend() as backend:
+        evaluate(run_dir, [load_task(TASK)], ReplayAgent(actions=actions), backend, **settings)
+    resumed = results(run_dir)[-1]
+    assert (resumed["outcome"], resumed["reward"], resumed["attempt"]) == ("scored", 1.0, 2)
+    assert (resumed["resumed_from_step"], resumed["steps_replayed"]) == (20, 0)
+    assert run_checkpoints(name) == []
 
 
 def test_a_resume_started_while_the_run_still_goes_is_refused(tmp_path: Path, runner_store: Path) -> None:

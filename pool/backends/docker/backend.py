@@ -48,7 +48,7 @@ from pool.errors import (
     SnapshotError,
     SnapshotNotFoundError,
 )
-from pool.labels import OWNER, RUN, check_labels, new_owner
+from pool.labels import OWNER, RUN, check_labels, new_owner, owner_closed
 from pool.resources import Resources
 from pool.snapshots import Snapshot
 from pool.templates import HOST_BASE, Template
@@ -159,6 +159,7 @@ class DockerBackend:
         self._sandboxes: dict[str, DockerSandbox] = {}
         self._checkpoints: set[str] = set()
         self._adopted_runs: set[str] = set()
+        self._run_checkpoints: set[str] = set()
         self._closed = False
         self.reap_orphans()
 
@@ -275,6 +276,7 @@ class DockerBackend:
         self.egress.close()
         self.containers.close()
         reaper.remove_images(self.api, self._checkpoints)  # one in use by another backend's container stays
+        owner_closed(self.owner)  # what it kept (a run's checkpoints) is for a resume to adopt
         shutil.rmtree(self.hooks.folder, ignore_errors=True)
         self.client.close()
 
@@ -360,7 +362,17 @@ class DockerBackend:
         )  # fmt: skip
         with self._lock:
             self._checkpoints.add(snapshot.digest)
+            if sandbox.container_labels.get(RUN):
+                self._run_checkpoints.add(snapshot.digest)
         return snapshot
+
+    def keep_run_checkpoints(self) -> int:
+        """Leave the checkpoints of runs in the engine when this backend closes: a runner that stops with
+        episodes unfinished (Ctrl-C, an outage) keeps them for its resume, which adopts them. How many."""
+        with self._lock:
+            kept = self._checkpoints & self._run_checkpoints
+            self._checkpoints -= kept
+        return len(kept)
 
     def adopt_checkpoints(self, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
         """Before a sandbox of run ``labels[RUN]`` starts at checkpoint ``snapshot`` that this backend did not
@@ -376,6 +388,7 @@ class DockerBackend:
         found = reaper.dead_checkpoints_of_run(self.api, run)
         with self._lock:
             self._checkpoints.update(found)
+            self._run_checkpoints.update(found)
 
     def forget(self, sandbox: DockerSandbox) -> None:
         """A sandbox was closed."""
