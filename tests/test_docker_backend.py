@@ -388,14 +388,7 @@ def test_reap_orphans_removes_the_containers_of_a_dead_process(docker_backend: D
         f"s = b.create(b.get_snapshot({snap.id!r}), labels={{'snapgym.run': 'orphaned'}})\n"
         "print(s.container_id, flush=True)\ntime.sleep(600)\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path.cwd())
-    try:
-        assert child.stdout is not None
-        container = child.stdout.readline().strip()
-        assert container, "the child made no sandbox"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
+    container = killed_after_its_line(script)
     assert docker_backend.container_state(container).get("Running") is True  # a SIGKILL cleans nothing up
     assert docker_backend.reap_orphans() >= 1
     assert docker_backend.container_state(container) == {}
@@ -411,15 +404,20 @@ def checkpoints_of_a_killed_process(snap: Snapshot, run: str | None) -> Snapshot
         "s.exec('echo kept > /workspace/checkpointed')\n"
         "print(json.dumps(s.snapshot().to_dict()), flush=True)\ntime.sleep(600)\n"
     )
+    return Snapshot.from_dict(json.loads(killed_after_its_line(script)))
+
+
+def killed_after_its_line(script: str) -> str:
+    """Run a Python ``script`` in a child process, read the first line it prints, then SIGKILL it."""
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path.cwd())
     try:
         assert child.stdout is not None
         line = child.stdout.readline().strip()
-        assert line, "the child took no checkpoint"
+        assert line, "the child printed nothing"
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    return Snapshot.from_dict(json.loads(line))
+    return line
 
 
 def image_exists(made: DockerBackend, image_id: str) -> bool:
