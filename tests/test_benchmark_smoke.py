@@ -515,3 +515,13 @@ def test_durable_refuses_a_kill_after_the_episode_ended(tmp_path: Path) -> None:
                          "benchmark.checkpoint_every=2", f"hydra.run.dir={tmp_path}")  # fmt: skip
     assert done.returncode == 2
     assert "checkpoint_every <= benchmark.killed_at < benchmark.steps" in done.stderr
+
+
+def test_durable_names_the_error_of_a_runner_it_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its runners get the run's backend; one that cannot start says why in the scenario's one-line error."""
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    done = run_benchmark("benchmark=durable", "backend=e2b", "benchmark.steps=4", "benchmark.killed_at=2",
+                         "benchmark.checkpoint_every=1", f"hydra.run.dir={tmp_path}")  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "RunnerFailedError: the runner ended before step 2 was journalled" in done.stderr
+    assert "E2B_API_KEY is not set" in done.stderr and "Traceback" not in done.stderr

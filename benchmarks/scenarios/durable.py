@@ -33,6 +33,7 @@ Method:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -49,7 +50,7 @@ from benchmarks.ledger import LEDGER_FILE
 from benchmarks.report import Report
 from benchmarks.scenarios.throughput import TRIVIAL_TASK
 from benchmarks.stats import percentile
-from pool.errors import ConfigError
+from pool.errors import ConfigError, SnapgymError
 
 REPO = Path(__file__).resolve().parents[2]
 PASSED_ON = ("backend", "pool")
@@ -166,13 +167,12 @@ class _Runner:
             deadline = time.monotonic() + self.timeout_s
             while not _journalled(journal, step):
                 if process.poll() is not None:
-                    raise RuntimeError(f"the runner ended before step {step} was journalled; its output: {log}")
+                    raise RunnerFailedError(f"the runner ended before step {step} was journalled", log)
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"step {step} was not journalled within {self.timeout_s:g} s; see {log}")
+                    raise RunnerFailedError(f"step {step} was not journalled within {self.timeout_s:g} s", log)
                 time.sleep(0.01)
         finally:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            _kill(process)
 
     def resume(self) -> tuple[float, dict[str, Any]]:
         """Resume the run to its end: its wall time in seconds, and the episode's result."""
@@ -181,11 +181,11 @@ class _Runner:
         try:
             code = process.wait(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            raise RuntimeError(f"the resumed runner did not finish within {self.timeout_s:g} s; see {log}") from None
+            _kill(process)
+            raise RunnerFailedError(f"the resumed runner did not finish within {self.timeout_s:g} s", log) from None
         seconds = time.perf_counter() - started
         if code != 0:
-            raise RuntimeError(f"the resumed runner exited {code}; its output: {log}")
+            raise RunnerFailedError(f"the resumed runner exited {code}", log)
         records = [json.loads(line) for line in (self.run_dir / LEDGER_FILE).read_text().splitlines()]
         (result,) = [record for record in records if record.get("kind") == "result"]
         return seconds, result
@@ -203,6 +203,22 @@ class _Runner:
         with log.open("w") as out:
             process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         return process, log
+
+
+class RunnerFailedError(SnapgymError):
+    """A runner the scenario started failed; the message ends with the last line it printed (its error)."""
+
+    def __init__(self, what: str, log: Path) -> None:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.exists() else []
+        said = f": {lines[-1].strip()}" if lines else ""
+        super().__init__(f"{what}{said} (its output: {log})")
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a runner's process group (it may have ended already) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def _journalled(journal: Path, step: int) -> bool:
