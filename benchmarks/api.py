@@ -34,8 +34,7 @@ def run_benchmark(*overrides: str) -> Outcome:
     name = str(config.benchmark.name)
     scenario = load_scenario(name)
     output_dir = Path(config.output_dir) if config.output_dir else _default_output_dir(name)
-    keys = frozenset(override.lstrip("+~").split("=", 1)[0].split(".", 1)[0] for override in given)
-    job = Job(config, output_dir, keys, tuple(given))
+    job = Job(config, output_dir, tuple(given))
     try:
         outcome = scenario(job)
     finally:

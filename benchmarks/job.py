@@ -14,6 +14,11 @@ from pool.backends import backend_class
 from pool.errors import ConfigError, SnapgymError
 
 
+def top_level_key(override: str) -> str:
+    """The top-level config key an override sets: ``pool`` for ``+pool.size=4``."""
+    return override.lstrip("+~").split("=", 1)[0].split(".", 1)[0]
+
+
 class Outcome(Protocol):
     """What a scenario hands back: it writes its files and prints a table."""
 
@@ -48,11 +53,14 @@ class Job:
     """The whole composed config (backend, pool, suite, agent, benchmark, run settings)."""
     output_dir: Path
     """Hydra's run directory (or ``output_dir`` from the config)."""
-    given: frozenset[str] = frozenset()
-    """The top-level config keys given on the command line (a resume warns only about those)."""
     overrides: tuple[str, ...] = ()
     """The command line's overrides as given (a scenario that starts runners of its own passes some on)."""
     _backends: list[Backend] = field(default_factory=list)
+
+    @property
+    def given(self) -> frozenset[str]:
+        """The top-level config keys given on the command line (a resume warns only about those)."""
+        return frozenset(top_level_key(override) for override in self.overrides)
 
     @property
     def settings(self) -> Any:

@@ -81,8 +81,7 @@ def load_scenario(name: str) -> Scenario:
 @hydra.main(config_path="../configs", config_name="config", version_base="1.3")
 def _run(cfg: DictConfig) -> None:
     hydra = HydraConfig.get()
-    given = frozenset(override.lstrip("+~").split("=", 1)[0].split(".", 1)[0] for override in hydra.overrides.task)
-    job = Job(cfg, Path(hydra.runtime.output_dir), given, tuple(hydra.overrides.task))
+    job = Job(cfg, Path(hydra.runtime.output_dir), tuple(hydra.overrides.task))
     try:
         reject_unknown_keys(cfg)
         require_values(cfg)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import episodefiles
-from benchmarks.job import Job
+from benchmarks.job import Job, top_level_key
 from benchmarks.ledger import LEDGER_FILE
 from benchmarks.report import Report
 from benchmarks.scenarios.throughput import TRIVIAL_TASK
@@ -84,7 +84,7 @@ def run(job: Job) -> Report:
     _check(cfg)
     work = job.output_dir / "runs"
     actions = _write_actions(job.output_dir / "actions.jsonl", cfg)
-    passed_on = [o for o in job.overrides if o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] in PASSED_ON]
+    passed_on = [override for override in job.overrides if top_level_key(override) in PASSED_ON]
     every = {"recover_from_checkpoint": cfg.checkpoint_every, "recover_from_start": cfg.steps + 1}
     samples: dict[str, list[float]] = {arm: [] for arm in ARMS}
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}

@@ -157,9 +157,9 @@ class DockerBackend:
         self._builder = Builder(self)
         self._lock = threading.Lock()
         self._sandboxes: dict[str, DockerSandbox] = {}
-        self._checkpoints: set[str] = set()
+        self._checkpoints: dict[str, str | None] = {}
+        """The checkpoint images this backend removes when it closes, with the run each serves (or None)."""
         self._adopted_runs: set[str] = set()
-        self._run_checkpoints: set[str] = set()
         self._closed = False
         self.reap_orphans()
 
@@ -356,22 +356,21 @@ class DockerBackend:
 
     def checkpoint(self, sandbox: DockerSandbox, container: str) -> Snapshot:
         """Commit a sandbox's container (paused meanwhile) into a checkpoint image of this backend."""
+        run = sandbox.container_labels.get(RUN)
         snapshot = catalog.checkpoint(
-            self.api, container, prefix=self.image_prefix, owner=self.owner, parent=sandbox.start_snapshot,
-            run=sandbox.container_labels.get(RUN),
-        )  # fmt: skip
+            self.api, container, prefix=self.image_prefix, owner=self.owner, parent=sandbox.start_snapshot, run=run
+        )
         with self._lock:
-            self._checkpoints.add(snapshot.digest)
-            if sandbox.container_labels.get(RUN):
-                self._run_checkpoints.add(snapshot.digest)
+            self._checkpoints[snapshot.digest] = run
         return snapshot
 
     def keep_run_checkpoints(self) -> int:
         """Leave the checkpoints of runs in the engine when this backend closes: a runner that stops with
         episodes unfinished (Ctrl-C, an outage) keeps them for its resume, which adopts them. How many."""
         with self._lock:
-            kept = self._checkpoints & self._run_checkpoints
-            self._checkpoints -= kept
+            kept = [image for image, run in self._checkpoints.items() if run]
+            for image in kept:
+                del self._checkpoints[image]
         return len(kept)
 
     def adopt_checkpoints(self, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
@@ -387,8 +386,7 @@ class DockerBackend:
             self._adopted_runs.add(run)
         found = reaper.dead_checkpoints_of_run(self.api, run)
         with self._lock:
-            self._checkpoints.update(found)
-            self._run_checkpoints.update(found)
+            self._checkpoints.update(dict.fromkeys(found, run))
 
     def forget(self, sandbox: DockerSandbox) -> None:
         """A sandbox was closed."""

@@ -40,21 +40,26 @@ def reap_orphans(client: Any) -> int:
                 api.remove_container(container["Id"], force=True)
     with engine_errors("listing snapgym's checkpoint images"):
         images = api.images(filters={"label": f"{ROLE}=checkpoint"})
+    orphaned = []
     for image in images:
         labels = image.get("Labels") or {}
         owner = labels.get(OWNER, "")
         if owner and owner_is_gone(owner) and not labels.get(RUN):  # a run's checkpoint waits for its resume
             dead.add(owner)
-            with contextlib.suppress(Exception):  # in use by a live container: it stays
-                api.remove_image(image["Id"], force=False)
+            orphaned.append(str(image["Id"]))
+    remove_images(api, orphaned)  # one in use by a live container stays
     return len(dead)
 
 
 def dead_checkpoints_of_run(api: Any, run: str) -> list[str]:
     """The ids of run ``run``'s checkpoint images whose maker is gone (what a killed runner of it left)."""
-    with engine_errors(f"listing the checkpoints of run {run}"):
-        images = api.images(filters={"label": [f"{ROLE}=checkpoint", f"{RUN}={run}"]})
+    images = _checkpoints_of_run(api, run)
     return [str(image["Id"]) for image in images if owner_is_gone((image.get("Labels") or {}).get(OWNER, ""))]
+
+
+def _checkpoints_of_run(api: Any, run: str) -> list[dict[str, Any]]:
+    with engine_errors(f"listing the checkpoints of run {run}"):
+        return list(api.images(filters={"label": [f"{ROLE}=checkpoint", f"{RUN}={run}"]}))
 
 
 def reap_run(client: Any, run: str, *, dry_run: bool = False) -> list[str]:
@@ -68,8 +73,7 @@ def reap_run(client: Any, run: str, *, dry_run: bool = False) -> list[str]:
         for container_id in found:
             with contextlib.suppress(Exception):  # gone meanwhile
                 api.remove_container(container_id, force=True)
-    with engine_errors(f"listing the checkpoints of run {run}"):
-        images = [str(image["Id"]) for image in api.images(filters={"label": [f"{ROLE}=checkpoint", f"{RUN}={run}"]})]
+    images = [str(image["Id"]) for image in _checkpoints_of_run(api, run)]
     if not dry_run:
         remove_images(api, images, force=True)
     return found + [f"checkpoint {image_id}" for image_id in images]
