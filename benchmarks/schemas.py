@@ -148,7 +148,7 @@ class InstalledAgentConfig:
     env: dict[str, str] = field(default_factory=dict)
     """Variables for the agent's command."""
     model_route: dict[str, Any] | None = None
-    """The model route (``pool.egress.models.ModelRoute`` fields) the runner adds to the backend's egress
+    """The model route (``pool.egress.models.routes.ModelRoute`` fields) the runner adds to the backend's egress
     settings, unless the backend has a route of that name; the key's variable is read outside the sandbox."""
     max_log_bytes: int = 16 << 20
     """The most bytes of the agent's own logs copied into the episode's folder."""
@@ -217,7 +217,7 @@ class RunConfig:
     checkpoint_every: int = 0
     """Journal a checkpoint of each episode every this many steps (the sandbox's files, the agent's declared
     state), so that a resumed run goes on from the last one instead of playing the episode again; 0: off.
-    Resumable: the replay, llm and noop agents on Shell-v0 (see benchmarks.durable)."""
+    Resumable: the replay, llm and noop agents on Shell-v0 (see benchmarks.episodes.durable)."""
     pass_at_k: list[int] = field(default_factory=lambda: [1])
     """k values of pass@k in the summary (each <= episodes_per_task; larger ones are skipped)."""
     success_threshold: float = 1.0

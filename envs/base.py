@@ -43,13 +43,13 @@ from envs.sources import BackendSource, PoolSource, SandboxSource
 from envs.spaces import UnicodeText
 from envs.tasks import Task, load_task
 from envs.verifier import Verdict, verify
-from pool.beside import run_beside
 from pool.capabilities import Capabilities
 from pool.changes import Changes
+from pool.cluster.beside import run_beside
 from pool.contract import Backend, Sandbox
-from pool.egress.policy import Phase, PhasePolicies
 from pool.errors import CommandRejectedError, ConfigError, SandboxError, SandboxOutOfMemoryError, SnapgymError
 from pool.labels import check_labels
+from pool.network.policy import Phase, PhasePolicies
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.verification import VerifyMode
@@ -88,7 +88,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         step_timeout_s: timeout of one action; a timeout is an observation.
         max_action_bytes: the largest action accepted (UTF-8 bytes).
         max_output_bytes: cap on each of stdout and stderr in an observation.
-        bases: image -> base spec for Dockerfile ``FROM`` lines (see envs.dockerfile).
+        bases: image -> base spec for Dockerfile ``FROM`` lines (see pool.build.dockerfile).
         verification: ``"strict"`` or ``"shared"`` for every episode; None: what the task
             declares (strict when it declares nothing). See envs.verifier.
         network: the network of every episode: None or ``"task"`` (the task's policy per

@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pool.egress.audit import DENIED, REPLAY_MISS, UNREACHABLE, NetworkLog
-from pool.egress.policy import NetworkPolicy, Phase, PhasePolicies
 from pool.errors import ConfigError
+from pool.network.audit import DENIED, REPLAY_MISS, UNREACHABLE, NetworkLog
+from pool.network.policy import NetworkPolicy, Phase, PhasePolicies
 from pool.templates import Template
 
 NETWORK_DENIED = "network_denied"

@@ -1,6 +1,6 @@
 """Where a checkpointed episode goes on: the ``resume_at`` option of ``SandboxEnv.reset``.
 
-A durable runner (see benchmarks.durable) restores an episode's checkpoint and
+A durable runner (see benchmarks.episodes.durable) restores an episode's checkpoint and
 tells the environment how far the episode had come, so that the step count,
 the task's agent clock and the end-state changes go on from there: a resumed
 episode gets no extra steps or time, and its diff is the whole episode's.

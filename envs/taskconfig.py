@@ -14,7 +14,7 @@ neither ``network_mode`` nor ``allowed_hosts`` is set; ``[agent]`` and
 The build (Dockerfile ``RUN`` steps and ``snapgym.verifier_setup``) has no
 setting in the format; it is public, as Harbor builds, unless a run says
 otherwise (see :mod:`envs.network`).
-``allowed_hosts`` goes only with ``allowlist`` (see ``pool.egress.policy``
+``allowed_hosts`` goes only with ``allowlist`` (see ``pool.network.policy``
 for the host syntax). Resources (``cpus``, ``memory``/``memory_mb``,
 ``storage``/``storage_mb``, ``gpus``/``gpu_types``) go to the backend, which
 refuses what it cannot give (GPUs on a backend without them). ``[metadata]`` is free-form and kept as is.
@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from envs.errors import TaskError
-from pool.egress.policy import NetworkMode, NetworkPolicy, PhasePolicies
 from pool.errors import ConfigError
+from pool.network.policy import NetworkMode, NetworkPolicy, PhasePolicies
 from pool.resources import Resources, parse_size_mb
 
 _TOP_KEYS = {"version", "schema_version", "metadata", "task", "source", "verifier", "agent", "environment", "solution"}

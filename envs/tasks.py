@@ -22,7 +22,7 @@ from pathlib import Path
 
 from envs.errors import TaskError, TaskNotFoundError
 from envs.taskconfig import TaskSettings, parse_task_toml
-from pool.dockerfile import DockerfilePlan, translate
+from pool.build.dockerfile import DockerfilePlan, translate
 from pool.templates import HOST_IMAGE, DockerBuild, Template
 from pool.verification import VerifyMode
 

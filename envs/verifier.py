@@ -76,8 +76,8 @@ from pathlib import Path
 
 from envs.tasks import Task
 from pool.contract import Sandbox
-from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import ConfigError, FileOperationError
+from pool.network.policy import NetworkPolicy, Phase
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.verification import REWARD_DIR, TESTS_PATH, VerificationPlan, VerificationReport, VerifyMode

@@ -45,19 +45,19 @@ from pool.templates import DockerBuild, Template
 if _typing.TYPE_CHECKING:
     from pool.backends.docker import DockerBackend
     from pool.backends.local import LocalBackend, LocalSandbox
-    from pool.lease import Lease
-    from pool.pool_config import PoolConfig
-    from pool.sandbox_pool import SandboxPool
-    from pool.slots import SlotState
+    from pool.cluster.config import PoolConfig
+    from pool.cluster.lease import Lease
+    from pool.cluster.sandbox_pool import SandboxPool
+    from pool.cluster.slots import SlotState
 
 _LAZY = {
     "LocalBackend": "pool.backends.local",
     "LocalSandbox": "pool.backends.local",
     "DockerBackend": "pool.backends.docker",
-    "SandboxPool": "pool.sandbox_pool",
-    "PoolConfig": "pool.pool_config",
-    "Lease": "pool.lease",
-    "SlotState": "pool.slots",
+    "SandboxPool": "pool.cluster.sandbox_pool",
+    "PoolConfig": "pool.cluster.config",
+    "Lease": "pool.cluster.lease",
+    "SlotState": "pool.cluster.slots",
 }
 
 

@@ -46,7 +46,7 @@ class Capabilities:
     """``sandbox.network_log()`` records every connection attempt, allowed or denied."""
     build_network_modes: tuple[str, ...] = ("no-network", "public")
     """The build policies (``Template.network``) a build enforces; ``public`` without the proxy is the
-    backend's own network, unfiltered and unrecorded (see pool.buildnetwork)."""
+    backend's own network, unfiltered and unrecorded (see pool.build.network)."""
     limits: dict[str, Enforcement] = field(default_factory=dict)
     """Per resource ("memory", "cpu", "pids", "disk"): how it is enforced."""
     isolation: tuple[str, ...] = ()

@@ -7,8 +7,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pool.capabilities import Capabilities
 from pool.changes import MAX_PATHS, Changes
-from pool.egress.audit import NetworkLog
-from pool.egress.policy import NetworkPolicy, Phase
+from pool.network.audit import NetworkLog
+from pool.network.policy import NetworkPolicy, Phase
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.templates import Template

@@ -29,7 +29,7 @@ class Snapshot:
 
     ``digest`` is a hash of the content (paths, modes, owners, file contents,
     link targets, hard-link groups, over every layer and the base; see
-    :mod:`pool.digest`), computed when the snapshot is made. Backends check the
+    :mod:`pool.build.digest`), computed when the snapshot is made. Backends check the
     content against it before a sandbox starts from it, so two sandboxes whose
     ``start_digest`` is equal started from identical files.
     """
@@ -58,7 +58,7 @@ class Snapshot:
     """What each sandbox started from it gets (the template's; checkpoints keep their parent's)."""
     build_network: Mapping[str, Any] = field(default_factory=dict)
     """What the build's commands could and did reach: the build policy, the route that realised it
-    and, through the egress proxy, the attempts summarised (see pool.buildnetwork). Empty for
+    and, through the egress proxy, the attempts summarised (see pool.build.network). Empty for
     mid-episode snapshots. Not part of the content digest."""
 
     def to_dict(self) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pool.egress.policy import NetworkPolicy
 from pool.errors import ConfigError
+from pool.network.policy import NetworkPolicy
 from pool.resources import Resources
 
 HOST_BASE = "host"

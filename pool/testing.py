@@ -21,7 +21,6 @@ from pathlib import Path
 
 from pool.capabilities import Capabilities, Enforcement
 from pool.contract import Backend, Sandbox
-from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import (
     BuildError,
     ConfigError,
@@ -31,6 +30,7 @@ from pool.errors import (
     UnsupportedError,
 )
 from pool.labels import OWNER
+from pool.network.policy import NetworkPolicy, Phase
 from pool.resources import Resources
 from pool.snapshots import Snapshot
 from pool.templates import Template

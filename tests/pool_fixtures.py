@@ -21,9 +21,9 @@ import ray
 from ray.cloudpickle.cloudpickle import register_pickle_by_value
 
 from pool import Snapshot, Template
-from pool.lease import Lease
-from pool.pool_config import PoolConfig
-from pool.sandbox_pool import SandboxPool
+from pool.cluster.config import PoolConfig
+from pool.cluster.lease import Lease
+from pool.cluster.sandbox_pool import SandboxPool
 
 register_pickle_by_value(sys.modules[__name__])
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.ledger import RESULT, read_records
+from benchmarks.episodes.ledger import RESULT, read_records
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "log-error-count"

@@ -21,7 +21,7 @@ from runner_fixtures import EPISODE, SOLVE, TASK, Run, run_benchmark
 from benchmarks.agents import LLMAgent, ModelRequestError, ModelUnavailableError
 from benchmarks.agents.chat import ChatEndpoint, complete
 from benchmarks.agents.llm import action_from_reply, clip
-from benchmarks.ledger import ATTEMPT, ATTEMPT_FAILED, RESULT
+from benchmarks.episodes.ledger import ATTEMPT, ATTEMPT_FAILED, RESULT
 from envs.base import SUBMIT
 from envs.tasks import load_task
 from pool.errors import ConfigError

@@ -19,7 +19,7 @@ from conftest import backend_params
 from net_fixtures import TestInternet, egress_options, proxied_backend
 
 from pool import Backend, BuildError, Template
-from pool.buildnetwork import BuildRoute, build_route
+from pool.build.network import BuildRoute, build_route
 from pool.egress import NetworkPolicy
 from pool.errors import UnsupportedError
 

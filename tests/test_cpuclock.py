@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from benchmarks.cpuclock import MachineCPU
+from benchmarks.scenarios.measure.cpuclock import MachineCPU
 
 
 def _spin(seconds: float) -> None:

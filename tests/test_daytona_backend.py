@@ -150,7 +150,7 @@ def test_the_runner_scores_builtin_tasks_on_daytona(
 def test_pool_reap_ends_a_runs_sandboxes(
     daytona_standin: DaytonaStandin, daytona_backend: DaytonaBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pool.reap import main
+    from pool.backends.reap import main
 
     snapshot = daytona_backend.build(TEMPLATE)
     gone = daytona_backend.create(snapshot, labels={"snapgym.run": "r7"})

@@ -443,7 +443,7 @@ def test_a_killed_runs_checkpoint_waits_for_its_resume_which_adopts_it(
 
 
 def test_reap_by_run_removes_the_checkpoints_a_killed_run_kept(docker_backend: DockerBackend, snap: Snapshot) -> None:
-    from pool.reap import main
+    from pool.backends.reap import main
 
     kept = checkpoints_of_a_killed_process(snap, "never-resumed")
     other = checkpoints_of_a_killed_process(snap, "still-resumable")
@@ -475,8 +475,8 @@ def made_containers(owner: str) -> list[str]:
 
 
 def test_reap_by_run_removes_every_container_of_that_run_only(docker_backend: DockerBackend, snap: Snapshot) -> None:
-    """``python -m pool.reap --backend docker --run ID``: what a run left, wherever its process was."""
-    from pool.reap import main
+    """``python -m pool.backends.reap --backend docker --run ID``: what a run left, wherever its process was."""
+    from pool.backends.reap import main
 
     mine = docker_backend.create(snap, labels={"snapgym.run": "reap-me"})
     other = docker_backend.create(snap, labels={"snapgym.run": "keep-me"})

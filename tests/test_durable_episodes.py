@@ -31,7 +31,7 @@ from runner_fixtures import REPO, TASK, run_benchmark
 import envs  # noqa: F401 (registers the environments)
 from benchmarks.agents.base import EpisodeContext
 from benchmarks.agents.replay import ReplayAgent
-from benchmarks.journal import Checkpoint, EpisodeJournal
+from benchmarks.episodes.journal import Checkpoint, EpisodeJournal
 from envs.tasks import load_task
 from pool import LocalBackend
 from pool.changes import Changes

@@ -18,10 +18,10 @@ from e2b_standin import E2BStandin
 from pool import ConfigError, Template
 from pool.backends import load_backend, unavailable_reason
 from pool.backends.e2b import E2BBackend
+from pool.backends.remote import verify
 from pool.egress import NetworkPolicy, Phase
 from pool.errors import SnapshotCorruptError, UnsupportedError
 from pool.labels import OWNER
-from pool.remote import verify
 from pool.testing import check_backend
 from pool.verification import VerificationPlan, VerifyMode
 
@@ -265,7 +265,7 @@ def test_pool_reap_destroys_a_runs_sandboxes_by_label(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from pool.reap import main
+    from pool.backends.reap import main
 
     snapshot = e2b_backend.build(TEMPLATE)
     gone = e2b_backend.create(snapshot, labels={"snapgym.run": "r7"})

@@ -24,16 +24,16 @@ from typing import Any
 import pytest
 from testca import TestCA
 
-from pool.egress.audit import Connection
 from pool.egress.cache import CacheMode, CacheSettings
 from pool.egress.cache.__main__ import main as cache_cli
 from pool.egress.cache.archive import export, import_
 from pool.egress.gate import Gate
 from pool.egress.limits import ProxyLimits
-from pool.egress.policy import NetworkPolicy, Phase
 from pool.egress.proxy import EgressProxy
 from pool.egress.settings import EgressSettings
 from pool.errors import ConfigError
+from pool.network.audit import Connection
+from pool.network.policy import NetworkPolicy, Phase
 
 WEB, SECURE = "127.0.0.2", "127.0.0.3"
 HOSTS = {"web.test": WEB, "secure.test": SECURE, "other.secure.test": SECURE}

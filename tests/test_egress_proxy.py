@@ -20,15 +20,15 @@ import pytest
 from testca import TestCA
 
 from pool.egress.addresses import refusal
-from pool.egress.audit import Connection
 from pool.egress.gate import Gate
 from pool.egress.limits import ProxyLimits
-from pool.egress.policy import NetworkPolicy, Phase
 from pool.egress.proxy import EgressProxy
 from pool.egress.route import upstream_authorization
 from pool.egress.settings import EgressSettings
 from pool.egress.sni import Truncated, server_name
 from pool.errors import BackendError, ConfigError
+from pool.network.audit import Connection
+from pool.network.policy import NetworkPolicy, Phase
 
 WEB, SECURE, ECHO = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 HOSTS = {

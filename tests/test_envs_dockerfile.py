@@ -13,8 +13,8 @@ import pytest
 
 import envs
 from pool import DockerBuild, LocalBackend
-from pool.dockerfile import DockerfilePlan, ImageCopy
-from pool.dockerfile import translate as translate_build
+from pool.build.dockerfile import DockerfilePlan, ImageCopy
+from pool.build.dockerfile import translate as translate_build
 from tests.envs_fixtures import write_task
 
 HOST_PATH = "/usr/bin:/bin"

@@ -29,7 +29,7 @@ from net_fixtures import TestInternet
 from runner_fixtures import SOLVE, Run, run_benchmark
 
 from benchmarks.agents.installed import INSTRUCTION_FILE, LOGS_DIR, collect_logs
-from benchmarks.episodefiles import write_agent_files
+from benchmarks.episodes.episodefiles import write_agent_files
 from pool import Backend, Sandbox, Snapshot
 
 pytest_plugins = ["net_fixtures", "model_fixtures", "runner_fixtures"]

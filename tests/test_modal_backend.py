@@ -147,7 +147,7 @@ def test_the_runner_scores_builtin_tasks_on_modal(
 def test_pool_reap_ends_a_runs_sandboxes(
     modal_standin: ModalStandin, modal_backend: ModalBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pool.reap import main
+    from pool.backends.reap import main
 
     snapshot = modal_backend.build(TEMPLATE)
     gone = modal_backend.create(snapshot, labels={"snapgym.run": "r7"})

@@ -20,7 +20,7 @@ from net_fixtures import TestInternet, open_backend, proxied_backend
 
 from pool import Backend, Sandbox, Snapshot
 from pool.egress import NetworkPolicy, Phase
-from pool.egress.models import PLACEHOLDER_KEY, ModelRoute
+from pool.egress.models.routes import PLACEHOLDER_KEY, ModelRoute
 from pool.errors import ConfigError
 from pool.verification import VerificationPlan, VerifyMode
 

@@ -27,7 +27,7 @@ from pool.backends.local.imagebase import SEED, image_base
 from pool.backends.local.oci import ImageFetcher
 from pool.backends.local.ocisettings import RegistrySettings
 from pool.backends.local.store import BaseRecord, SnapshotStore
-from pool.digest import combine
+from pool.build.digest import combine
 from pool.errors import ConfigError, ImageError, SnapshotCorruptError
 
 pytest_plugins = ["oci_fixtures"]

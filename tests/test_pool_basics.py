@@ -22,8 +22,8 @@ from pool import (
     SandboxError,
     Snapshot,
 )
-from pool.pool_config import PoolConfig
-from pool.sandbox_pool import SandboxPool
+from pool.cluster.config import PoolConfig
+from pool.cluster.sandbox_pool import SandboxPool
 
 pytest_plugins = ["pool_fixtures"]
 
@@ -251,7 +251,7 @@ def test_run_beside_runs_in_the_host_with_the_real_sandbox(shared_pool: SandboxP
     error, not a lost host; a released lease refuses, like any call."""
     import operator
 
-    from pool.beside import run_beside
+    from pool.cluster.beside import run_beside
 
     with shared_pool.acquire(base_snapshot) as lease:
         lease.write_file("/workspace/beside.txt", "beside\n")

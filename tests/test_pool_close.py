@@ -20,9 +20,9 @@ from pool_fixtures import (
 )
 
 from pool import PoolClosedError, PoolError, SandboxError, Snapshot, Template
-from pool.lease import Lease
-from pool.pool_config import PoolConfig
-from pool.sandbox_pool import SandboxPool
+from pool.cluster.config import PoolConfig
+from pool.cluster.lease import Lease
+from pool.cluster.sandbox_pool import SandboxPool
 
 pytest_plugins = ["pool_fixtures"]
 

@@ -12,8 +12,8 @@ import ray
 from pool_fixtures import process_args, settled, side_template, snapshot_stats, wait_until
 
 from pool import AcquireTimeoutError, PoolError
-from pool.lease import Lease
-from pool.sandbox_pool import SandboxPool
+from pool.cluster.lease import Lease
+from pool.cluster.sandbox_pool import SandboxPool
 
 pytest_plugins = ["pool_fixtures"]
 

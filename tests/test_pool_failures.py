@@ -30,9 +30,9 @@ from pool import (
     SandboxError,
     Snapshot,
 )
-from pool.lease import Lease
-from pool.pool_config import PoolConfig
-from pool.sandbox_pool import SandboxPool
+from pool.cluster.config import PoolConfig
+from pool.cluster.lease import Lease
+from pool.cluster.sandbox_pool import SandboxPool
 
 pytest_plugins = ["pool_fixtures"]
 

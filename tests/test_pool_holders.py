@@ -15,8 +15,8 @@ from pool_fixtures import (
 )
 
 from pool import LeaseLostError, Snapshot
-from pool.lease import _renewer
-from pool.sandbox_pool import SandboxPool
+from pool.cluster.lease import _renewer
+from pool.cluster.sandbox_pool import SandboxPool
 
 pytest_plugins = ["pool_fixtures"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 GRANDCHILD = """
 import sys, time
-from pool.orphans import exit_when_orphaned
+from pool.cluster.orphans import exit_when_orphaned
 exit_when_orphaned(interval_s=0.1)
 print("watching", flush=True)
 time.sleep(60)

@@ -12,7 +12,7 @@ import ray
 from pool_fixtures import host_pid
 
 from pool import Snapshot
-from pool.sandbox_pool import SandboxPool
+from pool.cluster.sandbox_pool import SandboxPool
 
 pytest_plugins = ["pool_fixtures"]
 

@@ -60,7 +60,7 @@ def test_a_dead_hosts_cloud_sandboxes_are_ended_through_a_live_host(
 
 def test_the_creation_pace_is_one_bucket_for_the_whole_ray_cluster(ray_cluster: None, tmp_path: Path) -> None:
     """Two limiters for the same account (two hosts of a pool, on any nodes) take from one named actor."""
-    from pool.ratelimit import RayLimiter, shared_limiter
+    from pool.backends.remote.ratelimit import RayLimiter, shared_limiter
 
     first = shared_limiter(4.0, 1, tmp_path / "a.bucket", key="test-cluster-pace")
     second = shared_limiter(4.0, 1, tmp_path / "b.bucket", key="test-cluster-pace")

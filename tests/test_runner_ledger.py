@@ -2,7 +2,7 @@
 
 The runner, the local backend, the sandboxes and the tasks are real. The
 resume tests run ``python -m benchmarks.run`` as a user does and SIGKILL it;
-the others drive :class:`benchmarks.evaluation.Evaluation` from here with a
+the others drive :class:`benchmarks.episodes.evaluation.Evaluation` from here with a
 scripted agent (a test double of the agent only) that breaks things the way
 real agents and real machines do.
 """
@@ -26,11 +26,11 @@ import pandas as pd
 import pytest
 
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
-from benchmarks.evaluation import EvalSettings, Evaluation
-from benchmarks.ledger import LEDGER_FILE, Ledger, LedgerState, read_records
-from benchmarks.results import read_run, summarize_run
+from benchmarks.episodes.evaluation import EvalSettings, Evaluation
+from benchmarks.episodes.ledger import LEDGER_FILE, Ledger, LedgerState, read_records
+from benchmarks.episodes.supply import SandboxSupply
+from benchmarks.reports.results import read_run, summarize_run
 from benchmarks.schemas import PoolKind
-from benchmarks.supply import SandboxSupply
 from envs import SUBMIT
 from envs.tasks import Task, load_tasks
 from pool import Backend, ConfigError, LocalBackend

@@ -3,7 +3,7 @@
 Everything here is real: a Ray instance with the real pool (its manager SIGKILLed mid-run), the local
 backend (its daemon SIGKILLed while no new backend can be opened), and the model endpoint played by
 ``chat_server.ChatServer``, a real HTTP server that goes away and comes back on the same port. The
-runner is driven in this process (:class:`benchmarks.evaluation.Evaluation`), or run as a user runs
+runner is driven in this process (:class:`benchmarks.episodes.evaluation.Evaluation`), or run as a user runs
 it (``python -m benchmarks.run``) when the exit status and stderr are the point.
 """
 
@@ -26,12 +26,12 @@ from runner_fixtures import run_benchmark
 
 from benchmarks.agents import LLMAgent, ReplayAgent
 from benchmarks.agents.base import EpisodeContext
-from benchmarks.evaluation import EvalSettings, Evaluation
-from benchmarks.ledger import LEDGER_FILE, Ledger, read_records
-from benchmarks.outage import OutageError
-from benchmarks.results import read_run, summarize_run
+from benchmarks.episodes.evaluation import EvalSettings, Evaluation
+from benchmarks.episodes.ledger import LEDGER_FILE, Ledger, read_records
+from benchmarks.episodes.outage import OutageError
+from benchmarks.episodes.supply import SandboxSupply
+from benchmarks.reports.results import read_run, summarize_run
 from benchmarks.schemas import PoolKind, PoolSettings
-from benchmarks.supply import SandboxSupply
 from envs.tasks import Task, load_tasks
 from pool import LocalBackend
 from tests.test_runner_ledger import ScriptedAgent, descendants

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from pool import LocalBackend, Snapshot, Template, digest
+from pool import LocalBackend, Snapshot, Template
 from pool.backends.local import durable, layers, manifest, treecopy
 from pool.backends.local.layers import LayerStore
+from pool.build import digest
 from pool.errors import SnapshotCorruptError, SnapshotTooLargeError, StoreFullError
 
 ROOT = Path(__file__).resolve().parents[1]

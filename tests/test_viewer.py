@@ -29,7 +29,7 @@ from chat_server import ChatRequest, ChatServer
 
 import benchmarks
 from benchmarks import view
-from benchmarks.ledger import RESULT, read_records
+from benchmarks.episodes.ledger import RESULT, read_records
 from benchmarks.viewer import RunReader
 
 REPO = Path(__file__).resolve().parents[1]

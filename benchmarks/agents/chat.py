@@ -11,7 +11,7 @@ request the server refuses (400, 401, 403, 404) raises ModelRequestError at
 once, since retrying cannot fix it.
 
 :class:`EndpointProbe` tells the runner whether the endpoint serves at all
-(see ``benchmarks.outage``): one minimal completion (``max_tokens: 1``),
+(see ``benchmarks.episodes.outage``): one minimal completion (``max_tokens: 1``),
 sent only after an attempt failed on infrastructure and then between the
 backoff pauses of an outage.
 """
@@ -105,7 +105,7 @@ _PROBE_TIMEOUT_S = 10.0
 
 
 class EndpointProbe:
-    """Whether a chat endpoint serves: the runner's health probe of the model (see ``benchmarks.outage``).
+    """Whether a chat endpoint serves: the runner's health probe of the model (see ``benchmarks.episodes.outage``).
 
     Args:
         endpoint: the endpoint the agent talks to.

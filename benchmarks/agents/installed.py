@@ -14,7 +14,7 @@ logs and trajectory there; after the command ends they are copied out into
 the episode's folder (``agent/<file>``), capped. Then the agent submits and
 the verifier scores the end state, as for any agent.
 
-The agent's model calls go to the sandbox's model gateway (:mod:`pool.egress.models`):
+The agent's model calls go to the sandbox's model gateway (:mod:`pool.egress.models.routes`):
 inside the sandbox it sees ``ANTHROPIC_BASE_URL`` / ``OPENAI_BASE_URL`` at
 ``127.0.0.1`` and a placeholder key; the real key stays in the runner's
 environment and is added by the egress proxy outside the sandbox. The route
@@ -33,7 +33,7 @@ from typing import Any
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
 from envs.base import SUBMIT
 from envs.tasks import Task
-from pool.egress.models import parse_routes
+from pool.egress.models.routes import parse_routes
 from pool.errors import ConfigError, SnapgymError
 
 LOGS_DIR = "/logs/agent"
@@ -55,7 +55,7 @@ class InstalledAgent:
             ``{logs_dir}`` and ``{version}`` are replaced (the file's path is shell-quoted).
         model: the model the agent is told to use ('' when the command names none).
         env: variables for the agent's command (on top of the model route's base URL and placeholder key).
-        model_route: the model route (fields of ``pool.egress.models.ModelRoute``) the runner adds to the
+        model_route: the model route (fields of ``pool.egress.models.routes.ModelRoute``) the runner adds to the
             backend's egress settings, unless the backend configures a route of that name itself.
         max_log_bytes: the most bytes copied out of :data:`LOGS_DIR` per episode.
 

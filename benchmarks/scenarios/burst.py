@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.job import Job
-from benchmarks.report import Report, Skipped, Target
+from benchmarks.reports.report import Report, Skipped, Target
+from benchmarks.reports.stats import percentile
 from benchmarks.scenarios.eval import open_supply
+from benchmarks.scenarios.measure.timing import measure
 from benchmarks.scenarios.throughput import TRIVIAL_TASK
 from benchmarks.schemas import PoolKind
-from benchmarks.stats import percentile
-from benchmarks.timing import measure
 from envs.tasks import load_task
 from pool.errors import ConfigError
 

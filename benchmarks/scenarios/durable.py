@@ -44,12 +44,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import episodefiles
+from benchmarks.episodes import episodefiles
+from benchmarks.episodes.ledger import LEDGER_FILE
 from benchmarks.job import Job, top_level_key
-from benchmarks.ledger import LEDGER_FILE
-from benchmarks.report import Report
+from benchmarks.reports.report import Report
+from benchmarks.reports.stats import percentile
 from benchmarks.scenarios.throughput import TRIVIAL_TASK
-from benchmarks.stats import percentile
 from pool.errors import ConfigError, SnapgymError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 Method:
     At start a CA and a certificate for ``origin.bench`` are made with
-    ``cryptography`` (:mod:`benchmarks.tlsorigin`), and the origin (Python's
+    ``cryptography`` (:mod:`benchmarks.scenarios.measure.tlsorigin`), and the origin (Python's
     ``http.server``, HTTP and HTTPS, a 256-byte body, ``Connection: close``)
     starts as a host process on free ports of 127.0.0.1. A backend is opened
     from the configured one's options with egress settings that map
@@ -59,12 +59,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from benchmarks import tlsorigin
 from benchmarks.config import EgressBenchConfig
 from benchmarks.job import Job
-from benchmarks.report import Report, Skipped
-from benchmarks.stats import percentile
-from benchmarks.timing import measure
+from benchmarks.reports.report import Report, Skipped
+from benchmarks.reports.stats import percentile
+from benchmarks.scenarios.measure import tlsorigin
+from benchmarks.scenarios.measure.timing import measure
 from pool import Backend, ConfigError, Sandbox, Template, load_backend
 from pool.egress import EgressSettings, NetworkPolicy, Phase, summarise
 from pool.results import ExecResult

@@ -5,7 +5,7 @@ Method:
     store) before any episode; the agent is constructed first, so a missing
     API key fails before any sandbox starts. ``episodes_per_task`` episodes
     of each task then run, ``pool.size`` at a time, each from its task's
-    snapshot (see ``benchmarks.evaluation``). Every attempt and result is
+    snapshot (see ``benchmarks.episodes.evaluation``). Every attempt and result is
     appended to ``ledger.jsonl``; infrastructure failures are retried up to
     ``max_attempts``, and outages are waited out up to ``outage_timeout_s``
     (a run stopped by one still writes its summary, then exits non-zero).
@@ -30,23 +30,24 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from benchmarks import results, rundir
 from benchmarks.agents import InstalledAgent, LLMAgent, make_agent
-from benchmarks.episodes import INFRA_ERROR
-from benchmarks.evaluation import EvalSettings, Evaluation, plan_episodes
+from benchmarks.episodes import rundir
+from benchmarks.episodes.attempt import INFRA_ERROR
+from benchmarks.episodes.evaluation import EvalSettings, Evaluation, plan_episodes
+from benchmarks.episodes.ledger import Ledger, LedgerWriteError
+from benchmarks.episodes.outage import HealthProbe, OutageError
+from benchmarks.episodes.routing import RoutedSupply, Supply
+from benchmarks.episodes.suites import Suite, image_sources, select_tasks
+from benchmarks.episodes.supply import SandboxSupply
 from benchmarks.job import Job, ScenarioStoppedError
-from benchmarks.ledger import Ledger, LedgerWriteError
-from benchmarks.outage import HealthProbe, OutageError
-from benchmarks.plots import write_plots
-from benchmarks.progress import Progress
-from benchmarks.routing import RoutedSupply, Supply
+from benchmarks.reports import results
+from benchmarks.reports.plots import write_plots
+from benchmarks.reports.progress import Progress
 from benchmarks.schemas import PoolKind
-from benchmarks.suites import Suite, image_sources, select_tasks
-from benchmarks.supply import SandboxSupply
 from envs.network import describe_difference, effective_policies, modes_needed, template_for
 from envs.tasks import Task
-from pool.egress.policy import PhasePolicies
 from pool.errors import ConfigError, SnapgymError
+from pool.network.policy import PhasePolicies
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +318,7 @@ def network_setting(config: DictConfig) -> Any:
 
 def open_supply(job: Job, config: DictConfig) -> Supply:
     """The run's sandboxes: a backend here, or a Ray pool; with ``gpu_backend``, a second one for the
-    tasks that ask for GPUs (see benchmarks.routing)."""
+    tasks that ask for GPUs (see benchmarks.episodes.routing)."""
     kind = config.pool.kind if isinstance(config.pool.kind, PoolKind) else PoolKind[str(config.pool.kind)]
     default = SandboxSupply(
         kind,

@@ -23,15 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from benchmarks.job import Job
-from benchmarks.report import Report
+from benchmarks.reports.report import Report
+from benchmarks.reports.stats import percentile
 from benchmarks.scenarios.eval import open_supply
+from benchmarks.scenarios.measure.timing import measure
 from benchmarks.scenarios.throughput import TRIVIAL_TASK
 from benchmarks.schemas import PoolKind
-from benchmarks.stats import percentile
-from benchmarks.timing import measure
 from envs.tasks import load_task
+from pool.cluster.host import used_memory_bytes
 from pool.errors import ConfigError
-from pool.host import used_memory_bytes
 
 
 @dataclass

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.job import Job
-from benchmarks.report import Report, Target
+from benchmarks.reports.report import Report, Target
+from benchmarks.reports.stats import percentile
 from benchmarks.scenarios.eval import open_supply
 from benchmarks.scenarios.throughput import TRIVIAL_TASK
 from benchmarks.schemas import PoolKind
-from benchmarks.stats import percentile
 from envs.tasks import load_task
 from pool.errors import ConfigError
 

@@ -44,14 +44,15 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from benchmarks import results, rundir
 from benchmarks.agents import NoopAgent, ReplayAgent
 from benchmarks.attacks import Attack, select_attacks, target_tasks, task_kinds
-from benchmarks.episodes import INFRA_ERROR
+from benchmarks.episodes import rundir
+from benchmarks.episodes.attempt import INFRA_ERROR
+from benchmarks.episodes.ledger import LEDGER_FILE
+from benchmarks.episodes.suites import image_sources, select_tasks
 from benchmarks.job import Job
-from benchmarks.ledger import LEDGER_FILE
+from benchmarks.reports import results
 from benchmarks.scenarios.eval import evaluate
-from benchmarks.suites import image_sources, select_tasks
 from envs.tasks import Task
 from pool.errors import ConfigError
 

@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchmarks.job import Job
-from benchmarks.report import Report, Skipped, Target
-from benchmarks.stats import percentile
-from benchmarks.timing import measure
+from benchmarks.reports.report import Report, Skipped, Target
+from benchmarks.reports.stats import percentile
+from benchmarks.scenarios.measure.timing import measure
 from pool import Backend, PoolConfig, SandboxPool, Snapshot, Template
 from pool.backends import backend_class
 

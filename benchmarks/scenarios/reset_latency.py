@@ -31,7 +31,7 @@ Method:
       directory plus ``subprocess.run(["true"])``; deleting is untimed. The
       source sits warm in the page cache.
     - ``docker_recreate``: force-remove the (dirtied) container, create and
-      start a new one from the image (see ``benchmarks.docker_baseline``);
+      start a new one from the image (see ``benchmarks.scenarios.baselines.docker``);
       skipped, with the reason, when no engine is reachable.
     - ``restore@NAME``, ``create@NAME`` for each backend NAME of
       ``other_backends`` other than the configured one (default: docker): the
@@ -61,12 +61,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import docker_baseline, naive_baseline, rootfs, workspace
 from benchmarks.config import ResetLatencyConfig
 from benchmarks.job import Job
-from benchmarks.report import Report, Skipped, Target
-from benchmarks.stats import percentile
-from benchmarks.timing import measure
+from benchmarks.reports.report import Report, Skipped, Target
+from benchmarks.reports.stats import percentile
+from benchmarks.scenarios.baselines import docker as docker_baseline
+from benchmarks.scenarios.baselines import naive as naive_baseline
+from benchmarks.scenarios.measure import rootfs, workspace
+from benchmarks.scenarios.measure.timing import measure
 from pool import Backend, Sandbox, Snapshot, load_backend
 from pool.backends import unavailable_reason
 from pool.verification import VerificationPlan, VerifyMode

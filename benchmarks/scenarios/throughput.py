@@ -16,14 +16,14 @@ Method:
     multirun: ``-m benchmark=throughput pool.size=1,2,4,8``.
 
     In the same run, unless ``baseline=false``, the no-isolation baseline
-    (:mod:`benchmarks.noisolation`) plays the same number of episodes, the same
+    (:mod:`benchmarks.scenarios.baselines.noisolation`) plays the same number of episodes, the same
     actions and verifier as plain subprocesses in scratch folders, ``pool.size``
     at a time: what running the commands at all costs on this machine. The
     ratio baseline / snapgym is the price of isolation, snapshots and a
     verifier the agent cannot reach.
 
     Both also report the machine-wide CPU milliseconds per episode over the
-    timed window (:mod:`benchmarks.cpuclock`): every process's busy time, Ray's
+    timed window (:mod:`benchmarks.scenarios.measure.cpuclock`): every process's busy time, Ray's
     daemons and the sandboxes included, with the hypervisor's steal beside it.
     On a shared VM episodes/s swing with the host's load; CPU per episode
     measures the work, so compare that first.
@@ -37,12 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import noisolation, results, rundir
 from benchmarks.agents import ReplayAgent
-from benchmarks.cpuclock import MachineCPU
+from benchmarks.episodes import rundir
 from benchmarks.job import Job
-from benchmarks.results import SUMMARY_FILE
+from benchmarks.reports import results
+from benchmarks.reports.results import SUMMARY_FILE
+from benchmarks.scenarios.baselines import noisolation
 from benchmarks.scenarios.eval import EvalOutcome, evaluate
+from benchmarks.scenarios.measure.cpuclock import MachineCPU
 from envs.tasks import load_task
 
 TRIVIAL_TASK = Path(__file__).resolve().parents[1] / "tasks" / "trivial"

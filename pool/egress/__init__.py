@@ -9,7 +9,7 @@ DNS, ICMP) has no route.
 
 Modules:
 
-- :mod:`~pool.egress.policy`: ``NetworkPolicy`` (Harbor's modes and host syntax), ``Phase``.
+- :mod:`~pool.network.policy`: ``NetworkPolicy`` (Harbor's modes and host syntax), ``Phase``.
 - :mod:`~pool.egress.settings`: ``EgressSettings``, the machine's side (hosts map, upstream proxy,
   extra CAs, trusted networks, the download cache).
 - :mod:`~pool.egress.addresses`: what is refused whatever the policy (non-global addresses, Ray's ports).
@@ -21,13 +21,13 @@ Modules:
   While the download cache is on, a judged connection is served by :mod:`~pool.egress.cached` instead
   (steps both share: :mod:`~pool.egress.steps`).
 - :mod:`~pool.egress.cache`: verify-time downloads that replay offline (record/replay behind the proxy).
-- :mod:`~pool.egress.audit`: the records (``Connection``, ``NetworkLog``).
+- :mod:`~pool.network.audit`: the records (``Connection``, ``NetworkLog``).
 - :mod:`~pool.egress.gatekeeper`, :mod:`~pool.egress.service`: how a backend attaches the proxy to its sandboxes.
 """
 
-from pool.egress.audit import Connection, NetworkLog, summarise
-from pool.egress.policy import NetworkMode, NetworkPolicy, Phase, PhasePolicies
 from pool.egress.settings import EgressSettings
+from pool.network.audit import Connection, NetworkLog, summarise
+from pool.network.policy import NetworkMode, NetworkPolicy, Phase, PhasePolicies
 
 __all__ = [
     "Connection",

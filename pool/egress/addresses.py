@@ -20,8 +20,8 @@ import itertools
 import time
 from pathlib import Path
 
-from pool.egress.policy import IPAddress
 from pool.egress.settings import EgressSettings
+from pool.network.policy import IPAddress
 
 
 def refusal(address: IPAddress | None, port: int, settings: EgressSettings) -> str | None:

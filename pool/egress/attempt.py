@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from pool.egress.audit import INVALID, Connection
+from pool.network.audit import INVALID, Connection
 
 MAX_TEXT_CHARS = 300
 """The longest rule or error kept in a record."""

@@ -13,13 +13,13 @@ import functools
 
 from pool.egress import opening
 from pool.egress.attempt import Attempt
-from pool.egress.audit import ALLOWED, DENIED
 from pool.egress.cache import intercept
 from pool.egress.head import Authority, RequestHead
-from pool.egress.policy import NetworkPolicy
 from pool.egress.relay import close
 from pool.egress.route import Network, Refused, Route, open_route, permit_offline, upstream_authorization
 from pool.egress.steps import checked_opening, established, open_destination, refuse, relay_tunnel
+from pool.network.audit import ALLOWED, DENIED
+from pool.network.policy import NetworkPolicy
 
 
 async def tunnel(

@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pool.egress.attempt import Attempt
-from pool.egress.audit import DENIED, Connection
 from pool.egress.limits import ProxyLimits
 from pool.egress.loop import LoopThread
-from pool.egress.policy import NetworkPolicy, Phase
 from pool.egress.relay import reply, shut
 from pool.egress.route import Network
 from pool.egress.session import serve
 from pool.egress.settings import EgressSettings
 from pool.errors import BackendError
+from pool.network.audit import DENIED, Connection
+from pool.network.policy import NetworkPolicy, Phase
 
 if TYPE_CHECKING:
     from pool.egress.cache.downloads import DownloadCache

@@ -3,7 +3,7 @@
 The backend says where the sandbox's current network namespace is; the
 gatekeeper keeps one gate of the process's :class:`~pool.egress.proxy.EgressProxy`
 listening in it at ``127.0.0.1:3128`` with the phase's policy (and, during the
-agent's turn, a model gate per configured model route: :mod:`pool.egress.models`), moves it when
+agent's turn, a model gate per configured model route: :mod:`pool.egress.models.routes`), moves it when
 the namespace changes (a restore or a strict verifier starts a new one), and
 keeps the records of closed gates until they are read.
 """
@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pool.egress.audit import NetworkLog
 from pool.egress.netns import listen_in_netns
-from pool.egress.policy import NetworkPolicy, Phase
 from pool.egress.sandboxside import PROXY_PORT, ca_bundle, proxy_environment
+from pool.network.audit import NetworkLog
+from pool.network.policy import NetworkPolicy, Phase
 
 if TYPE_CHECKING:
-    from pool.egress.modelgate import ModelGate
+    from pool.egress.models.gateway import ModelGate
     from pool.egress.proxy import EgressProxy, Gate
 
 SETTLE_S = 0.5

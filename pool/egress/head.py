@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pool.egress.policy import normalise_host, parse_address
+from pool.network.policy import normalise_host, parse_address
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _VERSION = re.compile(r"HTTP/1\.[01]")

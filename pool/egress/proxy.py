@@ -4,7 +4,7 @@ A sandbox has only loopback. For each one, snapgym creates a socket listening
 inside the sandbox's namespace and hands it to :meth:`EgressProxy.open_gate`;
 the proxy, running in the host process, accepts the sandbox's connections on it
 (``HTTP_PROXY``/``HTTPS_PROXY`` point tools there) and reaches the outside world
-for it, within the gate's :class:`~pool.egress.policy.NetworkPolicy`. Which
+for it, within the gate's :class:`~pool.network.policy.NetworkPolicy`. Which
 socket a connection arrived on says which sandbox it came from; nothing the
 client sends can say otherwise.
 
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING
 from pool.egress.gate import Gate
 from pool.egress.limits import ProxyLimits
 from pool.egress.loop import LoopThread
-from pool.egress.modelgate import ModelClient, ModelGate
-from pool.egress.models import ModelRoute
-from pool.egress.policy import NetworkPolicy, Phase
+from pool.egress.models.gateway import ModelClient, ModelGate
+from pool.egress.models.routes import ModelRoute
 from pool.egress.settings import EgressSettings
 from pool.errors import BackendError, ConfigError
+from pool.network.policy import NetworkPolicy, Phase
 
 if TYPE_CHECKING:
     from pool.egress.cache.downloads import DownloadCache
@@ -113,7 +113,7 @@ class EgressProxy:
         return gate
 
     def open_model_gate(self, listener: socket.socket, route: ModelRoute) -> ModelGate:
-        """Serve ``route`` to the sandbox whose namespace ``listener`` listens in (see pool.egress.models).
+        """Serve ``route`` to the sandbox whose namespace ``listener`` listens in (see pool.egress.models.routes).
 
         The proxy owns ``listener`` from this call on, also when the call fails.
 

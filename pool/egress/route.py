@@ -21,8 +21,8 @@ from pool.egress.addresses import refusal
 from pool.egress.attempt import Attempt
 from pool.egress.head import Authority
 from pool.egress.limits import ProxyLimits
-from pool.egress.policy import Decision, IPAddress, NetworkMode, NetworkPolicy, parse_address
 from pool.egress.settings import EgressSettings
+from pool.network.policy import Decision, IPAddress, NetworkMode, NetworkPolicy, parse_address
 
 if TYPE_CHECKING:
     from pool.egress.cache.downloads import DownloadCache

@@ -6,10 +6,9 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pool.buildnetwork import BuildRoute, build_route
 from pool.egress.gatekeeper import Gatekeeper
-from pool.egress.policy import NetworkMode, NetworkPolicy
 from pool.egress.settings import EgressSettings
+from pool.network.policy import NetworkMode
 
 if TYPE_CHECKING:
     from pool.egress.proxy import EgressProxy
@@ -49,10 +48,6 @@ class EgressService:
             }
         every = tuple(m.value for m in NetworkMode)
         return {"egress_control": "proxy", "network_modes": every, "build_network_modes": every, "egress_audit": True}
-
-    def build_route(self, policy: NetworkPolicy, *, backend: str) -> BuildRoute:
-        """How a build under ``policy`` reaches the network here (see pool.buildnetwork)."""
-        return build_route(policy, proxy_available=self.available, why_not=self.unavailable_reason, backend=backend)
 
     def gatekeeper(self) -> Gatekeeper:
         """A gatekeeper for one new sandbox."""

@@ -14,13 +14,13 @@ import asyncio
 
 from pool.egress import cached
 from pool.egress.attempt import Attempt
-from pool.egress.audit import ALLOWED, INVALID
 from pool.egress.body import Framing, copy_body, framing
 from pool.egress.head import Authority, RequestHead, host_of, parse_authority, parse_head, parse_proxy_url
-from pool.egress.policy import NetworkPolicy
 from pool.egress.relay import Activity, close, pipe, relay, reply, send
 from pool.egress.route import Network, Route, upstream_authorization
 from pool.egress.steps import established, open_destination, refuse, relay_tunnel
+from pool.network.audit import ALLOWED, INVALID
+from pool.network.policy import NetworkPolicy
 
 MAX_URL_CHARS = 512
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "upgrade"})

@@ -9,9 +9,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pool.egress.cache.settings import CacheSettings
-from pool.egress.models import ModelRoute, parse_routes
-from pool.egress.policy import IPAddress, IPNetwork, normalise_host, parse_address
+from pool.egress.models.routes import ModelRoute, parse_routes
 from pool.errors import ConfigError
+from pool.network.policy import IPAddress, IPNetwork, normalise_host, parse_address
 
 RAY_PORTS = (6379, 8265, 10001, 52365)
 """Ray's well-known ports (GCS, dashboard, client server, dashboard agent): refused on every address."""
@@ -42,7 +42,7 @@ class EgressSettings:
     """The download cache (:mod:`pool.egress.cache`): ``off``, or ``record``/``replay`` with a ``dir``.
     :meth:`parse` also takes its fields as a mapping."""
     models: tuple[ModelRoute, ...] = ()
-    """Model routes (:mod:`pool.egress.models`): the model endpoints an agent inside a sandbox may
+    """Model routes (:mod:`pool.egress.models.routes`): the model endpoints an agent inside a sandbox may
     call during its turn, with a key added here. :meth:`parse` also takes a list of mappings or a
     mapping of name -> fields."""
     networks: tuple[IPNetwork, ...] = field(default=(), compare=False, repr=False)

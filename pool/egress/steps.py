@@ -7,11 +7,11 @@ import asyncio
 
 from pool.egress import opening
 from pool.egress.attempt import Attempt
-from pool.egress.audit import ALLOWED, DENIED, UNREACHABLE
 from pool.egress.head import Authority
-from pool.egress.policy import NetworkPolicy
 from pool.egress.relay import Activity, pipe, relay, reply, send
 from pool.egress.route import Network, Refused, Route, Unreachable, open_route
+from pool.network.audit import ALLOWED, DENIED, UNREACHABLE
+from pool.network.policy import NetworkPolicy
 
 _ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 

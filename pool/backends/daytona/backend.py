@@ -1,7 +1,7 @@
 """The Daytona backend: sandboxes are Daytona sandboxes, known-good states are Daytona snapshots.
 
 What every cloud backend does alike (builds named by content hash, the start
-digest, hand-offs, strict verification, pacing, reaping) is :mod:`pool.remote`;
+digest, hand-offs, strict verification, pacing, reaping) is :mod:`pool.backends.remote`;
 this module is Daytona's options and capabilities, :mod:`.provider` its SDK
 calls. Builds start from ``base_snapshot`` (None: the organisation's default)
 and end in ``create_snapshot`` (files only: a sandbox from it starts with no
@@ -18,9 +18,9 @@ from typing import Any
 import daytona
 
 from pool.backends.daytona.provider import DaytonaProvider
+from pool.backends.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
 from pool.capabilities import Capabilities
 from pool.errors import ConfigError
-from pool.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
 
 NAME = "daytona"
 _MISSING_KEY = (

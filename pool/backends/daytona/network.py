@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pool.egress.policy import NetworkMode, NetworkPolicy
+from pool.backends.remote.egress import destinations
 from pool.errors import UnsupportedError
-from pool.remote.egress import destinations
+from pool.network.policy import NetworkMode, NetworkPolicy
 
 
 def provider_network(policy: NetworkPolicy) -> dict[str, Any]:

@@ -1,9 +1,11 @@
-"""Daytona through its SDK, as a :class:`~pool.remote.provider.Provider`: the only module that calls ``daytona``.
+"""Daytona through its SDK, as a remote :class:`~pool.backends.remote.provider.Provider`.
+
+The only module that calls ``daytona``.
 
 Commands run in one session per sandbox (Daytona's only call that returns stdout
 and stderr apart), each in its own ``bash -c`` so nothing carries over from one
 to the next; each stream is cut at the cap inside the sandbox
-(:mod:`pool.remote.capped`), so the client never holds more. Daytona has no idempotency key: a create is named
+(:mod:`pool.backends.remote.capped`), so the client never holds more. Daytona has no idempotency key: a create is named
 ``sg-<key>``, and a retry that meets the name taken (the first answer was lost)
 takes the sandbox that has it.
 """
@@ -21,9 +23,9 @@ import daytona
 
 from pool.backends.daytona.errors import provider_errors
 from pool.backends.daytona.network import provider_network
-from pool.egress.policy import NetworkPolicy
-from pool.remote.capped import capped_script
-from pool.remote.provider import Listed, RawResult
+from pool.backends.remote.capped import capped_script
+from pool.backends.remote.provider import Listed, RawResult
+from pool.network.policy import NetworkPolicy
 from pool.resources import Resources
 
 SESSION = "snapgym"

@@ -1,7 +1,7 @@
 """Where a template starts: every kind of base, realised as an image in the engine.
 
 - ``host``: a tiny skeleton image (mount points, links, a minimal /etc, made by
-  :func:`pool.hostview.write_skeleton` and ``docker import``-ed), which every
+  :func:`pool.build.hostview.write_skeleton` and ``docker import``-ed), which every
   container of the snapshot runs with the host's /usr (and /bin, /lib* where
   they are folders) and the Python prefix bound read-only: exactly the local
   backend's host view. Its identity is the host's package fingerprint.
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pool import hostview
 from pool.backends.docker.engine import engine_errors
-from pool.digest import source_key
+from pool.build import hostview
+from pool.build.digest import source_key
 from pool.errors import BackendError, ConfigError
 from pool.templates import HOST_BASE
 

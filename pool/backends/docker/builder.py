@@ -4,7 +4,7 @@ Three ways in, one way out:
 
 - a plain template, or a Dockerfile ``FROM snapgym/host``, or a prebuilt image
   (``prefer_prebuilt``, when the engine has or can pull it): the shared recipe
-  (:func:`pool.imagebuild.recipe_for`: the base, the translated Dockerfile
+  (:func:`pool.build.images.recipe_for`: the base, the translated Dockerfile
   steps, the template's setup, files, healthcheck) runs in a build container
   over the base image, the local backend's way;
 - a Dockerfile on any other image: the engine's builder builds it
@@ -15,7 +15,7 @@ Either way the build container is committed (paused) into
 ``<prefix>/snapshot:<id>`` with the snapshot's record in a label; the id is
 the template's content hash over the base's identity, so the next build of
 the same template finds the image and runs nothing. The build's network
-policy (see :mod:`pool.buildnetwork`): a build container has no network of
+policy (see :mod:`pool.build.network`): a build container has no network of
 its own and reaches out through snapgym's egress proxy, which enforces and
 records the policy, where the proxy runs here (else the engine's bridge, for
 a public policy only); the engine's builder gives ``RUN`` steps the bridge or
@@ -37,13 +37,13 @@ from pool.backends.docker.catalog import RECORD, ROLE, SANDBOX, SNAPSHOT
 from pool.backends.docker.engine import engine_errors
 from pool.backends.docker.execution import run_helper
 from pool.backends.docker.sandbox import DockerSandbox
-from pool.buildnetwork import BuildRoute
-from pool.dockerfile import ImageCopy
-from pool.egress.policy import NetworkMode
+from pool.build.dockerfile import ImageCopy
+from pool.build.hostview import DEFAULT_PATH
+from pool.build.images import BaseConfig, Recipe, file_target, recipe_for, run_recipe
+from pool.build.network import BuildRoute, build_route
 from pool.errors import ConfigError
-from pool.hostview import DEFAULT_PATH
-from pool.imagebuild import BaseConfig, Recipe, file_target, recipe_for, run_recipe
 from pool.labels import OWNER
+from pool.network.policy import NetworkMode
 from pool.resources import Resources, require_supported
 from pool.snapshots import BASE_ENV, Snapshot
 from pool.templates import Template
@@ -154,7 +154,12 @@ class Builder:
             resources=template.resources,
         )
         labels = {OWNER: backend.owner, ROLE: "build", SNAPSHOT: snapshot_id}
-        route = backend.egress.build_route(recipe.network, backend="docker")
+        route = build_route(
+            recipe.network,
+            proxy_available=backend.egress.available,
+            why_not=backend.egress.unavailable_reason,
+            backend="docker",
+        )
         container = backend.start_container(  # under the backend's limits, not the task's (as docker build does)
             replace(draft, resources=Resources()),
             labels,

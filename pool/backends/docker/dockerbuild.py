@@ -13,7 +13,7 @@ context (the SDK adds it to the context archive under a random name;
 A ``FROM snapgym/host`` (or an image mapped to ``host``) is not built here:
 the host view's folders must be bound while ``RUN`` steps run, which the
 builder cannot do, so :mod:`pool.backends.docker.builder` runs the
-translated steps (:mod:`pool.dockerfile`) in a container instead.
+translated steps (:mod:`pool.build.dockerfile`) in a container instead.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 from pool.backends.docker.bases import BaseImage, Bases
 from pool.backends.docker.catalog import ROLE
 from pool.backends.docker.engine import engine_errors
-from pool.dockerfile import resolve_image
+from pool.build.dockerfile import resolve_image
 from pool.errors import BuildError
 from pool.templates import HOST_BASE, DockerBuild
 

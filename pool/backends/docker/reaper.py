@@ -12,7 +12,7 @@ killed runner's durable episodes go on from it when the run is resumed
 (``checkpoint_every``), so ``reap_orphans`` keeps it. The resume adopts every
 checkpoint of its run whose maker is gone (:func:`dead_checkpoints_of_run`),
 and its backend removes them when it closes; a run that is never resumed
-is cleaned up by ``reap_run`` (``python -m pool.reap --backend docker --run ID``).
+is cleaned up by ``reap_run`` (``python -m pool.backends.reap --backend docker --run ID``).
 """
 
 from __future__ import annotations

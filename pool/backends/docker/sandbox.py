@@ -28,8 +28,6 @@ from pool.backends.docker import execution, files, verify
 from pool.backends.docker.catalog import SNAPSHOT
 from pool.backends.docker.changes import read_changes
 from pool.changes import MAX_PATHS, Changes
-from pool.egress.audit import NetworkLog
-from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import (
     CommandRejectedError,
     ConfigError,
@@ -40,6 +38,8 @@ from pool.errors import (
     SnapgymError,
     UnsupportedError,
 )
+from pool.network.audit import NetworkLog
+from pool.network.policy import NetworkPolicy, Phase
 from pool.results import ExecResult, decode_output
 from pool.snapshots import Snapshot
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
@@ -347,7 +347,7 @@ class DockerSandbox:
         )
 
     def network_log(self) -> NetworkLog:
-        """The connection attempts since the last call or restore (see pool.egress.audit)."""
+        """The connection attempts since the last call or restore (see pool.network.audit)."""
         return self._egress.log()
 
     def _read_optional(self, path: str) -> bytes | None:

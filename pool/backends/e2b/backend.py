@@ -1,7 +1,7 @@
 """The E2B backend: sandboxes are E2B microVMs, known-good states are E2B snapshots.
 
 What every cloud backend does alike (builds named by content hash, the start
-digest, hand-offs, strict verification, pacing, reaping) is :mod:`pool.remote`;
+digest, hand-offs, strict verification, pacing, reaping) is :mod:`pool.backends.remote`;
 this module is E2B's options and capabilities, :mod:`.provider` its SDK calls.
 Builds start from the E2B template ``base_template`` (it stands in for
 snapgym's ``host`` base: E2B's "base" is a Debian userland with Python, git and
@@ -35,9 +35,9 @@ import os
 from typing import Any
 
 from pool.backends.e2b.provider import E2BProvider
+from pool.backends.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
 from pool.capabilities import Capabilities
 from pool.errors import ConfigError
-from pool.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
 
 NAME = "e2b"
 _MISSING_KEY = (

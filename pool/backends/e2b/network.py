@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pool.egress.policy import NetworkMode, NetworkPolicy
-from pool.remote.egress import EVERYTHING, NON_GLOBAL, destination, refuse_ports
+from pool.backends.remote.egress import EVERYTHING, NON_GLOBAL, destination, refuse_ports
+from pool.network.policy import NetworkMode, NetworkPolicy
 
 
 def provider_network(policy: NetworkPolicy) -> dict[str, Any]:

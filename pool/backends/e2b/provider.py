@@ -1,4 +1,4 @@
-"""E2B through its SDK, as a :class:`~pool.remote.provider.Provider`: the only module that calls ``e2b``."""
+"""E2B through its SDK, as a :class:`~pool.backends.remote.provider.Provider`: the only module that calls ``e2b``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import e2b
 
 from pool.backends.e2b.errors import provider_errors
 from pool.backends.e2b.network import provider_network
-from pool.egress.policy import NetworkPolicy
-from pool.remote.provider import Listed, RawResult
+from pool.backends.remote.provider import Listed, RawResult
+from pool.network.policy import NetworkPolicy
 from pool.resources import Resources
 
 ROOT = "root"

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pool import hostview
 from pool.backends.local import cgroups, kernel, layers, native, seal
 from pool.backends.local.daemon import DaemonClient, Fields, Op
 from pool.backends.local.imagebase import image_base
@@ -34,11 +33,13 @@ from pool.backends.local.ocisettings import Credentials, RegistrySettings
 from pool.backends.local.ready import ReadySandboxes, Started
 from pool.backends.local.sandbox import LocalSandbox
 from pool.backends.local.store import BaseRecord, SnapshotStore, default_runtime_dir, default_store_dir
-from pool.buildnetwork import BuildRoute
+from pool.build import hostview
+from pool.build.digest import combine, source_key
+from pool.build.dockerfile import ImageCopy
+from pool.build.images import BaseConfig, Recipe, file_target, recipe_for, run_recipe
+from pool.build.network import BuildRoute, build_route
 from pool.capabilities import Capabilities, Enforcement
 from pool.contract import Sandbox
-from pool.digest import combine, source_key
-from pool.dockerfile import ImageCopy
 from pool.egress.service import EgressService
 from pool.egress.settings import EgressSettings
 from pool.errors import (
@@ -54,7 +55,6 @@ from pool.errors import (
     SnapshotError,
     SnapshotTooLargeError,
 )
-from pool.imagebuild import BaseConfig, Recipe, file_target, recipe_for, run_recipe
 from pool.labels import OWNER, check_labels, new_owner
 from pool.resources import Resources, require_supported
 from pool.snapshots import BASE_ENV, Snapshot
@@ -275,7 +275,12 @@ class LocalBackend:
                 # task's memory_mb is what an episode gets, and an install can need more than that
                 resources=Resources(),
             )
-            route = self.egress.build_route(recipe.network, backend=self.name)
+            route = build_route(
+                recipe.network,
+                proxy_available=self.egress.available,
+                why_not=self.egress.unavailable_reason,
+                backend=self.name,
+            )
             sandbox = self._open(start, network=route is BuildRoute.DIRECT)
             try:
                 network = run_recipe(sandbox, recipe, template, copy_from_image=self._copy_from_image, route=route)

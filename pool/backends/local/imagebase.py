@@ -8,7 +8,7 @@ became, so a layer that several images share is unpacked and stored once. The
 mount-point layer (:mod:`mountpoints`) goes on top.
 
 The base digest is ``combine("oci", d1, ..., dn, dm)``: ``di`` the tree digest
-(:mod:`pool.digest`) of the image's i-th layer as unpacked, bottom first, and
+(:mod:`pool.build.digest`) of the image's i-th layer as unpacked, bottom first, and
 ``dm`` that of the mount-point layer. It depends on the files alone, not on
 where the image came from or how its blobs were compressed, so an image gives
 the same digest on every machine (in root mode; a rootless store records files
@@ -39,7 +39,7 @@ from pool.backends.local.mountpoints import mount_point_layer
 from pool.backends.local.oci import ImageConfig, ImageFetcher, LayerBlob, PulledImage
 from pool.backends.local.ocilayer import unpack_layer
 from pool.backends.local.store import BaseRecord, SnapshotStore
-from pool.digest import FORMAT, combine
+from pool.build.digest import FORMAT, combine
 
 SEED = "oci"
 """The first link of an image base's digest: the content is all in the layers."""

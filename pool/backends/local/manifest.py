@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pool import digest
 from pool.backends.local import walk
-from pool.digest import Entry
+from pool.build import digest
+from pool.build.digest import Entry
 from pool.errors import SnapshotCorruptError
 
 StatKey = tuple[int, int, int, int]

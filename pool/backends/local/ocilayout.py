@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pool.digest import file_sha256
+from pool.build.digest import file_sha256
 from pool.errors import ImageError
 
 REF_NAME = "org.opencontainers.image.ref.name"

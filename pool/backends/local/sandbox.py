@@ -15,8 +15,6 @@ from pool.backends.local.cgroups import Limits, SandboxCgroup, memory_of_process
 from pool.backends.local.changes import read_changes
 from pool.backends.local.daemon import Op, StatusTimeoutError, read_status
 from pool.changes import MAX_PATHS, Changes
-from pool.egress.audit import NetworkLog
-from pool.egress.policy import NetworkPolicy, Phase
 from pool.errors import (
     BackendError,
     CommandRejectedError,
@@ -27,6 +25,8 @@ from pool.errors import (
     SandboxOutOfMemoryError,
     UnsupportedError,
 )
+from pool.network.audit import NetworkLog
+from pool.network.policy import NetworkPolicy, Phase
 from pool.results import ExecResult, decode_output
 from pool.snapshots import Snapshot
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
@@ -579,7 +579,7 @@ class LocalSandbox:
         )
 
     def network_log(self) -> NetworkLog:
-        """The connection attempts since the last call or restore (see pool.egress.audit)."""
+        """The connection attempts since the last call or restore (see pool.network.audit)."""
         return self._egress.log()
 
     def _read_optional(self, path: str) -> bytes | None:

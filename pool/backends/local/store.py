@@ -6,7 +6,7 @@ layers stand on: ``host:<fingerprint>`` or ``rootfs``), then ``combine(parent,
 layer digest)`` per layer above. :meth:`SnapshotStore.check` recomputes that
 chain from layers checked against their content (see :mod:`layers`), so a
 record whose digest was edited, or that names layers it was not made from, is
-refused like a damaged layer. Records carry the digest :data:`~pool.digest.FORMAT`;
+refused like a damaged layer. Records carry the digest :data:`~pool.build.digest.FORMAT`;
 records of another format are treated as absent, so their templates are rebuilt.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from pool.backends.local import durable, staging
 from pool.backends.local.layers import LayerStore, remove_tree
-from pool.digest import FORMAT, combine
+from pool.build.digest import FORMAT, combine
 from pool.errors import SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
 from pool.snapshots import Snapshot
 

@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 
 from pool.backends.local import walk
-from pool.digest import CONTENT_XATTRS, data_extents
+from pool.build.digest import CONTENT_XATTRS, data_extents
 from pool.errors import SnapshotTooLargeError
 
 _MIB = 1 << 20

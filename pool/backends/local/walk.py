@@ -10,7 +10,7 @@ and checks that it is the same directory (device and inode), so a tree 100,000
 levels deep stays far under the descriptor limit.
 
 Children are visited sorted by name as bytes, the canonical order of
-:mod:`pool.digest`. A node carries its depth and name; its full path is only
+:mod:`pool.build.digest`. A node carries its depth and name; its full path is only
 built on demand (:meth:`Node.path`), so a walk of a deep tree costs linear time
 and memory, not quadratic.
 """

@@ -1,7 +1,7 @@
 """The Modal backend: sandboxes are Modal sandboxes (GPU ones too), known-good states are filesystem snapshots.
 
 What every cloud backend does alike (builds named by content hash, the start
-digest, hand-offs, strict verification, pacing, reaping) is :mod:`pool.remote`;
+digest, hand-offs, strict verification, pacing, reaping) is :mod:`pool.backends.remote`;
 this module is Modal's options and capabilities, :mod:`.provider` its SDK calls.
 A template or task that asks for GPUs (``Resources.gpus``, ``gpu_types``; task.toml
 ``[environment] gpus``/``gpu_types``) gets Modal GPU sandboxes (``gpu="A10G"``,
@@ -25,9 +25,9 @@ from modal_proto import api_pb2
 
 from pool.backends.modal.errors import provider_errors
 from pool.backends.modal.provider import ModalProvider
+from pool.backends.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
 from pool.capabilities import Capabilities
 from pool.errors import ConfigError
-from pool.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
 
 NAME = "modal"
 GPU_TYPES = (

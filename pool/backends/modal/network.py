@@ -16,8 +16,8 @@ empty allowlist. Modal filters by destination, not port, so an entry with
 
 from __future__ import annotations
 
-from pool.egress.policy import NetworkMode, NetworkPolicy
-from pool.remote.egress import destinations, global_ranges, refuse_ports
+from pool.backends.remote.egress import destinations, global_ranges, refuse_ports
+from pool.network.policy import NetworkMode, NetworkPolicy
 
 
 def outbound_policy(policy: NetworkPolicy) -> dict[str, list[str]]:

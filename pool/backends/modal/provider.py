@@ -1,9 +1,9 @@
-"""Modal through its SDK, as a :class:`~pool.remote.provider.Provider`: the only module that calls ``modal``.
+"""Modal through its SDK, as a :class:`~pool.backends.remote.provider.Provider`: the only module that calls ``modal``.
 
 A sandbox runs ``sleep infinity`` under an app (``app_name``) from an image id:
 the base image, or a filesystem snapshot (``snapshot_filesystem``). Commands run
 as ``bash -c`` through Modal's exec, each stream cut at the cap inside the
-sandbox (:mod:`pool.remote.capped`). A create is named ``sg-<key>`` (names are
+sandbox (:mod:`pool.backends.remote.capped`). A create is named ``sg-<key>`` (names are
 unique within an app), so a retry whose first answer was lost takes that
 sandbox. Modal images have no names to find them by, so a build's image id is
 remembered in a small registry file on this machine (``registry_file``).
@@ -27,10 +27,10 @@ import modal.exception as mx
 
 from pool.backends.modal.errors import provider_errors
 from pool.backends.modal.network import outbound_policy
-from pool.egress.policy import NetworkPolicy
+from pool.backends.remote.capped import capped_script, cut
+from pool.backends.remote.provider import Listed, RawResult
 from pool.errors import UnsupportedError
-from pool.remote.capped import capped_script, cut
-from pool.remote.provider import Listed, RawResult
+from pool.network.policy import NetworkPolicy
 from pool.resources import Resources
 
 

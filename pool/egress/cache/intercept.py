@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 import h11
 
 from pool.egress.attempt import Attempt
-from pool.egress.audit import DENIED
 from pool.egress.cache.downloads import DownloadCache
 from pool.egress.cache.exchange import ClientFailed, Context, answer
 from pool.egress.cache.http import Peer, text_headers, values
@@ -30,6 +29,7 @@ from pool.egress.cache.streams import PlainStream, Stream, TLSStream
 from pool.egress.head import Authority, host_of, parse_authority
 from pool.egress.limits import ProxyLimits
 from pool.egress.route import Route
+from pool.network.audit import DENIED
 
 __all__ = ["Context", "origin_for", "serve_request", "serve_tunnel"]
 

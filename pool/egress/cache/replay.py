@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import h11
 
-from pool.egress.audit import DENIED, REPLAY_MISS, UNREACHABLE
 from pool.egress.cache.exchange import Context, answer, mark, read_body
 from pool.egress.cache.http import Peer, encoded
 from pool.egress.cache.key import BODILESS_METHODS, RequestKey
 from pool.egress.relay import CHUNK_BYTES
+from pool.network.audit import DENIED, REPLAY_MISS, UNREACHABLE
 
 
 async def replay(context: Context, client: Peer, key: RequestKey, close: list[tuple[str, str]]) -> bool:

@@ -1,0 +1,430 @@
+"""The episode runner: play every scheduled episode once, retry infrastructure failures, record all.
+
+The plan is ``episodes_per_task`` episodes of each task (episode ids
+``<task>:<i>``, seeds ``seed + i``). Episodes run on ``concurrency`` threads,
+each with its own environment; the agent loop runs here, the actions in the
+sandboxes. Each attempt is announced in the ledger before it starts, and its
+end is appended (and fsync-ed) before the thread moves on, so a runner killed
+at any moment can be resumed: episodes with a result are skipped, attempts
+cut short are marked ``interrupted`` and run again under a new attempt id,
+and episodes that ended as ``infra_error`` are played again (their result is
+``superseded``, see ``benchmarks.episodes.ledger``).
+
+An infrastructure failure is first checked against an outage (see
+``benchmarks.episodes.outage``): during one, failed attempts are not counted against
+``max_attempts`` and no attempt starts until the supply (and the model
+endpoint) serve again; an outage longer than ``outage_timeout_s`` stops the run.
+Durations and deadlines come from monotonic clocks; the wall-clock ``at``,
+``started_at`` and ``finished_at`` fields are for people reading the ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+from benchmarks.agents.base import Agent, ModelRequestError
+from benchmarks.episodes import episodefiles
+from benchmarks.episodes.attempt import INFRA_ERROR, AttemptResult, EpisodeLimits, EpisodeSpec, play
+from benchmarks.episodes.durable import Durability
+from benchmarks.episodes.journal import EpisodeJournal
+from benchmarks.episodes.ledger import Ledger, LedgerWriteError, attempt_id
+from benchmarks.episodes.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy
+from benchmarks.episodes.records import SessionRecords, Started
+from benchmarks.episodes.routing import Supply
+from envs.tasks import Task
+from pool.errors import ConfigError, SnapgymError
+from pool.labels import RUN
+
+log = logging.getLogger(__name__)
+
+
+DEFAULT_AGENT_TIMEOUT_S = 600.0
+"""The oracle's step timeout when a task sets no ``[agent] timeout_sec`` (Harbor's default agent timeout)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvalSettings:
+    """What the runner needs from the config."""
+
+    env_id: str = "snapgym/Shell-v0"
+    """The environment every episode runs in."""
+    episodes_per_task: int = 1
+    """Episodes of each task (a group, for pass@k)."""
+    seed: int = 0
+    """Episode i of a task gets ``seed + i``."""
+    concurrency: int = 4
+    """Episodes played at once (threads)."""
+    max_steps: int = 50
+    """Steps before an episode is truncated."""
+    step_timeout_s: float = 120.0
+    """Timeout of one action (an agent with ``whole_task_steps`` gets the task's agent timeout)."""
+    max_action_bytes: int = 64 * 1024
+    """The largest action accepted; larger ones raise InvalidActionError without reaching the sandbox."""
+    run_id: str = ""
+    """The run's name (its folder's); every sandbox the run makes carries it as ``snapgym.run``."""
+    episode_timeout_s: float | None = None
+    """Wall-clock budget of an episode, agent included (measured on a monotonic clock)."""
+    max_attempts: int = 3
+    """Attempts of an episode whose infrastructure failed (outage casualties not counted)."""
+    success_threshold: float = 1.0
+    """A reward at or above this is a pass."""
+    verification: str | None = None
+    """"strict" or "shared" for every episode; None: each task's own mode."""
+    network: Any = None
+    """The network of every episode (see envs.network); None: each task's own policy per phase."""
+    outage_timeout_s: float = 600.0
+    """An outage longer than this stops the run (the circuit breaker)."""
+    outage_backoff_max_s: float = 30.0
+    """The longest pause between health probes during an outage."""
+    checkpoint_every: int = 0
+    """Journal a checkpoint of each episode every this many steps, so that a resumed run goes on from
+    the last one (see benchmarks.episodes.durable); 0: no journal, an interrupted episode is played again."""
+
+    def __post_init__(self) -> None:
+        """Refuse values no episode could run with, before any work starts (naming the key)."""
+        at_least_one = ("episodes_per_task", "concurrency", "max_steps", "max_action_bytes", "max_attempts")
+        positive = ("step_timeout_s", "outage_timeout_s", "outage_backoff_max_s")
+        wrong = [f"{name}={getattr(self, name)} (at least 1)" for name in at_least_one if getattr(self, name) < 1]
+        wrong += [f"{name}={getattr(self, name)} (above 0)" for name in positive if not getattr(self, name) > 0]
+        if self.checkpoint_every < 0:
+            wrong.append(f"checkpoint_every={self.checkpoint_every} (0 for none, or a number of steps)")
+        if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
+            wrong.append(f"episode_timeout_s={self.episode_timeout_s} (above 0, or null for none)")
+        if wrong:
+            keys = {"concurrency": "pool.size"}
+            named = [keys.get(item.split("=")[0], item.split("=")[0]) + "=" + item.split("=", 1)[1] for item in wrong]
+            raise ConfigError(f"invalid run settings: {', '.join(named)}")
+
+
+class RunStoppedError(SnapgymError):
+    """The run stopped before every episode ended (the ledger keeps what finished; resume it)."""
+
+
+def plan_episodes(tasks: Sequence[Task], episodes_per_task: int, seed: int) -> list[EpisodeSpec]:
+    """Every scheduled episode, sample-major, so early results cover every task."""
+    return [
+        EpisodeSpec(f"{task.id}:{sample}", task.id, sample, seed + sample)
+        for sample in range(episodes_per_task)
+        for task in tasks
+    ]
+
+
+class Evaluation:
+    """Runs a plan of episodes into a ledger.
+
+    Args:
+        tasks: the suite.
+        agent: plays every episode.
+        supply: builds snapshots and makes environments.
+        ledger: where every attempt and result goes (possibly holding an earlier run's records).
+        settings: the run's settings.
+        on_result: called with each result record (the progress bar).
+        probes: what every episode depends on, asked after an infrastructure failure whether
+            it is an outage (default: the supply alone; the llm agent adds its endpoint).
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        agent: Agent,
+        supply: Supply,
+        ledger: Ledger,
+        settings: EvalSettings,
+        *,
+        on_result: Callable[[dict[str, Any]], None] | None = None,
+        probes: Sequence[HealthProbe] | None = None,
+    ) -> None:
+        self.tasks = {task.id: task for task in tasks}
+        self.agent = agent
+        self.supply = supply
+        self.ledger = ledger
+        self.settings = settings
+        self.records = SessionRecords(agent=agent.name, env_id=settings.env_id,
+                                      success_threshold=settings.success_threshold)  # fmt: skip
+        self.run_id = self.records.run_id
+        self._on_result = on_result or (lambda record: None)
+        policy = OutagePolicy(settings.outage_timeout_s, max_backoff_s=settings.outage_backoff_max_s)
+        self._gate = OutageGate([supply] if probes is None else probes, policy)
+        self._snapshots: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._fatal: BaseException | None = None
+        self._fatal_lock = threading.Lock()
+        self._local = threading.local()
+        self._envs: list[gym.Env[Any, str]] = []
+        self._envs_lock = threading.Lock()
+
+    @property
+    def outages(self) -> list[Outage]:
+        """This session's outages."""
+        return list(self._gate.outages)
+
+    def plan(self) -> list[EpisodeSpec]:
+        """Every scheduled episode."""
+        return plan_episodes(list(self.tasks.values()), self.settings.episodes_per_task, self.settings.seed)
+
+    def pending(self) -> list[EpisodeSpec]:
+        """Scheduled episodes that have no standing result yet."""
+        return [spec for spec in self.plan() if spec.episode_id not in self.ledger.state.results]
+
+    def final_results(self) -> int:
+        """Scheduled episodes whose result is final (an ``infra_error`` is not: a run plays it again)."""
+        results = self.ledger.state.results
+        return sum(1 for s in self.plan() if results.get(s.episode_id, {}).get("outcome", INFRA_ERROR) != INFRA_ERROR)
+
+    def run(self) -> None:
+        """Play every pending episode.
+
+        Raises:
+            RunStoppedError: the model endpoint refused requests, or the run was interrupted.
+            OutageError: an outage outlasted ``outage_timeout_s`` (the circuit breaker).
+            LedgerWriteError: a record could not be written (the ledger stays whole).
+        """
+        try:
+            self._mark_interrupted()
+            self._reopen_infra_errors()
+            self._play_all(self._build(self.pending()))
+        except OutageError as exc:
+            self._halt(exc)
+        finally:
+            self._keep_checkpoints_for_resume()
+        if self._fatal is not None:
+            self._raise_fatal(self._fatal)
+
+    def _play_all(self, pending: list[EpisodeSpec]) -> None:
+        # What exists now (modules, configs, the plan) lives for the whole run: keep it out of the
+        # collector's full passes, which would otherwise walk it every few hundred episodes. The
+        # garbage goes first, and the freeze ends with the run (a notebook runs many in one process).
+        gc.collect()
+        gc.freeze()
+        workers = max(1, min(self.settings.concurrency, len(pending)))
+        executor = ThreadPoolExecutor(workers, thread_name_prefix="snapgym-episode")
+        try:
+            for future in [executor.submit(self._episode, spec) for spec in pending]:
+                future.result()
+        except KeyboardInterrupt:
+            self._stop.set()
+            executor.shutdown(wait=True, cancel_futures=True)
+            raise RunStoppedError("interrupted; episodes in flight will run again when the run resumes") from None
+        finally:
+            executor.shutdown(wait=True)
+            self._close_envs()
+            gc.unfreeze()
+
+    def _keep_checkpoints_for_resume(self) -> None:
+        """While an episode has no final result (stopped, or ended by its infrastructure), a resume goes on from
+        its checkpoints: the backend keeps them when it closes."""
+        if self.settings.checkpoint_every and self.final_results() < len(self.plan()):
+            with contextlib.suppress(Exception):  # a backend that is gone keeps nothing anyway
+                self.supply.keep_run_checkpoints()
+
+    def _halt(self, exc: BaseException) -> None:
+        with self._fatal_lock:
+            if self._fatal is None:
+                self._fatal = exc
+        self._stop.set()
+
+    def _raise_fatal(self, fatal: BaseException) -> None:
+        resume = f"resume=true output_dir={self.ledger.path.parent}"
+        if isinstance(fatal, LedgerWriteError):
+            raise fatal
+        if isinstance(fatal, OutageError):
+            done = f"{self.final_results()} of {len(self.plan())} episodes have a final result"
+            raise OutageError(f"{fatal}; {done}; when it is back, play the rest with {resume}") from fatal
+        raise RunStoppedError(f"the run stopped: {fatal}") from fatal
+
+    # -- one episode ----------------------------------------------------------
+
+    def _episode(self, spec: EpisodeSpec) -> None:
+        try:
+            self._play_episode(spec)
+        except (OutageError, LedgerWriteError) as exc:
+            self._halt(exc)
+
+    def _play_episode(self, spec: EpisodeSpec) -> None:
+        state = self.ledger.state
+        while not self._stop.is_set():
+            self._gate.wait(self._stop)
+            if self._stop.is_set():
+                return
+            attempt = state.attempts.get(spec.episode_id, 0) + 1
+            epoch = self._gate.epoch
+            self.ledger.append(self.records.attempt(spec.episode_id, attempt))
+            started = self.records.now()
+            try:
+                result = self._attempt(spec, attempt)
+            except ModelRequestError as exc:
+                self._halt(exc)
+                return
+            outage = self._gate.is_outage(epoch) if result.is_retryable else None
+            if outage is not None:
+                self.ledger.append(self.records.failed(spec.episode_id, attempt, result.error, outage=outage))
+                self._drop_env()
+                continue
+            failures = state.failures.get(spec.episode_id, 0) + (1 if result.is_retryable else 0)
+            if result.is_retryable and failures < self.settings.max_attempts:
+                self.ledger.append(self.records.failed(spec.episode_id, attempt, result.error))
+                self._drop_env()
+                continue
+            record = self._result(spec, attempt, result, started, failures)
+            self.ledger.append(record)
+            self._on_result(record)
+            if self.supply.pool is not None:
+                self._release_sandbox()
+            return
+
+    def _attempt(self, spec: EpisodeSpec, attempt: int) -> AttemptResult:
+        task = self.tasks[spec.task_id]
+        limits = EpisodeLimits(self.settings.env_id, self.settings.episode_timeout_s)
+        try:
+            env = self._env_for(task)
+        except Exception as exc:  # a pool that is gone may raise Ray's errors here, not only ours
+            return AttemptResult(INFRA_ERROR, error=f"could not make the environment: {type(exc).__name__}: {exc}")
+        return play(env, task, self.agent, spec, limits, self._durability(spec, attempt))
+
+    def _durability(self, spec: EpisodeSpec, attempt: int) -> Durability | None:
+        """How the attempt is journalled (None: checkpoints are off)."""
+        if not self.settings.checkpoint_every:
+            return None
+        journal = EpisodeJournal(self.ledger.path.parent / episodefiles.journal_file(spec.task_id, spec.sample))
+        return Durability(journal, attempt, self.settings.checkpoint_every, journal.load())
+
+    def _env_for(self, task: Task) -> gym.Env[Any, str]:
+        """This thread's environment for ``task``; a new one after the supply replaced its backend or pool."""
+        key = (task.id, self.supply.generation)
+        current = getattr(self._local, "env", None)
+        if current is not None and getattr(self._local, "key", None) == key:
+            return current  # type: ignore[no-any-return]
+        self._drop_env()
+        options: dict[str, Any] = {
+            "max_steps": self.settings.max_steps,
+            "step_timeout_s": self._step_timeout_s(task),
+            "max_action_bytes": self.settings.max_action_bytes,
+        }
+        if self.settings.run_id and self.supply.pool is None:
+            options["labels"] = {RUN: self.settings.run_id}
+        if self.settings.verification is not None:
+            options["verification"] = self.settings.verification
+        if self.settings.network is not None:
+            options["network"] = self.settings.network
+        if self.settings.checkpoint_every:
+            options["end_digest"] = True
+        env = self.supply.make_env(self.settings.env_id, task, **options)
+        with self._envs_lock:
+            self._envs.append(env)
+        self._local.env, self._local.key = env, key
+        return env
+
+    def _step_timeout_s(self, task: Task) -> float:
+        if self.agent.whole_task_steps:
+            return task.settings.agent_timeout_s or max(self.settings.step_timeout_s, DEFAULT_AGENT_TIMEOUT_S)
+        return self.settings.step_timeout_s
+
+    def _release_sandbox(self) -> None:
+        """Give the finished episode's lease back, so a thread waiting for a sandbox is not starved
+        by one that has nothing left to run (the pool may hold fewer sandboxes than there are threads)."""
+        env = getattr(self._local, "env", None)
+        if env is not None:
+            with contextlib.suppress(Exception):
+                env.unwrapped.release_sandbox()
+
+    def _drop_env(self) -> None:
+        env = getattr(self._local, "env", None)
+        self._local.env = None
+        if env is not None:
+            with self._envs_lock:
+                self._envs.remove(env)
+            with contextlib.suppress(Exception):
+                env.close()
+
+    def _close_envs(self) -> None:
+        with self._envs_lock:
+            envs, self._envs = self._envs, []
+        for env in envs:
+            with contextlib.suppress(Exception):
+                env.close()
+
+    # -- before the episodes --------------------------------------------------
+
+    def _mark_interrupted(self) -> None:
+        why = "the runner stopped during this attempt; it runs again on resume"
+        for episode_id, attempt in sorted(self.ledger.state.unfinished.items()):
+            self.ledger.append(self.records.failed(episode_id, attempt, why, interrupted=True))
+
+    def _reopen_infra_errors(self) -> None:
+        """Supersede the ``infra_error`` results of the plan's episodes, so they are played again."""
+        why = "an infrastructure failure is not final: the episode is played again"
+        results = self.ledger.state.results
+        for spec in self.plan():
+            result = results.get(spec.episode_id)
+            if result is not None and result.get("outcome") == INFRA_ERROR:
+                self.ledger.append(self.records.superseded(spec.episode_id, int(result["attempt"]), why))
+
+    def _build(self, pending: list[EpisodeSpec]) -> list[EpisodeSpec]:
+        """Build the snapshots the pending episodes need; a task that fails to build ends its episodes."""
+        failed: dict[str, str] = {}
+        for task_id in dict.fromkeys(spec.task_id for spec in pending):
+            error = self._build_task(self.tasks[task_id])
+            if error is not None:
+                failed[task_id] = error
+                log.error("task %s: %s", task_id, error)
+        for spec in pending:
+            if spec.task_id in failed:
+                attempt = self.ledger.state.attempts.get(spec.episode_id, 0) + 1
+                self.ledger.append(self.records.attempt(spec.episode_id, attempt))
+                result = AttemptResult(INFRA_ERROR, error=failed[spec.task_id])
+                record = self._result(spec, attempt, result, self.records.now(), 1)
+                self.ledger.append(record)
+                self._on_result(record)
+        return [spec for spec in pending if spec.task_id not in failed]
+
+    def _build_task(self, task: Task) -> str | None:
+        """Build one task's snapshot, waiting out an outage; the error when the build itself failed."""
+        while True:
+            epoch = self._gate.epoch
+            try:
+                self._snapshots[task.id] = self.supply.build(task)
+                return None
+            except SnapgymError as exc:
+                error = f"building the task's snapshot failed: {type(exc).__name__}: {exc}"
+            if self._gate.is_outage(epoch) is None:
+                return error
+            self._gate.wait(self._stop)
+
+    def _result(
+        self, spec: EpisodeSpec, attempt: int, result: AttemptResult, started: Started, failures: int
+    ) -> dict[str, Any]:
+        snapshot = self._snapshots.get(spec.task_id)
+        run_dir, folder = self.ledger.path.parent, episodefiles.episode_dir(spec.task_id, spec.sample, attempt)
+        files = {"dir": folder, "result": f"{folder}/{episodefiles.RESULT_FILE}"}
+        try:
+            if result.trajectory is not None:
+                atif = result.trajectory.as_atif(
+                    session_id=attempt_id(spec.episode_id, attempt), agent=self.agent.name, env_id=self.settings.env_id,
+                    model_name=getattr(self.agent, "model", None),
+                )  # fmt: skip
+                files["trajectory"] = episodefiles.write_trajectory(run_dir, folder, atif)
+            if result.verifier is not None:
+                files.update(episodefiles.write_verifier(run_dir, folder, result.verifier))
+            if result.changes is not None:
+                files["diff"] = episodefiles.write_changes(run_dir, folder, result.changes)
+            if result.agent_files:
+                files.update(episodefiles.write_agent_files(run_dir, folder, result.agent_files))
+            if result.network and (result.network.get("connections") or result.network.get("model_calls")):
+                files["network"] = episodefiles.write_network(run_dir, folder, result.network)
+        except OSError as exc:  # the episode's files are a convenience: the ledger holds the result
+            log.warning("the files of episode %s could not be written: %s", spec.episode_id, exc)
+        backend = self.supply.for_task(self.tasks[spec.task_id]).name
+        record = self.records.result(spec, attempt, result, started=started, failures=failures, snapshot=snapshot,
+                                     backend=backend, files=files)  # fmt: skip
+        with contextlib.suppress(OSError):
+            episodefiles.write_json(run_dir, files["result"], record)
+        return record

@@ -1,0 +1,102 @@
+"""What a cloud provider must offer for snapgym to pool its sandboxes: the :class:`Provider` protocol.
+
+A cloud backend (E2B, Daytona, ...) is this protocol over the provider's SDK,
+plus a constructor that takes the provider's options; everything a pool needs
+on top (snapshots named by content hash, the start digest, hand-offs to warm
+spares, strict verification, pacing and retries, labels and reaping) is
+:mod:`pool.backends.remote`'s, the same for every provider. Each method translates the
+SDK's exceptions into snapgym's error tree at the boundary, so nothing above it
+sees a provider's exception: :class:`~pool.errors.ConfigError` for a refused
+key or request, :class:`~pool.errors.ProviderBusyError` for a refusal for now
+(429, 503), :class:`~pool.errors.SandboxCrashedError` for a sandbox that is
+gone, :class:`~pool.errors.FileOperationError` (with an errno) for files,
+:class:`~pool.errors.BackendError` for the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pool.network.policy import NetworkPolicy
+from pool.resources import Resources
+
+
+@dataclass(frozen=True, slots=True)
+class RawResult:
+    """What a provider's command run gave (the remote layer turns it into an ExecResult)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    lost: bool = False
+    """The provider gave up on the call (its own timeout): no exit code came back."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A sandbox as the provider lists it."""
+
+    sandbox_id: str
+    labels: Mapping[str, str]
+
+
+class Provider(Protocol):
+    """One cloud provider, through its SDK (see the module docstring)."""
+
+    name: str
+    """The backend's name (``e2b``, ``daytona``)."""
+
+    def create(
+        self,
+        source: str | None,
+        labels: Mapping[str, str],
+        *,
+        idempotency_key: str,
+        internet: bool = False,
+        resources: Resources | None = None,
+    ) -> Any:
+        """A started sandbox from a provider snapshot or template (``None``: the provider's base), with
+        ``labels`` as its metadata and the backend's lifetime; no network unless ``internet`` (a build's
+        public policy); ``resources`` where the provider sets them per sandbox (GPUs)."""
+
+    def sandbox_id(self, remote: Any) -> str:
+        """The provider's id of a sandbox."""
+
+    def is_running(self, remote: Any) -> bool:
+        """Whether the sandbox still answers."""
+
+    def kill(self, remote: Any) -> None:
+        """End a sandbox (one already gone counts as ended)."""
+
+    def run(self, remote: Any, command: str, *, cwd: str, env: Mapping[str, str], timeout_s: float,
+            cap: int) -> RawResult:  # fmt: skip
+        """Run a shell line as root; at most ``cap`` bytes of each stream come back (and the client
+        holds no more than that); ``timeout_s`` bounds the call (the line kills its own command first)."""
+
+    def read(self, remote: Any, path: str) -> bytes:
+        """An absolute path's bytes."""
+
+    def write(self, remote: Any, path: str, data: bytes) -> None:
+        """Write an absolute path, creating its parent folders."""
+
+    def make_snapshot(self, remote: Any, name: str | None) -> str:
+        """Freeze a sandbox into a snapshot (named ``name`` when given); what :meth:`create` takes."""
+
+    def find_snapshot(self, prefix: str) -> tuple[str, str] | None:
+        """(what :meth:`create` takes, the full name) of a snapshot whose name starts with ``prefix``."""
+
+    def set_network(self, remote: Any, policy: NetworkPolicy) -> None:
+        """Enforce ``policy`` on the sandbox's outbound traffic until changed."""
+
+    def listed(self, labels: Mapping[str, str]) -> Iterator[Listed]:
+        """Every live sandbox of the account that carries all of ``labels``."""
+
+    def kill_id(self, sandbox_id: str) -> None:
+        """End a sandbox by id (one already gone counts as ended)."""
+
+    def close(self) -> None:
+        """Release the SDK's clients."""

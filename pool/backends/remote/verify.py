@@ -1,0 +1,210 @@
+"""A cloud backend's side of ``sandbox.begin_verification``: strict mode (see :mod:`pool.verification`).
+
+Collecting the outputs, in the agent's sandbox, as the backend's own steps (no
+wrapper, the provider's own timeouts). First every process of the episode is
+killed: each one started after the sandbox was handed over (its start time in
+``/proc``, which a process cannot change) or carrying the mark of an agent's
+command in its environment, except the collector's own ancestors (the
+provider's exec chain), sweep after sweep until a sweep finds none. So nothing
+the agent left running can stop, trace or race the archiving. Then the
+outputs that are folders are archived with ``tar`` and read out. A sandbox
+that does not give up its outputs (its disk full, its PIDs held, its ``tar``
+broken, a collector stopped past its timeout) while the provider says it is
+running is the agent's doing: the verifier sees the outputs empty and the
+result says why, scored, never an infrastructure error the agent could use to
+hide a failure. A provider that does not answer is one.
+
+Then that sandbox is killed at the provider (its machine, and every process
+the agent started, ends before anything of the verifier's runs), and the
+verifier gets a fresh sandbox at the known-good snapshot (the spare, when that
+is the one). Into it go the outputs, extracted by the verifier's own ``tar``
+(the known-good one: an archive made by a ``tar`` the agent replaced cannot
+write outside the outputs, through ``..`` or through links it plants, because
+the extraction is limited to the output members and GNU tar defers links until
+the end; an archive it cannot extract leaves the outputs empty, as above), the
+task's tests at ``/tests``, and fresh private folders. Then every link in the
+outputs that leads (as the kernel resolves it) into ``/tests``, a private
+folder or its top-level folder, ``/proc`` or ``/sys`` is removed and
+reported.
+
+Shared mode (the verifier beside the agent's live processes) is not offered:
+nothing inside one provider sandbox would keep them from the reward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import posixpath
+import shlex
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pool.backends.remote.provider import RawResult
+from pool.errors import BackendError, FileOperationError, SandboxCrashedError, SandboxError
+from pool.verification import VerificationPlan, VerificationReport, VerifyMode, outermost
+
+if TYPE_CHECKING:
+    from pool.backends.remote.sandbox import RemoteSandbox
+
+MAX_OUTPUTS_BYTES = 512 << 20
+"""The largest archive of outputs carried to the verifier."""
+STOP_TIMEOUT_S = 8.0
+"""How long killing the episode's processes may take (a collector the agent stopped ends then)."""
+ARCHIVE_TIMEOUT_S = 600.0
+_ARCHIVE_DIR = "/tmp/.snapgym-verify"
+_STOP_EPISODE = r"""since={since}
+keep=" 1 "; read -r line < /proc/self/stat; p=${{line%% *}}
+while [ "$p" -gt 1 ] 2>/dev/null; do
+  keep="$keep$p "; read -r line < /proc/$p/stat || break; set -- ${{line##*) }}; p=$2
+done
+round=0
+while [ $round -lt 100 ]; do
+  round=$((round + 1)); found=0
+  for dir in /proc/[0-9]*; do
+    pid=${{dir#/proc/}}
+    case "$keep" in *" $pid "*) continue ;; esac
+    read -r line < "$dir/stat" 2>/dev/null || continue
+    set -- ${{line##*) }}
+    [ "$1" = Z ] && continue
+    if [ "${{20}}" -ge "$since" ] || grep -qas SNAPGYM_EXEC_MARK= "$dir/environ"; then
+      kill -9 "$pid" 2>/dev/null && found=1
+    fi
+  done
+  [ $found = 0 ] && exit 0
+done
+echo "processes kept appearing after $round sweeps" >&2
+exit 3"""
+"""Kills every process of the episode (see the module docstring); ``{since}``: the hand-over time."""
+_ARCHIVE = """mkdir -p {folder} || exit 1
+set --
+for out in {outputs}; do
+  if [ -d "$out" ] && [ ! -L "$out" ]; then set -- "$@" "${{out#/}}"; echo "carried $out"; fi
+done
+[ $# -gt 0 ] || exit 0
+tar -C / -cf {archive} "$@"; status=$?
+[ $status -le 1 ] || exit $status
+echo "size $(stat -c %s {archive})"
+"""
+"""Archives the outputs that are folders (not links); GNU tar's 1 (a file changed as it was read) is no failure."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outputs:
+    """What was carried out of the agent's sandbox."""
+
+    archive: bytes
+    carried: tuple[str, ...]
+    """The outputs in the archive (folders at the end of the episode)."""
+    missing: tuple[str, ...]
+    """The outputs the verifier sees empty."""
+    notes: tuple[str, ...] = ()
+
+
+def collect_outputs(sandbox: RemoteSandbox, plan: VerificationPlan) -> Outputs:
+    """In the agent's sandbox: stop the episode's processes, then archive the outputs that are folders."""
+    outputs = outermost(plan.outputs)
+    cause: Exception | None = None
+    try:
+        collected = _collect(sandbox, outputs)
+    except (SandboxError, BackendError) as exc:
+        collected, cause = f"{type(exc).__name__}: {exc}", exc
+    if isinstance(collected, Outputs):
+        return collected
+    if not sandbox.is_alive:  # the provider ended it, or does not answer: not the agent's doing
+        raise SandboxCrashedError(
+            f"the agent's sandbox ended before its outputs were collected ({collected})"
+        ) from cause
+    note = f"the agent's sandbox did not give up its outputs, so the verifier sees them empty: {collected}"
+    return Outputs(b"", (), outputs, (note,))
+
+
+def _collect(sandbox: RemoteSandbox, outputs: tuple[str, ...]) -> Outputs | str:
+    """The outputs, or why the sandbox did not give them up."""
+    stopped = sandbox.run_direct(_STOP_EPISODE.format(since=sandbox.since_ticks), timeout_s=STOP_TIMEOUT_S)
+    if stopped.lost or stopped.exit_code != 0:
+        return f"the episode's processes could not be stopped ({_why(stopped)})"
+    archive = f"{_ARCHIVE_DIR}/{uuid.uuid4().hex}.tar"
+    quoted = " ".join(shlex.quote(out) for out in outputs)
+    script = _ARCHIVE.format(folder=_ARCHIVE_DIR, outputs=quoted, archive=archive)
+    made = sandbox.run_direct(script, timeout_s=ARCHIVE_TIMEOUT_S)
+    if made.lost or made.exit_code != 0:
+        return f"archiving them failed ({_why(made)})"
+    lines = made.stdout.splitlines()
+    carried = tuple(line[len("carried ") :] for line in lines if line.startswith("carried "))
+    missing = tuple(out for out in outputs if out not in carried)
+    if not carried:
+        return Outputs(b"", (), missing)
+    size = next((line[len("size ") :] for line in lines if line.startswith("size ")), "")
+    if not size.isdigit():
+        return f"the archive's size is unknown ({_why(made)})"
+    if int(size) > MAX_OUTPUTS_BYTES:
+        return (
+            f"the archive is {int(size) >> 20} MiB, over the {MAX_OUTPUTS_BYTES >> 20} MiB a strict verification "
+            "on a cloud backend carries"
+        )
+    return Outputs(sandbox.read_file(archive), carried, missing)
+
+
+def install(sandbox: RemoteSandbox, plan: VerificationPlan, outputs: Outputs) -> VerificationReport:
+    """In the verifier's fresh sandbox: the outputs, the tests, fresh private folders, and the link audit."""
+    private = (plan.tests_path, *plan.private_dirs)
+    fresh = " ".join(shlex.quote(path) for path in (*outermost(plan.outputs), *private))
+    _run(sandbox, f"rm -rf {fresh} && mkdir -p {fresh}", "preparing the verifier's folders")
+    carried, missing, notes = outputs.carried, outputs.missing, outputs.notes
+    if outputs.archive:
+        path = f"{_ARCHIVE_DIR}/{uuid.uuid4().hex}.tar"
+        sandbox.write_file(path, outputs.archive, mode=0o600)
+        members = " ".join(shlex.quote(out.lstrip("/")) for out in carried)
+        unpacked = sandbox.exec(f"tar -C / -xpf {path} {members}; status=$?; rm -f {path}; exit $status",
+                                timeout_s=ARCHIVE_TIMEOUT_S, cwd="/")  # fmt: skip
+        if not unpacked.ok:  # the agent's archive: its outputs, empty
+            _run(sandbox, f"rm -rf {fresh} && mkdir -p {fresh}", "emptying the outputs")
+            notes = (*notes, f"the outputs' archive could not be unpacked: {unpacked.stderr[-300:].strip()}")
+            carried, missing = (), outermost(plan.outputs)
+    _put_tests(sandbox, plan)
+    removed = _remove_escaping_links(sandbox, carried, private)
+    return VerificationReport(
+        VerifyMode.STRICT, removed_links=removed, missing_outputs=tuple(missing), notes=tuple(notes)
+    )
+
+
+def _why(result: RawResult) -> str:
+    if result.lost:
+        return "timed out"
+    return f"exit {result.exit_code}: {(result.stderr or result.stdout)[-300:].strip()}"
+
+
+def _put_tests(sandbox: RemoteSandbox, plan: VerificationPlan) -> None:
+    root = Path(plan.tests_dir)
+    if not root.is_dir():
+        raise FileOperationError(errno.ENOENT, f"the task's tests folder {root} is missing", str(root))
+    for source in sorted(root.rglob("*")):
+        if source.is_symlink() or not source.is_file():
+            continue
+        target = posixpath.join(plan.tests_path, source.relative_to(root).as_posix())
+        sandbox.write_file(target, source.read_bytes(), mode=source.stat().st_mode & 0o777)
+
+
+def _remove_escaping_links(
+    sandbox: RemoteSandbox, outputs: tuple[str, ...], private: tuple[str, ...]
+) -> tuple[str, ...]:
+    if not outputs:
+        return ()
+    guarded = {*private, *("/" + p.strip("/").split("/")[0] for p in private), "/proc", "/sys"}
+    patterns = "|".join(f"{shlex.quote(g)}|{shlex.quote(g)}/*" for g in sorted(guarded))
+    script = (
+        f"find {' '.join(shlex.quote(o) for o in outputs)} -xdev -type l -print0 | "
+        "while IFS= read -r -d '' link; do target=$(readlink -f -- \"$link\"); "
+        f'case "$target" in {patterns}) rm -f -- "$link"; printf \'%s\\n\' "$link";; esac; done'
+    )
+    result = _run(sandbox, f"bash -c {shlex.quote(script)}", "removing links into the verifier's paths")
+    return tuple(line for line in result.splitlines() if line)
+
+
+def _run(sandbox: RemoteSandbox, command: str, what: str) -> str:
+    result = sandbox.exec(command, timeout_s=600, cwd="/")
+    if not result.ok:
+        raise SandboxError(f"{what} in the verifier's sandbox failed: {result.stderr[-500:]}")
+    return result.stdout
