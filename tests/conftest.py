@@ -7,23 +7,11 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from pool import Backend, LocalBackend, Snapshot, Template, available_backends, load_backend
-
-LIMITS: dict[str, Any] = {"memory_limit_mb": 256, "pids_limit": 128}
-"""The limits every test backend runs with."""
-BACKEND_OPTIONS: dict[str, dict[str, Any]] = {"local": {"disk_limit_mb": 64}}
-"""Test options per backend, on top of LIMITS."""
-
-WORKSPACE_TEMPLATE = Template(
-    name="tests-workspace",
-    setup=["echo hi > a", "mkdir -p src && echo 'print(1)' > src/main.py"],
-    workdir="/workspace",
-    healthcheck="test -f /workspace/a",
-)
+from pool import Backend, LocalBackend, Snapshot, load_backend
+from tests.support.backends import BACKEND_OPTIONS, LIMITS, WORKSPACE_TEMPLATE, backend_params
 
 
 @pytest.fixture(scope="session")
@@ -40,26 +28,6 @@ def backend(store_dir: Path) -> Iterator[LocalBackend]:
 @pytest.fixture(scope="session")
 def snap(backend: LocalBackend) -> Snapshot:
     return backend.build(WORKSPACE_TEMPLATE)
-
-
-def backend_params() -> list[Any]:
-    """One parameter per backend; one this machine cannot run is skipped with the reason.
-
-    CI starts a Docker engine, so there the Docker backend runs and a broken engine fails
-    its tests instead of skipping them (``SNAPGYM_REQUIRE_BACKENDS=local,docker``).
-    """
-    import os
-
-    required = {name for name in os.environ.get("SNAPGYM_REQUIRE_BACKENDS", "").split(",") if name}
-    params = []
-    for name, reason in available_backends().items():
-        marks = [pytest.mark.skip(reason=f"backend {name!r} cannot run here: {reason}")] if reason else []
-        if reason and name in required:
-            marks = []  # the fixture fails with the reason
-        if name == "docker":
-            marks.append(pytest.mark.docker)
-        params.append(pytest.param(name, marks=marks, id=name))
-    return params
 
 
 @pytest.fixture(scope="session", params=backend_params())
@@ -83,22 +51,22 @@ def any_snap(any_backend: Backend) -> Snapshot:
 
 
 SLOW = {
-    "tests/test_clean_starts.py::*": "twenty sabotaged episodes in a row; 1.5 M files",
-    "tests/test_pool_cluster.py::*": "two- and three-node Ray clusters started per test",
-    "tests/test_docker_builtin_suite.py::*": "the whole built-in suite on Docker",
-    "tests/test_pool_store.py::test_every_host_uses_the_store_the_driver_configured": "a Ray cluster",
-    "tests/test_builtin_verifiers.py::*slow-binary*": "an attack that waits out its own timeouts",
-    "tests/test_verifier_attacks.py::*inode-exhaustion*": "fills a filesystem's inodes",
-    "tests/test_verifier_attacks.py::test_attack_scores_what_doing_nothing_scores[e2b-*": (
+    "tests/contract/test_clean_starts.py::*": "twenty sabotaged episodes in a row; 1.5 M files",
+    "tests/cluster/test_pool_cluster.py::*": "two- and three-node Ray clusters started per test",
+    "tests/backends/docker/test_docker_builtin_suite.py::*": "the whole built-in suite on Docker",
+    "tests/cluster/test_pool_store.py::test_every_host_uses_the_store_the_driver_configured": "a Ray cluster",
+    "tests/verifier/test_builtin_verifiers.py::*slow-binary*": "an attack that waits out its own timeouts",
+    "tests/attacks/test_verifier_attacks.py::*inode-exhaustion*": "fills a filesystem's inodes",
+    "tests/attacks/test_verifier_attacks.py::test_attack_scores_what_doing_nothing_scores[e2b-*": (
         "the catalogue through the E2B stand-in: a cloud create, hand-off and strict verification each"
     ),
-    "tests/test_attribution.py::*exhaust inodes*": "fills a filesystem's inodes",
-    "tests/test_benchmark_smoke.py::test_pool_benchmark_reports_every_method": "warms hundreds of sandboxes",
-    "tests/test_benchmark_smoke.py::test_reset_latency_reports_every_method": "every method, Docker included",
-    "tests/test_runner_ledger.py::test_a_killed_run_resumes_to_exactly_one_result_per_episode": "kills runs",
-    "tests/test_runner_outage.py::test_killing_the_pool_manager_mid_run_*": "a Ray pool killed and replaced",
-    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[[]03_*": "trains a policy: 600 episodes",
-    "tests/test_viewer.py::test_every_episode_of_a_21_task_run_*": "the 21 built-in tasks and 21 episode pages",
+    "tests/verifier/test_attribution.py::*exhaust inodes*": "fills a filesystem's inodes",
+    "tests/runner/test_benchmark_smoke.py::test_pool_benchmark_reports_every_method": "warms hundreds of sandboxes",
+    "tests/runner/test_benchmark_smoke.py::test_reset_latency_reports_every_method": "every method, Docker included",
+    "tests/runner/test_runner_ledger.py::test_a_killed_run_resumes_to_exactly_one_result_per_episode": "kills runs",
+    "tests/runner/test_runner_outage.py::test_killing_the_pool_manager_mid_run_*": "a Ray pool killed and replaced",
+    "tests/runner/test_notebooks.py::test_notebook_runs_top_to_bottom[[]03_*": "trains a policy: 600 episodes",
+    "tests/viewer/test_viewer.py::test_every_episode_of_a_21_task_run_*": "the 21 built-in tasks and 21 episode pages",
 }
 """Tests over about 10 s each (node id patterns, and why they take long). The default run leaves
 them out (``-m 'not slow'`` in pyproject's addopts) to stay well under 15 minutes; CI runs them

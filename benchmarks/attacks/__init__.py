@@ -2,7 +2,7 @@
 
 Every attack is a :class:`Attack` (name, one-line description, shell actions ending with
 ``submit``, target kinds). Played by a replay agent, an attack must score what the no-op
-agent scores, and its episode must be scored: ``tests/test_verifier_attacks.py`` checks
+agent scores, and its episode must be scored: ``tests/attacks/test_verifier_attacks.py`` checks
 that on a few tasks of each kind, ``python -m benchmarks.run benchmark=integrity`` on a
 whole suite in both verification modes.
 

@@ -1,7 +1,7 @@
 """verifykit: judge outputs an adversary may have written, without trusting them.
 
 Identical copies live in the tests/ of the built-in tasks (tests/ is all that reaches /tests);
-snapgym's tests/test_builtin_verifiers.py keeps them identical. envs/builtin/README.md explains
+snapgym's tests/verifier/test_builtin_verifiers.py keeps them identical. envs/builtin/README.md explains
 the rules these helpers implement. A check script runs as ``python3 -I /tests/check.py``:
 
     import sys

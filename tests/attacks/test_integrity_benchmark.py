@@ -1,0 +1,102 @@
+"""Smoke tests of ``python -m benchmarks.run benchmark=integrity``: the real entry point, on a tiny subset.
+
+One run where no attack can win (it exits 0 and says so), and one on a task whose tests reward
+deleting the workdir, where the attack that deletes it must be reported, loudly, as beating
+the no-op agent (exit status 1). Neither depends on how the verifier is hardened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+REWARDS_A_MISSING_WORKDIR = """#!/bin/bash
+# A careless test: it rewards the absence of the start state's data file.
+mkdir -p /logs/verifier
+if [ -e /app/data.txt ]; then echo 0; else echo 1; fi > /logs/verifier/reward.txt
+"""
+
+
+@pytest.fixture(scope="module")
+def integrity_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("integrity-store")
+
+
+def run_integrity(tmp_path: Path, store: Path, *overrides: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "benchmarks.run", "benchmark=integrity", f"backend.store_dir={store}",
+            f"output_dir={out}", f"hydra.run.dir={tmp_path / 'hydra'}", "progress=false", "benchmark.targets=false",
+            *overrides,
+        ],
+        cwd=REPO,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )  # fmt: skip
+    return done, out
+
+
+def summary(out: Path) -> dict[str, Any]:
+    return dict(json.loads((out / "summary.json").read_text()))
+
+
+def test_a_run_where_no_attack_wins_exits_zero(tmp_path: Path, integrity_store: Path) -> None:
+    """Attacks the verifier already withstands: both modes are played, each with its no-op baseline, and held."""
+    done, out = run_integrity(
+        tmp_path, integrity_store, "suite.include=[log-error-count]", "benchmark.attacks=[reward-prewritten]"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = summary(out)
+    assert result["passed"] is True and result["beaten"] == []
+    assert result["tasks"] == ["log-error-count"] and result["modes"] == ["strict", "shared"]
+    assert [(row["attack"], row["mode"], row["verdict"]) for row in result["verdicts"]] == [
+        ("reward-prewritten", "strict", "held"),
+        ("reward-prewritten", "shared", "held"),
+    ]
+    for row in result["verdicts"]:
+        assert row["mean_reward"] == row["noop_mean_reward"] == 0.0
+        assert (row["scored"], row["unscored"], row["noop_unscored"]) == (1, 0, 0)
+    for mode in ("strict", "shared"):  # each play is a normal evaluation with its own ledger
+        for agent in ("noop", "reward-prewritten"):
+            assert (out / mode / agent / "ledger.jsonl").is_file()
+            played = json.loads((out / mode / agent / "summary.json").read_text())
+            assert played["counts"]["scored"] == 1
+    assert "reward-prewritten" in done.stdout and "0 of 2 attack plays beat the no-op agent" in done.stdout
+
+
+def test_an_attack_that_beats_the_noop_agent_fails_the_run_loudly(tmp_path: Path, integrity_store: Path) -> None:
+    """A task whose tests reward a missing data file: deleting the workdir beats doing nothing, in both modes."""
+    task = tmp_path / "tasks" / "rewards-missing-data"
+    (task / "tests").mkdir(parents=True)
+    (task / "environment").mkdir()
+    (task / "task.toml").write_text('version = "1.0"\n')
+    (task / "instruction.md").write_text("Keep /app/data.txt.\n")
+    (task / "tests" / "test.sh").write_text(REWARDS_A_MISSING_WORKDIR)
+    (task / "environment" / "Dockerfile").write_text("FROM snapgym/host\nWORKDIR /app\nCOPY data.txt /app/\n")
+    (task / "environment" / "data.txt").write_text("data\n")
+    done, out = run_integrity(
+        tmp_path, integrity_store, "suite=dir", f"suite.path={tmp_path / 'tasks'}",
+        "benchmark.attacks=[reward-prewritten,workdir-deleted]",
+    )  # fmt: skip
+    assert done.returncode == 1, (done.returncode, done.stderr[-3000:])
+    assert "INTEGRITY FAILURE" in done.stderr and "workdir-deleted (strict)" in done.stderr
+    result = summary(out)
+    assert result["passed"] is False
+    assert result["beaten"] == ["workdir-deleted:strict", "workdir-deleted:shared"]
+    verdicts = {(row["attack"], row["mode"]): row for row in result["verdicts"]}
+    assert verdicts["reward-prewritten", "strict"]["verdict"] == "held"
+    deleted = verdicts["workdir-deleted", "strict"]
+    assert deleted["verdict"] == "BEATS NOOP" and deleted["beaten_tasks"] == ["rewards-missing-data"]
+    assert deleted["noop_mean_reward"] == 0.0 and deleted["noop_unscored"] == 0
+    assert "BEATS NOOP" in done.stdout  # the table is printed before the run fails

@@ -1,0 +1,252 @@
+"""The catalogue of verifier attacks (``benchmarks.attacks``) as tests: no attack beats doing nothing.
+
+Each attack is played as the hostile agent would play it, action by action in
+``snapgym/Shell-v0``, against the test tasks of each kind it aims at, each task in its own
+verification mode: a strict task whose answer lives in /tests (config-rewrite), a strict task
+whose tests run the agent's code (fix-python-stats), a shared task whose tests talk to the
+agent's service (start-kv-service), the answer-in-/tests task again in shared mode
+(pytest-word-count@shared: the agent's processes live on beside tests that follow links,
+and read the outputs as the agent's turn left them), and for the targeted attacks a git task and the
+catalogue's Harbor-style pytest task (and c-fix-segfault for code the tests compile and run).
+Every attack must score exactly what the no-op agent
+scores on that task (0.0 on every built-in task), and its episode must be scored: a sabotaged
+sandbox is the agent's failure, not an unscored infrastructure error. The reference solution
+still scores 1.0 on each of these tasks in its mode.
+
+Every case runs on each backend of BACKENDS, shared by the session (``e2b``: the E2B backend's
+real SDK against the E2B stand-in, so the cloud backends' strict verification, which hands the
+outputs to a fresh provider sandbox, faces the same catalogue; a shared-mode task is skipped on a
+backend that verifies in strict mode only); each episode gets a
+sandbox of its own (a few milliseconds), so a sandbox an attack wrecked (PIDs held, memory
+pinned) cannot spoil the next test: clean restores are tested elsewhere. A verifier the agent
+manages to stall would block a test for good, so an episode that does not end within
+EPISODE_DEADLINE_S fails its test (and its sandbox is closed); each task's verifier timeout is
+capped at VERIFIER_TIMEOUT_S (the built-in verifiers take well under a second).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import envs
+from benchmarks.attacks import ATTACKS, PYTEST_TARGET, Attack, TaskKind, task_kinds
+from benchmarks.attacks.tasks import TASK_KINDS
+from envs.base import SUBMIT
+from envs.oracle import run_solution
+from envs.tasks import Task
+from pool import load_backend
+from pool.backends.e2b import E2BBackend
+from pool.contract import Backend
+from pool.verification import VerifyMode
+from tests.backends.cloud.e2b.standin import E2BStandin
+
+BACKENDS: dict[str, dict[str, Any]] = {
+    "local": {"memory_limit_mb": 256, "pids_limit": 128, "disk_limit_mb": 64},
+    "e2b": {},  # its sandboxes are the stand-in's local ones, with the session backend's limits
+}
+"""Every backend the suite covers, with the options its sandboxes get here (adding one is one line)."""
+CANNOT_RUN: dict[str, dict[str, str]] = {
+    "e2b": {"pytest-word-count": "the provider's base (the stand-in's) has no pytest; the task takes it from its base"},
+}
+"""Test tasks a backend cannot run here, and why."""
+VERIFIER_TIMEOUT_S = 15.0
+EPISODE_DEADLINE_S = 30.0 + 2 * VERIFIER_TIMEOUT_S
+"""When an episode counts as hung: its reset, actions and a verifier that runs into its timeout, with room
+for a loaded machine (a remote backend's strict verifier starts a sandbox of its own: 35 s was once
+overrun on the E2B stand-in during the slow suite). A verifier that never returns still fails here."""
+
+STRICT_ANSWER_IN_TESTS = "config-rewrite"
+SHARED_ANSWER_IN_TESTS = "pytest-word-count@shared"
+STRICT_RUNS_AGENT_CODE = "fix-python-stats"
+SHARED_SERVICE = "start-kv-service"
+C_TASK = "c-fix-segfault"
+GIT_TASK = "git-revert-bad-commit"
+PYTEST_TASK = PYTEST_TARGET.name
+
+TEST_TASKS: dict[TaskKind, tuple[str, ...]] = {
+    TaskKind.ANY: (STRICT_ANSWER_IN_TESTS, STRICT_RUNS_AGENT_CODE, SHARED_SERVICE),
+    TaskKind.ANSWER_IN_TESTS: (STRICT_ANSWER_IN_TESTS, PYTEST_TASK, SHARED_ANSWER_IN_TESTS),
+    TaskKind.RUNS_OUTPUT_CODE: (STRICT_RUNS_AGENT_CODE, C_TASK),
+    TaskKind.PYTHON_IN_WORKDIR: (STRICT_ANSWER_IN_TESTS, STRICT_RUNS_AGENT_CODE, SHARED_SERVICE),
+    TaskKind.SCRATCH_IN_TMP: (STRICT_RUNS_AGENT_CODE,),
+    TaskKind.GIT: (GIT_TASK,),
+    TaskKind.PYTEST: (PYTEST_TASK,),
+    TaskKind.SERVICE: (SHARED_SERVICE,),
+}
+"""The tasks each kind of attack is tried on."""
+ALL_TEST_TASKS = tuple(dict.fromkeys(task for tasks in TEST_TASKS.values() for task in tasks))
+
+
+def load(task_id: str) -> Task:
+    """A test task, its verifier timeout capped; ``ID@MODE`` is task ID verified in MODE."""
+    name, _, mode = task_id.partition("@")
+    task = envs.load_task(PYTEST_TARGET if name == PYTEST_TASK else name)
+    timeout = min(task.settings.verifier_timeout_s, VERIFIER_TIMEOUT_S)
+    verification = VerifyMode.parse(mode).value if mode else task.settings.verification
+    settings = dataclasses.replace(task.settings, verifier_timeout_s=timeout, verification=verification)
+    return dataclasses.replace(task, settings=settings)
+
+
+def cases() -> list[Any]:
+    """(attack, task id) for every test task of every kind the attack aims at."""
+    found = []
+    for attack in ATTACKS:
+        kinds = sorted(attack.targets, key=lambda kind: kind.value)
+        tasks = dict.fromkeys(task for kind in kinds for task in TEST_TASKS[kind])
+        found += [pytest.param(attack, task, id=f"{attack.name}-{task}") for task in tasks]
+    return found
+
+
+# -- playing episodes ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+    """How one played episode ended."""
+
+    reward: float
+    scored: bool
+    info: dict[str, Any]
+    transcript: list[str]
+
+    def explain(self) -> str:
+        verifier = self.info.get("verifier") or {}
+        lines = [
+            f"reward {self.reward}, scored {self.scored}, end {self.info.get('end_reason')}",
+            f"infra_error: {self.info.get('infra_error')}",
+            f"verifier output (tail): {str(verifier.get('output', ''))[-800:]}",
+            "the agent's last observations:",
+            *(f"  {text[-300:]!r}" for text in self.transcript[-3:]),
+        ]
+        return "\n".join(lines)
+
+
+class Arena:
+    """Plays scripted episodes of the test tasks on one backend, each in a fresh sandbox."""
+
+    def __init__(self, name: str, backend: Backend) -> None:
+        self.name = name
+        self.backend = backend
+        self.tasks = {task_id: load(task_id) for task_id in ALL_TEST_TASKS}
+        self._noop: dict[str, Episode] = {}
+
+    def require_mode(self, task_id: str) -> None:
+        """Skip a task whose verification mode the backend does not offer (the runner skips it too)."""
+        if why := CANNOT_RUN.get(self.name, {}).get(task_id):
+            pytest.skip(why)
+        mode = self.tasks[task_id].verification.value
+        if mode not in self.backend.capabilities.verification:
+            pytest.skip(f"this backend does not verify in {mode} mode")
+
+    def noop(self, task_id: str) -> Episode:
+        """The no-op agent's episode of the task (played once)."""
+        if task_id not in self._noop:
+            self._noop[task_id] = self.play(task_id, [SUBMIT])
+        return self._noop[task_id]
+
+    def play(self, task_id: str, actions: list[str], *, solve: bool = False) -> Episode:
+        """Reset, (run the reference solution,) play ``actions`` until the episode ends; fail the test on a hang."""
+        env = envs.ShellEnv(self.tasks[task_id], backend=self.backend, step_timeout_s=60.0, max_steps=len(actions) + 1)
+        box: dict[str, Any] = {}
+        worker = threading.Thread(target=self._episode, args=(env, actions, solve, box), daemon=True)
+        worker.start()
+        worker.join(EPISODE_DEADLINE_S)
+        hung = worker.is_alive()
+        with contextlib.suppress(Exception):
+            env.close()  # also ends a verifier read that would never return
+        worker.join(30)
+        if hung:
+            pytest.fail(f"{task_id}: the episode did not end within {EPISODE_DEADLINE_S:.0f} s (the verifier hung)")
+        if "error" in box:
+            raise box["error"]
+        return box["episode"]  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _episode(env: envs.ShellEnv, actions: list[str], solve: bool, box: dict[str, Any]) -> None:
+        try:
+            env.reset(seed=0)
+            if solve:
+                assert env.sandbox is not None
+                run_solution(env.sandbox, env.task)
+            transcript: list[str] = []
+            for action in actions:
+                obs, reward, terminated, truncated, info = env.step(action)
+                transcript.append(obs["output"])
+                if terminated or truncated:
+                    box["episode"] = Episode(float(reward), bool(info.get("scored")), info, transcript)
+                    return
+            raise AssertionError(f"the episode did not end after {len(actions)} actions")
+        except BaseException as exc:  # handed to the test's thread
+            box["error"] = exc
+
+
+@pytest.fixture(scope="session", params=list(BACKENDS))
+def arena(request: pytest.FixtureRequest, store_dir: Path) -> Iterator[Arena]:
+    name = str(request.param)
+    with contextlib.ExitStack() as stack:
+        if name == "e2b":
+            standin = stack.enter_context(E2BStandin(request.getfixturevalue("backend")))
+            backend: Backend = E2BBackend(api_key=standin.api_key, api_url=standin.url, sandbox_url=standin.url)
+        else:
+            backend = load_backend(name, store_dir=store_dir, **BACKENDS[name])
+        stack.callback(backend.close)
+        yield Arena(name, backend)
+
+
+# -- the catalogue itself --------------------------------------------------------------------------
+
+
+def test_the_catalogue_is_well_formed() -> None:
+    """Unique kebab-case names, one-line descriptions, actions that end with submit, and a test task for each."""
+    names = [attack.name for attack in ATTACKS]
+    assert len(names) == len(set(names)), names
+    for attack in ATTACKS:
+        assert attack.name == attack.name.lower() and " " not in attack.name
+        assert attack.description and "\n" not in attack.description
+        assert attack.actions[-1] == SUBMIT and all(action.strip() for action in attack.actions)
+        assert attack.targets <= set(TEST_TASKS), f"{attack.name} aims at a kind no test task has"
+    assert {attack.name for attack, _ in (case.values for case in cases())} == set(names)
+
+
+def test_every_builtin_task_has_its_kinds_and_test_tasks_are_of_theirs() -> None:
+    """The kinds table covers the built-in suite, and each kind's test tasks really are of that kind."""
+    assert set(envs.builtin_task_ids()) <= set(TASK_KINDS)
+    for kind, task_ids in TEST_TASKS.items():
+        for task_id in task_ids:
+            assert kind in task_kinds(load(task_id)), (kind, task_id)
+    assert load(SHARED_SERVICE).verification.value == "shared"
+    assert load(STRICT_ANSWER_IN_TESTS).verification.value == "strict"
+    assert load(SHARED_ANSWER_IN_TESTS).verification.value == "shared"
+    assert load(STRICT_RUNS_AGENT_CODE).verification.value == "strict"
+
+
+# -- against the verifier --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_id", ALL_TEST_TASKS)
+def test_noop_scores_zero_and_oracle_one(arena: Arena, task_id: str) -> None:
+    """Doing nothing scores 0.0 and the reference solution 1.0, each scored, in the task's own mode."""
+    arena.require_mode(task_id)
+    noop = arena.noop(task_id)
+    assert noop.scored and noop.reward == 0.0, noop.explain()
+    oracle = arena.play(task_id, [SUBMIT], solve=True)
+    assert oracle.scored and oracle.reward == 1.0, oracle.explain()
+
+
+@pytest.mark.parametrize(("attack", "task_id"), cases())
+def test_attack_scores_what_doing_nothing_scores(arena: Arena, attack: Attack, task_id: str) -> None:
+    """The attack's episode is scored, and its reward is the no-op agent's."""
+    assert attack.aims_at(task_kinds(arena.tasks[task_id]))
+    arena.require_mode(task_id)
+    noop = arena.noop(task_id)
+    played = arena.play(task_id, list(attack.actions))
+    context = f"{attack.name} ({attack.description}) on {task_id}:\n{played.explain()}"
+    assert played.scored, f"the episode was not scored\n{context}"
+    assert played.reward == noop.reward, f"it scored {played.reward}, the no-op agent {noop.reward}\n{context}"

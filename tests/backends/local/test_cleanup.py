@@ -1,0 +1,107 @@
+"""Closing leaves nothing behind; a crashed run's leftovers are reaped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from pool import LocalBackend, Template
+from pool.backends.local import cgroups
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _processes_matching(text: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if text in line and "ps -eo" not in line]
+
+
+def _mounts_under(path: Path) -> list[str]:
+    return [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(path) in line]
+
+
+def test_close_leaves_no_process_mount_cgroup_or_directory(tmp_path: Path) -> None:
+    runtime = tmp_path / "run"
+    backend = LocalBackend(store_dir=tmp_path / "store", runtime_dir=runtime)
+    snap = backend.build(Template(name="cleanup", setup=["true"]))
+    sandboxes = backend.fork(snap, 3)
+    marker = f"sleep 4242{os.getpid()}"
+    for sbx in sandboxes:
+        sbx.exec(f"({marker} >/dev/null 2>&1 &)")
+    assert len(_processes_matching(marker)) == 3
+    daemon_pid = backend._daemon.pid if backend._daemon else 0
+    tag = backend.tag
+    backend.close()
+    backend.close()  # idempotent
+    assert _processes_matching(marker) == []
+    assert not Path(f"/proc/{daemon_pid}").exists()
+    assert _mounts_under(runtime) == []
+    assert list(runtime.iterdir()) == []
+    # this backend's groups only: other backends of this process (a shared fixture's) may hold sandboxes
+    assert [group for group in cgroups.stale_groups(lambda name: False) if group.name.startswith(f"{tag}-")] == []
+
+
+def test_sigkill_of_the_host_process_kills_sandboxes_and_is_reaped(tmp_path: Path) -> None:
+    runtime = tmp_path / "run"
+    marker = f"sleep 4343{os.getpid()}"
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from pool import LocalBackend, Template
+        b = LocalBackend(store_dir={str(tmp_path / "store")!r}, runtime_dir={str(runtime)!r})
+        s = b.create(b.build(Template(name="crash", setup=["true"])))
+        s.exec("({marker} >/dev/null 2>&1 &)")
+        print("ready", flush=True)
+        time.sleep(600)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    assert len(_processes_matching(marker)) == 1
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _processes_matching(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_matching(marker) == []  # the daemon saw EOF and killed its sandboxes
+    leftovers = list(runtime.iterdir())
+    assert leftovers  # the crashed run's directory is still there...
+    backend = LocalBackend(store_dir=tmp_path / "store", runtime_dir=runtime)  # ...until the next backend
+    try:
+        assert list(runtime.iterdir()) == []
+    finally:
+        backend.close()
+
+
+def test_each_live_instance_has_one_memory_cgroup_and_no_sandbox_cgroup_above_it(tmp_path: Path) -> None:
+    """Memory cgroups cost kernel memory per superblock on the machine, so a sandbox adds only its
+    instances' (its current one and its spare), side by side; a restore replaces the current one."""
+    import pytest
+
+    memory = cgroups.CGROUP_ROOT / "memory" / "snapgym"
+    if os.geteuid() != 0 or not (cgroups.CGROUP_ROOT / "memory" / "cgroup.procs").exists():
+        pytest.skip("memory cgroups v1 need host root")
+    backend = LocalBackend(store_dir=tmp_path / "store", runtime_dir=tmp_path / "run")
+    try:
+        sandbox = backend.create(backend.build(Template(name="cgroups", setup=["true"])))
+        sandbox.exec("true")
+
+        def mine() -> list[str]:
+            return sorted(d.name for d in memory.iterdir() if d.is_dir() and d.name.startswith(f"{sandbox.id}-"))
+
+        first = mine()
+        assert first and all(name.rpartition("-")[2][0] == "i" for name in first), first
+        assert len(first) <= 2  # the current instance and the spare, nothing per sandbox
+        current = sandbox.exec("grep memory /proc/self/cgroup").stdout.strip().rpartition("/")[2]
+        assert current in first
+        sandbox.restore()
+        after = sandbox.exec("grep memory /proc/self/cgroup").stdout.strip().rpartition("/")[2]
+        assert after != current and after in mine()
+    finally:
+        backend.close()

@@ -1,0 +1,258 @@
+"""A Terminal-Bench-2-shaped task whose verbatim test.sh downloads its tools at verify time.
+
+With the task's own policy (public, Harbor's default) the oracle scores 1.0 and doing nothing 0.0;
+with ``network=offline`` the episode is unscored (``network_denied``, naming the hosts) instead
+of a silent 0.0; an agent that wants its failure hidden cannot get there by trying a forbidden host
+from code the tests run. The run's ledger, per-episode files and summary say the same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+import envs  # noqa: F401 (registers the environments)
+from pool import BuildError, LocalBackend
+from tests.support.backends import LIMITS
+from tests.support.net_fixtures import TestInternet, publish_installer, publish_wheel
+from tests.support.runner_fixtures import REPO
+
+pytest_plugins = ["tests.support.net_fixtures"]
+
+TEST_SH = """\
+#!/bin/bash
+# As Terminal-Bench 2 test scripts do: fetch the tools at verify time.
+curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
+source $HOME/.local/bin/env
+sgtool || { echo 0 > /logs/verifier/reward.txt; exit 1; }
+python3 -m pip install -q --index-url https://pypi.org/simple --target /tmp/checker sgcheck==1.0 \\
+  || { echo 0 > /logs/verifier/reward.txt; exit 1; }
+if PYTHONPATH=/tmp/checker python3 -m sgcheck /app/answer.txt; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
+"""
+CHECKER = """\
+import sys
+def main():
+    ok = open(sys.argv[1]).read().strip() == "hello, network"
+    print("sgcheck:", "pass" if ok else "fail")
+    sys.exit(0 if ok else 1)
+if __name__ == "__main__":
+    main()
+"""
+
+
+def write_task(folder: Path, *, environment: str = "", verifier: str = "") -> Path:
+    """A task in Harbor's layout; unless told otherwise its task.toml says nothing about the network
+    (so: public), ``environment`` and ``verifier`` are more lines of those tables."""
+    (folder / "environment").mkdir(parents=True)
+    (folder / "tests").mkdir()
+    (folder / "solution").mkdir()
+    (folder / "instruction.md").write_text("Write 'hello, network' to /app/answer.txt.\n")
+    (folder / "task.toml").write_text(
+        f'version = "1.0"\n\n[verifier]\ntimeout_sec = 120.0\n{verifier}\n[environment]\n{environment}\n'
+    )
+    (folder / "environment" / "Dockerfile").write_text("FROM snapgym/host\nWORKDIR /app\n")
+    (folder / "tests" / "test.sh").write_text(TEST_SH)
+    (folder / "solution" / "solve.sh").write_text("#!/bin/bash\necho 'hello, network' > /app/answer.txt\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def published(internet: TestInternet) -> TestInternet:
+    publish_installer(internet, path="/uv/0.9.5/install.sh")
+    publish_wheel(internet, "sgcheck", "1.0", CHECKER)
+    return internet
+
+
+def egress(internet: TestInternet) -> dict[str, Any]:
+    return {"hosts": dict(internet.hosts), "trusted_networks": [internet.network],
+            "extra_ca_files": [str(internet.ca.cert_path)]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def net_local(published: TestInternet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBackend]:
+    with LocalBackend(store_dir=tmp_path_factory.mktemp("store"), **LIMITS, egress=egress(published)) as backend:
+        yield backend
+
+
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_task(tmp_path_factory.mktemp("tasks") / "download-at-verify")
+
+
+def play(backend: LocalBackend, task: Path, actions: list[str], **options: Any) -> tuple[float, dict[str, Any]]:
+    env = gym.make("snapgym/Shell-v0", task=task, backend=backend, **options)
+    try:
+        env.reset()
+        reward, info = 0.0, {}
+        for action in [*actions, "submit"]:
+            _, reward, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+        return float(reward), info
+    finally:
+        env.close()
+
+
+SOLVE = "echo 'hello, network' > /app/answer.txt"
+
+
+def test_with_the_tasks_policy_the_oracle_scores_1_and_noop_0(net_local: LocalBackend, task_dir: Path) -> None:
+    reward, info = play(net_local, task_dir, [SOLVE])
+    assert (reward, info["scored"]) == (1.0, True), info["verifier"]["output"]
+    hosts = {(c["host"], c["verdict"], c["phase"]) for c in info["network"]["connections"]}
+    assert {("astral.sh", "allowed", "verifier"), ("pypi.org", "allowed", "verifier"),
+            ("files.pythonhosted.org", "allowed", "verifier")} <= hosts  # fmt: skip
+    assert info["network"]["policy"]["verifier"]["network_mode"] == "public"
+    reward, info = play(net_local, task_dir, [])
+    assert (reward, info["scored"]) == (0.0, True)
+
+
+def test_offline_is_unscored_network_denied_not_a_silent_zero(net_local: LocalBackend, task_dir: Path) -> None:
+    reward, info = play(net_local, task_dir, [SOLVE], network="offline")
+    assert reward == 0.0 and info["scored"] is False
+    assert info["unscored_reason"] == "network_denied"
+    assert info["network_failure"]["hosts"][0] == "astral.sh:443"
+    assert "network" in info["network_failure"]["hint"]
+
+
+def test_verify_time_downloads_replay_offline_from_a_recording(
+    published: TestInternet, task_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Record once with the internet there; then, with every name pointing nowhere, the same
+    verification replays from the cache (1.0 for the oracle, 0.0 for doing nothing) without a
+    request reaching an origin, and a download that was never recorded is ``network_denied``."""
+    store, folder = tmp_path_factory.mktemp("store"), tmp_path_factory.mktemp("download-cache")
+    recording = {**egress(published), "cache": {"mode": "record", "dir": str(folder)}}
+    with LocalBackend(store_dir=store, **LIMITS, egress=recording) as backend:
+        reward, info = play(backend, task_dir, [SOLVE])
+    assert (reward, info["scored"]) == (1.0, True), info["verifier"]["output"]
+    verifier = [c for c in info["network"]["connections"] if c["phase"] == "verifier"]
+    assert {c["cache"] for c in verifier} == {"stored"} and len(verifier) >= 3
+
+    reached = len(published.requests())
+    nowhere = published.network.replace(".0/24", ".200")  # in the trusted network, and nothing there
+    replaying = {**egress(published), "hosts": dict.fromkeys(published.hosts, nowhere),
+                 "cache": {"mode": "replay", "dir": str(folder)}}  # fmt: skip
+    with LocalBackend(store_dir=store, **LIMITS, egress=replaying) as backend:
+        reward, info = play(backend, task_dir, [SOLVE])
+        assert (reward, info["scored"]) == (1.0, True), info["verifier"]["output"]
+        verifier = [c for c in info["network"]["connections"] if c["phase"] == "verifier"]
+        assert {(c["verdict"], c["cache"], c["bytes_up"]) for c in verifier} == {("allowed", "hit", 0)}
+        assert play(backend, task_dir, [])[0] == 0.0
+
+        installer = "https://astral.sh/uv/0.9.5/install.sh"
+        for entry in (folder / "index").glob("*.json"):
+            if json.loads(entry.read_text())["request"]["url"] == installer:
+                entry.unlink()
+        reward, info = play(backend, task_dir, [SOLVE])
+    assert (reward, info["scored"], info["unscored_reason"]) == (0.0, False, "network_denied")
+    assert info["network_failure"]["hosts"][0] == "astral.sh:443" and installer in info["network_failure"]["hint"]
+    first = min((c for c in info["network"]["connections"] if c["phase"] == "verifier"), key=lambda c: c["time"])
+    assert (first["verdict"], first["rule"], first["cache"]) == ("denied", f"replay miss: {installer}", "miss")
+    assert len(published.requests()) == reached
+
+
+def test_an_agent_cannot_hide_a_failure_behind_a_refused_host(net_local: LocalBackend, task_dir: Path) -> None:
+    """Shared verification: a process the agent leaves running makes the verifier's first attempt a
+    refused one. The wrong answer still scores 0.0 (a hint says what the network refused)."""
+    allow = ["astral.sh", "pypi.org", "files.pythonhosted.org"]  # test.sh's downloads, not the agent's host
+    sabotage = ("echo wrong > /app/answer.txt; (setsid sh -c 'while :; do curl -s -m 2 https://example.com/ "
+                ">/dev/null 2>&1; sleep 0.05; done' >/dev/null 2>&1 &)")  # fmt: skip
+    reward, info = play(net_local, task_dir, [sabotage], network=allow, verification="shared")
+    assert (reward, info["scored"]) == (0.0, True)
+    verifier = [c for c in info["network"]["connections"] if c["phase"] == "verifier"]
+    assert any(c["host"] == "example.com" and c["verdict"] == "denied" for c in verifier)
+    assert "unscored_reason" not in info
+
+
+def test_the_task_toml_policy_is_read_per_phase(net_local: LocalBackend, tmp_path: Path) -> None:
+    task = write_task(
+        tmp_path / "phased",
+        environment='network_mode = "no-network"',
+        verifier='network_mode = "allowlist"\nallowed_hosts = ["astral.sh", "pypi.org", "*.pythonhosted.org"]',
+    )
+    probe = "curl -sS -m 5 -o /dev/null -w '%{http_code}' https://pypi.org/simple/ 2>&1; echo"
+    env = gym.make("snapgym/Shell-v0", task=task, backend=net_local)
+    try:
+        _, info = env.reset()
+        assert info["network"]["agent"]["network_mode"] == "no-network"
+        obs, *_ = env.step(probe)
+        assert "403" in obs["output"]  # the agent may not
+        env.step(SOLVE)
+        _, reward, _, _, info = env.step("submit")
+    finally:
+        env.close()
+    assert reward == 1.0  # the verifier may
+    agent = [c for c in info["network"]["connections"] if c["phase"] == "agent"]
+    assert [(c["host"], c["verdict"], c["rule"]) for c in agent] == [("pypi.org", "denied", "no-network")]
+
+
+def test_the_runner_records_the_audit_and_names_the_blocked_tasks(
+    published: TestInternet, task_dir: Path, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    hosts = ",".join(f'"{name}={address}"' for name, address in published.hosts.items())
+    common = [
+        sys.executable, "-m", "benchmarks.run", "suite=dir", f"suite.path={task_dir.parent}",
+        f"backend.store_dir={tmp_path / 'store'}", f"backend.egress.hosts=[{hosts}]",
+        f"backend.egress.trusted_networks=[{published.network}]",
+        f"backend.egress.extra_ca_files=[{published.ca.cert_path}]", "progress=false", "benchmark.plots=false",
+    ]  # fmt: skip
+    runs = {}
+    for name, network in (("task", "task"), ("offline", "offline")):
+        run_dir = tmp_path / name
+        done = subprocess.run([*common, f"network={network}", f"output_dir={run_dir}",
+                               f"hydra.run.dir={tmp_path / (name + '-hydra')}"],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[name] = (run_dir, done)
+    run_dir, _ = runs["task"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["mean_reward"] == 1.0 and summary["network"]["allowed"] >= 3
+    record = next(r for r in map(json.loads, (run_dir / "ledger.jsonl").read_text().splitlines())
+                  if r["kind"] == "result")  # fmt: skip
+    assert record["network"]["allowed"] >= 3 and record["network"]["policy"]["verifier"]["network_mode"] == "public"
+    audit = json.loads((run_dir / record["files"]["network"]).read_text())
+    assert any(c["host"] == "astral.sh" for c in audit["connections"])
+
+    run_dir, done = runs["offline"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["counts"]["network_denied"] == 1 and summary["mean_reward"] is None
+    blocked = summary["network"]["tasks_blocked"]["download-at-verify"]
+    assert blocked["outcome"] == "network_denied" and "astral.sh:443" in blocked["hosts"]
+    assert "network differs from the task's" in done.stderr and "no-network (task: public)" in done.stderr
+    assert "unscored download-at-verify (network_denied" in done.stdout
+
+
+def test_the_build_downloads_as_harbor_builds_and_a_run_can_take_that_away(
+    net_local: LocalBackend, tmp_path: Path
+) -> None:
+    """Dockerfile RUN steps get the public network (through the proxy, on the snapshot's record), as
+    in Harbor; ``network={"build": "offline"}`` is another snapshot, whose build fails naming the host."""
+    task = write_task(tmp_path / "build-downloads")
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM snapgym/host\nWORKDIR /app\nRUN curl -fsSL https://astral.sh/uv/0.9.5/install.sh -o /app/install.sh\n"
+    )
+    env = gym.make("snapgym/Shell-v0", task=task, backend=net_local)
+    try:
+        _, info = env.reset()
+        assert info["network"]["build"]["network_mode"] == "public"
+        record = env.unwrapped.task_snapshot.build_network  # type: ignore[attr-defined]
+        assert record["route"] == "proxy" and record["audit"]["hosts"]["allowed"] == ["astral.sh:443"]
+        obs, *_ = env.step("test -s /app/install.sh && echo fetched")
+        assert "fetched" in obs["output"]
+    finally:
+        env.close()
+    with pytest.raises(BuildError, match=r"(?s)astral\.sh.*the build had no network"):
+        gym.make("snapgym/Shell-v0", task=task, backend=net_local, network={"build": "offline"})

@@ -1,0 +1,93 @@
+"""Any backend by name, end to end: Hydra's ``backend=docker``, ``gym.make(..., backend="docker")``,
+a wrong backend option named with the valid ones, and tasks a backend cannot verify skipped with the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import envs
+from pool import ConfigError, LocalBackend, available_backends
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKER = available_backends()["docker"]
+needs_docker = pytest.mark.skipif(DOCKER is not None, reason=f"the Docker backend cannot run here: {DOCKER}")
+
+
+def _run(*overrides: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "progress=false", "benchmark.plots=false", *overrides],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def test_a_mistyped_backend_option_names_the_valid_ones(tmp_path: Path) -> None:
+    """+backend.memory_limt_mb=512 fails before any sandbox starts, with the option it meant."""
+    done = _run("+backend.memory_limt_mb=512", f"hydra.run.dir={tmp_path}")
+    assert done.returncode != 0
+    assert "did you mean 'memory_limit_mb'?" in done.stderr and "its options are:" in done.stderr
+
+
+def test_an_unknown_backend_names_the_known_ones(tmp_path: Path) -> None:
+    """backend=dokcer is Hydra's missing-option error listing the YAMLs, docker among them."""
+    done = _run("backend=dokcer", f"hydra.run.dir={tmp_path}")
+    assert done.returncode != 0 and "docker" in done.stderr
+
+
+def test_gym_make_refuses_options_it_cannot_pass() -> None:
+    """backend_options with a backend instance, or a wrong option, is a clear ConfigError."""
+    with pytest.raises(ConfigError, match="did you mean 'memory_limit_mb'"):
+        gym.make("snapgym/Shell-v0", task="log-error-count", backend="local", backend_options={"memory_limt_mb": 1})
+
+
+@needs_docker
+@pytest.mark.docker
+def test_gym_make_runs_an_episode_on_the_docker_backend() -> None:
+    """gym.make(..., backend="docker"): the same task, the same observations, solved on Docker."""
+    env = gym.make("snapgym/Shell-v0", task="log-error-count", backend="docker", disable_env_checker=True)
+    try:
+        _, info = env.reset(seed=0)
+        assert info["backend"] == "docker" and info["verification"] == "strict"
+        obs, *_ = env.step("awk '$9 ~ /^5/' access.log | wc -l > answer.txt; cat answer.txt")
+        assert obs["output"] == "127\n[exit code 0]"
+        _, reward, terminated, _, info = env.step("submit")
+        assert (reward, terminated, info["scored"]) == (1.0, True, True)
+    finally:
+        env.close()
+
+
+@needs_docker
+@pytest.mark.docker
+def test_the_runner_on_the_docker_backend_skips_what_it_cannot_verify(tmp_path: Path) -> None:
+    """backend=docker: a strict task scores 1.0; a shared one is skipped with the reason (shared verification
+    on Docker is opt-in), not played as an infrastructure failure."""
+    run_dir = tmp_path / "run"
+    done = _run(
+        "backend=docker", "suite.include=[log-error-count,start-kv-service]", f"output_dir={run_dir}",
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["by_task"]["log-error-count"]["mean_reward"] == 1.0
+    assert "start-kv-service" not in summary["by_task"]
+    assert "shared verification" in summary["skipped_tasks"]["start-kv-service"]
+
+
+def test_an_environment_labels_its_sandboxes(backend: LocalBackend) -> None:
+    """labels= reach every sandbox the environment makes, beside the backend's owner label."""
+    env = envs.ShellEnv("log-error-count", backend=backend, labels={"snapgym.run": "run-42"})
+    try:
+        env.reset()
+        assert env.sandbox is not None
+        assert env.sandbox.labels["snapgym.run"] == "run-42" and env.sandbox.labels["snapgym.owner"]
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match="label key"):
+        envs.ShellEnv("log-error-count", backend=backend, labels={"no spaces": "x"})

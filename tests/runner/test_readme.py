@@ -1,0 +1,98 @@
+"""The README's code runs as written: every Python block is executed in a fresh interpreter, and every
+``python -m benchmarks.run`` command line of its shell blocks composes into a valid config (the same
+checks the command makes before any sandbox starts), so neither can rot."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.api import checked_config
+from benchmarks.cli import config_overrides
+
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text()
+_FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.M | re.S)
+
+
+def blocks(language: str) -> list[tuple[int, str]]:
+    """The README's fenced blocks in ``language`` (indented ones too), with their first line's number."""
+    found = []
+    for match in _FENCE.finditer(README):
+        if match.group(2) == language:
+            line = README.count("\n", 0, match.start()) + 2
+            found.append((line, textwrap.dedent(match.group(3))))
+    return found
+
+
+def python_params() -> list[Any]:
+    """One test per Python block; those that start Ray or need a Docker engine are marked."""
+    params = []
+    for line, code in blocks("python"):
+        marks = [pytest.mark.slow] if "SandboxPool(" in code else []
+        params.append(pytest.param(code, id=f"line-{line}", marks=marks))
+    return params
+
+
+def run_lines() -> list[tuple[int, list[str]]]:
+    """Each ``python -m benchmarks.run`` line of the shell blocks: (line number, its arguments)."""
+    found = []
+    for start, code in blocks("bash"):
+        for offset, text in enumerate(code.splitlines()):
+            command = text.split("  #", 1)[0].strip()
+            words = shlex.split(command, comments=True) if "benchmarks.run" in command else []
+            if words:  # bash expands a ~ after an argument's "=" (not in POSIX mode); shlex does not
+                words = [re.sub(r"=~/", f"={Path.home()}/", word, count=1) for word in words]
+                found.append((start + offset, words[words.index("benchmarks.run") + 1 :]))
+    return found
+
+
+def expand_sweeps(arguments: list[str]) -> list[list[str]]:
+    """A multirun's command line as the single runs it sweeps (``pool.size=1,2`` gives two)."""
+    overrides = [a for a in arguments if a != "-m"]
+    choices = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        is_sweep = "," in value and not value.startswith(("[", "{", "'", '"'))
+        choices.append([f"{key}={v}" for v in value.split(",")] if is_sweep else [override])
+    return [list(combination) for combination in itertools.product(*choices)]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("code", python_params())
+def test_python_block_runs_as_written(code: str, tmp_path: Path) -> None:
+    if 'backend="docker"' in code:
+        from tests.support.docker_fixtures import engine_or_skip
+
+        engine_or_skip()
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=540, check=False
+    )
+    assert done.returncode == 0, f"{code}\n--- stderr ---\n{done.stderr[-4000:]}"
+
+
+@pytest.mark.parametrize(("line", "arguments"), run_lines(), ids=[f"line-{n}" for n, _ in run_lines()])
+def test_run_command_line_composes(line: int, arguments: list[str]) -> None:
+    for overrides in expand_sweeps(arguments):
+        checked_config(config_overrides(overrides))
+
+
+def test_every_module_the_shell_blocks_run_exists() -> None:
+    modules = {m for _, code in blocks("bash") for m in re.findall(r"python -m ([\w.]+)", code)} - {"pip", "pytest"}
+    assert modules, "no python -m lines found: the block parser is broken"
+    assert [m for m in sorted(modules) if importlib.util.find_spec(m) is None] == []
+
+
+def test_the_quickstart_is_two_commands_install_and_run_then_test() -> None:
+    quickstart = README.split("## Quickstart", 1)[1].split("##", 1)[0]
+    commands = [line for line in _FENCE.search(quickstart).group(3).splitlines() if line.strip()]  # type: ignore[union-attr]
+    assert commands == ["pip install -e '.[dev]' && python -m benchmarks.run", "python -m pytest"]
