@@ -19,10 +19,11 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from benchmarks.episodes.ledger import LEDGER_FILE
-from benchmarks.reports.results import SUMMARY_FILE
 from pool.errors import ConfigError
 
 RUN_CONFIG = "run.yaml"
+SUMMARY_FILE = "summary.json"
+"""The run's summary, written last: a run folder that has it is finished."""
 PLAN_KEYS = (
     "suite", "agent", "benchmark", "env", "verification", "episodes_per_task", "seed", "max_steps", "step_timeout_s",
     "episode_timeout_s", "max_attempts", "pass_at_k", "success_threshold", "checkpoint_every",

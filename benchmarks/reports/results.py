@@ -54,11 +54,11 @@ import pandas as pd
 
 from benchmarks.episodes.attempt import INFRA_ERROR, NETWORK_DENIED, NETWORK_UNREACHABLE, OUTCOMES, UNSCORED
 from benchmarks.episodes.ledger import ATTEMPT_FAILED, LEDGER_FILE, SUPERSEDED, LedgerState, read_records
+from benchmarks.episodes.rundir import SUMMARY_FILE
 from benchmarks.reports.stats import summarize
 
 EPISODES_PARQUET = "episodes.parquet"
 EPISODES_CSV = "episodes.csv"
-SUMMARY_FILE = "summary.json"
 
 
 NESTED_COLUMNS = ("network", "network_failure", "files")

@@ -71,7 +71,7 @@ class EvalOutcome:
 
     def write(self, output_dir: Path) -> Path:
         """The files are already in the run directory; returns its summary.json."""
-        return self.run_dir / results.SUMMARY_FILE
+        return self.run_dir / rundir.SUMMARY_FILE
 
     def table(self) -> str:
         """Per-task table and totals."""

@@ -91,7 +91,7 @@ class IntegrityOutcome:
 
     def write(self, output_dir: Path) -> Path:
         """summary.json is already in the run directory; returns its path."""
-        return self.run_dir / results.SUMMARY_FILE
+        return self.run_dir / rundir.SUMMARY_FILE
 
     def table(self) -> str:
         """One row per attack and mode."""
@@ -114,7 +114,7 @@ def run(job: Job) -> IntegrityOutcome:
                 played = _play(job, config, folder, aimed, _agent(attack), mode, settings, resumed)
                 rows.append(verdict(attack, mode, played, baseline))
     summary = _summary(run_dir, config, settings, tasks, rows)
-    (run_dir / results.SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (run_dir / rundir.SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
     outcome = IntegrityOutcome(run_dir, summary)
     if not summary["passed"]:
         print(outcome.table())

@@ -39,9 +39,9 @@ from typing import Any
 
 from benchmarks.agents import ReplayAgent
 from benchmarks.episodes import rundir
+from benchmarks.episodes.rundir import SUMMARY_FILE
 from benchmarks.job import Job
 from benchmarks.reports import results
-from benchmarks.reports.results import SUMMARY_FILE
 from benchmarks.scenarios.baselines import noisolation
 from benchmarks.scenarios.eval import EvalOutcome, evaluate
 from benchmarks.scenarios.measure.cpuclock import MachineCPU

@@ -33,7 +33,7 @@ from benchmarks.viewer.episode import describe, episode_folder, token_count
 from pool.errors import SnapgymError
 
 FINISHED, INCOMPLETE, IN_PROGRESS = "finished", "incomplete", "in_progress"
-RUN_FILES = (rundir.RUN_CONFIG, results.SUMMARY_FILE, LEDGER_FILE, results.EPISODES_CSV, results.EPISODES_PARQUET,
+RUN_FILES = (rundir.RUN_CONFIG, rundir.SUMMARY_FILE, LEDGER_FILE, results.EPISODES_CSV, results.EPISODES_PARQUET,
              "run.log")  # fmt: skip
 HEADLINE = (
     ("benchmark", "benchmark.name"), ("suite", "suite.name"), ("tasks", "suite.include"), ("agent", "agent.name"),
@@ -69,8 +69,8 @@ def check_run_dir(path: Path) -> Path:
     if (path / rundir.RUN_CONFIG).is_file():
         return path  # a run that has not written its ledger yet
     why = f"it has neither {LEDGER_FILE} nor {rundir.RUN_CONFIG}"
-    if (path / results.SUMMARY_FILE).is_file():
-        why = f"it has a {results.SUMMARY_FILE} but no {LEDGER_FILE}: that benchmark records no episodes"
+    if (path / rundir.SUMMARY_FILE).is_file():
+        why = f"it has a {rundir.SUMMARY_FILE} but no {LEDGER_FILE}: that benchmark records no episodes"
     raise NotARunDirError(
         f"{path} is not a run directory ({why}); give the folder of an eval run, the one "
         "`python -m benchmarks.run` printed (results: outputs/<date>/<time>-eval)"
@@ -102,7 +102,7 @@ class RunReader:
         """The index page's head: state, config headline, counts, summary, plots, run files."""
         ledger = self._read_ledger()
         standing = list(ledger.state.results.values())
-        summary = self.files.read_json(results.SUMMARY_FILE)
+        summary = self.files.read_json(rundir.SUMMARY_FILE)
         state, detail = self._state(ledger.state, summary if isinstance(summary, dict) else None)
         return {
             "run_dir": str(self.run_dir),
@@ -145,7 +145,7 @@ class RunReader:
     def _state(self, ledger: LedgerState, summary: dict[str, Any] | None) -> tuple[str, str]:
         if summary is None:
             return IN_PROGRESS, "no summary.json yet: the run is in progress (or was stopped before writing one)"
-        if _resumed(ledger, summary) and self._mtime(LEDGER_FILE) > self._mtime(results.SUMMARY_FILE):
+        if _resumed(ledger, summary) and self._mtime(LEDGER_FILE) > self._mtime(rundir.SUMMARY_FILE):
             return (
                 IN_PROGRESS,
                 "the ledger has records summary.json does not count: a resume of this run is in progress",

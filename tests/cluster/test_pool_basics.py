@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -241,11 +244,18 @@ def test_acquire_of_a_snapshot_never_added_names_pool_add(shared_pool: SandboxPo
         shared_pool.acquire("also-never-added", timeout_s=1)
 
 
-def _not_importable_on_the_host(sandbox: pool.Sandbox) -> str:
-    return sandbox.id
+def _not_importable_on_the_host(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[pool.Sandbox], str]:
+    """A module-level function from a module only this process can import (its folder is on no host's path)."""
+    (folder / "snapgym_beside_probe.py").write_text("def probe(sandbox):\n    return sandbox.id\n")
+    monkeypatch.syspath_prepend(str(folder))
+    module = importlib.import_module("snapgym_beside_probe")
+    probe: Callable[[pool.Sandbox], str] = module.probe
+    return probe
 
 
-def test_run_beside_runs_in_the_host_with_the_real_sandbox(shared_pool: SandboxPool, base_snapshot: Snapshot) -> None:
+def test_run_beside_runs_in_the_host_with_the_real_sandbox(
+    shared_pool: SandboxPool, base_snapshot: Snapshot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """run_beside ships the function to the host's process, which calls it with the sandbox itself (one
     round trip); a sandbox error inside comes back as itself; a function the host cannot import is a clear
     error, not a lost host; a released lease refuses, like any call."""
@@ -260,7 +270,7 @@ def test_run_beside_runs_in_the_host_with_the_real_sandbox(shared_pool: SandboxP
         with pytest.raises(pool.FileOperationError):
             run_beside(lease, operator.methodcaller("read_file", "/no/such/file"))
         with pytest.raises(ConfigError, match="importable"):
-            run_beside(lease, _not_importable_on_the_host)  # this test module is not on the host's path
+            run_beside(lease, _not_importable_on_the_host(tmp_path, monkeypatch))
         assert lease.is_alive and lease.exec("cat beside.txt").stdout == "beside\n"
     with pytest.raises(SandboxClosedError):
         run_beside(lease, operator.attrgetter("id"))
