@@ -1,6 +1,7 @@
-"""The README's code runs as written: every Python block is executed in a fresh interpreter, and every
-``python -m benchmarks.run`` command line of its shell blocks composes into a valid config (the same
-checks the command makes before any sandbox starts), so neither can rot."""
+"""The documentation's code runs as written: every Python block of the README and of ``docs/**/*.md`` is
+executed in a fresh interpreter, and every ``python -m benchmarks.run`` command line of their shell blocks
+composes into a valid config (the same checks the command makes before any sandbox starts), so neither can
+rot. Each test's id names the file and the line its block starts on."""
 
 from __future__ import annotations
 
@@ -21,38 +22,41 @@ from benchmarks.cli import config_overrides
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 _FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.M | re.S)
 
 
-def blocks(language: str) -> list[tuple[int, str]]:
-    """The README's fenced blocks in ``language`` (indented ones too), with their first line's number."""
+def blocks(language: str) -> list[tuple[str, int, str]]:
+    """The fenced blocks in ``language`` (indented ones too) of every document: (file, first line, code)."""
     found = []
-    for match in _FENCE.finditer(README):
-        if match.group(2) == language:
-            line = README.count("\n", 0, match.start()) + 2
-            found.append((line, textwrap.dedent(match.group(3))))
+    for path in DOCUMENTS:
+        text = path.read_text()
+        for match in _FENCE.finditer(text):
+            if match.group(2) == language:
+                line = text.count("\n", 0, match.start()) + 2
+                found.append((path.relative_to(REPO).as_posix(), line, textwrap.dedent(match.group(3))))
     return found
 
 
 def python_params() -> list[Any]:
     """One test per Python block; those that start Ray or need a Docker engine are marked."""
     params = []
-    for line, code in blocks("python"):
+    for name, line, code in blocks("python"):
         marks = [pytest.mark.slow] if "SandboxPool(" in code else []
-        params.append(pytest.param(code, id=f"line-{line}", marks=marks))
+        params.append(pytest.param(code, id=f"{name}:{line}", marks=marks))
     return params
 
 
-def run_lines() -> list[tuple[int, list[str]]]:
-    """Each ``python -m benchmarks.run`` line of the shell blocks: (line number, its arguments)."""
+def run_lines() -> list[tuple[str, list[str]]]:
+    """Each ``python -m benchmarks.run`` line of the shell blocks: (file:line, its arguments)."""
     found = []
-    for start, code in blocks("bash"):
+    for name, start, code in blocks("bash"):
         for offset, text in enumerate(code.splitlines()):
             command = text.split("  #", 1)[0].strip()
             words = shlex.split(command, comments=True) if "benchmarks.run" in command else []
             if words:  # bash expands a ~ after an argument's "=" (not in POSIX mode); shlex does not
                 words = [re.sub(r"=~/", f"={Path.home()}/", word, count=1) for word in words]
-                found.append((start + offset, words[words.index("benchmarks.run") + 1 :]))
+                found.append((f"{name}:{start + offset}", words[words.index("benchmarks.run") + 1 :]))
     return found
 
 
@@ -80,14 +84,14 @@ def test_python_block_runs_as_written(code: str, tmp_path: Path) -> None:
     assert done.returncode == 0, f"{code}\n--- stderr ---\n{done.stderr[-4000:]}"
 
 
-@pytest.mark.parametrize(("line", "arguments"), run_lines(), ids=[f"line-{n}" for n, _ in run_lines()])
-def test_run_command_line_composes(line: int, arguments: list[str]) -> None:
+@pytest.mark.parametrize(("where", "arguments"), run_lines(), ids=[where for where, _ in run_lines()])
+def test_run_command_line_composes(where: str, arguments: list[str]) -> None:
     for overrides in expand_sweeps(arguments):
         checked_config(config_overrides(overrides))
 
 
 def test_every_module_the_shell_blocks_run_exists() -> None:
-    modules = {m for _, code in blocks("bash") for m in re.findall(r"python -m ([\w.]+)", code)} - {"pip", "pytest"}
+    modules = {m for _, _, code in blocks("bash") for m in re.findall(r"python -m ([\w.]+)", code)} - {"pip", "pytest"}
     assert modules, "no python -m lines found: the block parser is broken"
     assert [m for m in sorted(modules) if importlib.util.find_spec(m) is None] == []
 
@@ -96,3 +100,13 @@ def test_the_quickstart_is_two_commands_install_and_run_then_test() -> None:
     quickstart = README.split("## Quickstart", 1)[1].split("##", 1)[0]
     commands = [line for line in _FENCE.search(quickstart).group(3).splitlines() if line.strip()]  # type: ignore[union-attr]
     assert commands == ["pip install -e '.[dev]' && python -m benchmarks.run", "python -m pytest"]
+
+
+def test_the_docs_blocks_are_collected_too() -> None:
+    names = {name for language in ("python", "bash") for name, _, _ in blocks(language)}
+    assert "README.md" in names
+    assert any(name.startswith("docs/") for name in names), "no block of docs/ found: the document list is broken"
+
+
+def test_the_readme_is_a_front_door() -> None:
+    assert len(README.splitlines()) <= 400, "the README links into docs/; move detail there"
