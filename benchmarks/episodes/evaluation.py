@@ -41,6 +41,7 @@ from benchmarks.episodes.outage import HealthProbe, Outage, OutageError, OutageG
 from benchmarks.episodes.records import SessionRecords, Started
 from benchmarks.episodes.routing import Supply
 from envs.tasks import Task
+from envs.wrappers import sandbox_env
 from pool.errors import ConfigError, SnapgymError
 from pool.labels import RUN
 
@@ -334,7 +335,7 @@ class Evaluation:
         env = getattr(self._local, "env", None)
         if env is not None:
             with contextlib.suppress(Exception):
-                env.unwrapped.idle()
+                sandbox_env(env).idle()
 
     def _drop_env(self) -> None:
         env = getattr(self._local, "env", None)

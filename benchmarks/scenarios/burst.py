@@ -45,6 +45,7 @@ from benchmarks.scenarios.measure.timing import measure
 from benchmarks.scenarios.throughput import TRIVIAL_TASK
 from benchmarks.schemas import PoolKind
 from envs.tasks import load_task
+from envs.wrappers import sandbox_env
 from pool.errors import ConfigError
 
 Env = Any
@@ -87,7 +88,7 @@ def run(job: Job) -> Report:
     try:
         warm = make_env()
         warm.reset(seed=0)  # builds the snapshot; untimed
-        snapshot = warm.unwrapped.task_snapshot
+        snapshot = sandbox_env(warm).task_snapshot
         warm.close()
         methods["ttfc"] = _ttfc(supply, snapshot, cfg.ttfc_samples)
         for n in sorted(set(cfg.sizes)):
