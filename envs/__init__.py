@@ -31,7 +31,7 @@ from envs.spaces import UnicodeText
 from envs.tasks import Task, builtin_task_ids, builtin_tasks, load_task, load_tasks
 from envs.vector import SandboxVectorEnv
 from envs.verifier import Verdict, verify
-from envs.wrappers import CommandPolicy, RecordTrajectory, TruncateOutput
+from envs.wrappers import CommandPolicy, RecordTrajectory, TruncateOutput, sandbox_env
 
 ENV_IDS = ("snapgym/Shell-v0", "snapgym/Python-v0")
 
@@ -83,5 +83,6 @@ __all__ = [
     "load_tasks",
     "rollout",
     "run_solution",
+    "sandbox_env",
     "verify",
 ]

@@ -19,36 +19,28 @@ import abc
 import contextlib
 import enum
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
-from envs.default_backend import DEFAULT_BACKEND, shared_backend
+from envs.actions import check_action
+from envs.clock import AgentClock
 from envs.endstate import end_digest
 from envs.errors import InvalidActionError, ResetNeededError
-from envs.network import (
-    NetworkFailure,
-    NetworkSetting,
-    effective_policies,
-    modes_needed,
-    network_failure,
-    template_for,
-)
+from envs.network import NetworkSetting, template_for
 from envs.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
-from envs.resume import resume_point
-from envs.sources import BackendSource, PoolSource, SandboxSource
+from envs.resume import check_reset_options, episode_start, start_info
+from envs.scoring import changes_info, judge, outcome, record_network
+from envs.sources import SandboxLeaser, SandboxSource, open_source
 from envs.spaces import UnicodeText
 from envs.tasks import Task, load_task
-from envs.verifier import Verdict, verify
+from envs.taskset import Setup, TaskSampler, TaskSet, check_playable
 from pool.capabilities import Capabilities
 from pool.changes import Changes
-from pool.cluster.beside import run_beside
 from pool.contract import Backend, Sandbox
 from pool.errors import CommandRejectedError, ConfigError, SandboxError, SandboxOutOfMemoryError, SnapgymError
-from pool.labels import check_labels
 from pool.network.policy import Phase, PhasePolicies
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
@@ -56,12 +48,7 @@ from pool.verification import VerifyMode
 
 SUBMIT = "submit"
 """The action that ends an episode and asks for the verdict."""
-_RESET_OPTIONS = {"snapshot", "task", "resume_at"}
 _MAX_REASON_CHARS = 2000
-
-
-TaskSampler = Callable[[np.random.Generator, Sequence[str]], str]
-"""Picks the next episode's task id from the environment's task ids (sorted), with its seeded generator."""
 
 
 class EpisodeState(enum.Enum):
@@ -84,6 +71,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         labels: labels every sandbox this environment makes carries (e.g. the runner's
             ``snapgym.run``), besides the backend's own ``snapgym.owner``.
         pool: a :class:`pool.SandboxPool` to lease sandboxes from instead of a backend.
+        source: where sandboxes come from, already chosen (see envs.sources; the runner gives
+            its run's); instead of ``backend`` and ``pool``. ``labels`` are added to it.
         max_steps: steps before the episode is truncated (the verifier still runs).
         step_timeout_s: timeout of one action; a timeout is an observation.
         max_action_bytes: the largest action accepted (UTF-8 bytes).
@@ -119,7 +108,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         backend: Backend | str | None = None,
         backend_options: Mapping[str, Any] | None = None,
         labels: Mapping[str, str] | None = None,
-        pool: Any = None,
+        pool: SandboxLeaser | None = None,
+        source: SandboxSource | None = None,
         max_steps: int = 50,
         step_timeout_s: float = 120.0,
         max_action_bytes: int = 64 * 1024,
@@ -138,34 +128,24 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if backend is not None and pool is not None:
             raise ConfigError("give a backend or a pool, not both")
+        if source is not None and (backend is not None or pool is not None or backend_options):
+            raise ConfigError("give a source, or a backend or a pool, not both")
         if tasks is not None and not tasks:
             raise ConfigError("tasks must name at least one task")
         loaded = [load_task(t, bases=bases) for t in tasks] if tasks is not None else [load_task(task, bases=bases)]
-        self.tasks: dict[str, Task] = {t.id: t for t in loaded}
+        self._taskset = TaskSet(loaded, verification=verification, network=network, sampler=task_sampler)
+        self.tasks: dict[str, Task] = self._taskset.tasks
         """The task set (one task unless ``tasks`` was given)."""
-        if len(self.tasks) != len(loaded):
-            raise ConfigError(f"tasks holds the same task twice: {[t.id for t in loaded]}")
         self.task_sampler = task_sampler
-        self._verification_override = verification is not None
-        self._verification_setting = verification
-        self._network_setting = network
-        self._setups: dict[str, tuple[VerifyMode, PhasePolicies, Snapshot]] = {}
+        self._setups: dict[str, tuple[Setup, Snapshot]] = {}
         self.task = loaded[0]
-        self.verification = self._verification_of(self.task)
-        self.network = effective_policies(self.task.settings.network, network)
-        """The network policy of each phase of the current task's episodes."""
-        self.pool = pool
-        self.backend: Backend | None = None
-        self._source: SandboxSource
-        if pool is not None:
-            self._source = PoolSource(pool)
-            self._capabilities: Capabilities = pool.capabilities
-            self._check_supported(self._capabilities)
-        else:
-            self.backend = _open_backend(backend, backend_options)
-            self._capabilities = self.backend.capabilities
-            self._check_supported(self._capabilities)
-            self._source = BackendSource(self.backend, check_labels(labels))
+        self._setup = self._taskset.setup(self.task)
+        if source is None:
+            source = open_source(backend, backend_options=backend_options, pool=pool, labels=labels)
+        elif labels:
+            source = source.labelled(labels)
+        self._source: SandboxSource = source
+        self._capabilities: Capabilities = source.capabilities
         self.max_steps = max_steps
         self.step_timeout_s = step_timeout_s
         self.max_action_bytes = max_action_bytes
@@ -174,10 +154,10 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self.action_space = UnicodeText(max_action_bytes)
         longest = max(len(t.instruction) for t in self.tasks.values())
         self.observation_space = observation_space(2 * max_output_bytes + longest + 256)
-        for other in loaded[1:]:  # every task must be playable here, before any is built
-            self._check_task(other)
+        for each in loaded:  # every task must be playable here, before any is built
+            check_playable(each, self._taskset.setup(each), self._capabilities, source.description)
         self.task_snapshot = self._source.prepare(template_for(self.task.template, self.network))
-        self._setups[self.task.id] = (self.verification, self.network, self.task_snapshot)
+        self._setups[self.task.id] = (self._setup, self.task_snapshot)
         self._sandbox: Sandbox | None = None
         self._pristine_at: str | None = None
         self.fork_point: Snapshot | None = None
@@ -185,7 +165,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self.end_digest = end_digest
         self._state = EpisodeState.NEEDS_RESET
         self._steps = 0
-        self._episode_started = 0.0
+        self._clock = AgentClock()
         self._changes_before: Changes | None = None
         self._last_text = ""
 
@@ -211,55 +191,32 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         super().reset(seed=seed)
         self._check_not_closed()
         options = dict(options or {})
-        unknown = set(options) - _RESET_OPTIONS
-        if unknown:
-            raise ConfigError(f"unknown reset option(s) {sorted(unknown)}; known: {sorted(_RESET_OPTIONS)}")
+        check_reset_options(options)
         if "task" in options or (len(self.tasks) > 1 and not options.get("snapshot") and self.fork_point is None):
-            self._switch_to(self._next_task(options.get("task")))
-        target = options.get("snapshot") or self.fork_point or self.task_snapshot
-        started_at = "snapshot" if options.get("snapshot") else "fork" if self.fork_point else "task"
-        resume_at = resume_point(options.get("resume_at"), has_snapshot=bool(options.get("snapshot")),
-                                 max_steps=self.max_steps)  # fmt: skip
-        if not isinstance(target, Snapshot):
-            raise ConfigError(
-                f"options['snapshot'] must be a Snapshot (from checkpoint()), got {type(target).__name__}"
-            )
+            self._switch_to(self._taskset.pick(options.get("task"), self.np_random))
+        start = episode_start(options, fork_point=self.fork_point, task_snapshot=self.task_snapshot,
+                              max_steps=self.max_steps)  # fmt: skip
         started = time.perf_counter()
-        reset_kind = self._place_sandbox(target)
+        reset_kind = self._place_sandbox(start.target)
         self._apply_network(Phase.AGENT)
         self._on_episode_start()
         latency = time.perf_counter() - started
         self._state = EpisodeState.RUNNING
-        self._steps = 0
-        self._episode_started = time.monotonic()
-        self._changes_before = None
-        if resume_at is not None:
-            started_at = "checkpoint"
-            self._steps, self._changes_before = resume_at.step, resume_at.changes
-            self._episode_started -= resume_at.elapsed_s
+        resumed = start.resume_at
+        self._steps, self._changes_before = (resumed.step, resumed.changes) if resumed else (0, None)
+        self._clock.start(resumed.elapsed_s if resumed else 0.0)
         assert self._sandbox is not None
-        info = {
-            "task_id": self.task.id,
-            "snapshot_id": target.id,
-            "started_at": started_at,
-            "start_digest": self._sandbox.start_digest,
-            "sandbox_id": self._sandbox.id,
-            "provider": self._source.name if self._capabilities.sandbox_location == "remote" else None,
-            "reset_latency_s": latency,
-            "reset_kind": reset_kind,
-            "backend": self._source.name,
-            "verification": self.verification.value,
-            "network": self.network.as_dict(),
-        }
-        if resume_at is not None:
-            info["resumed_at_step"] = resume_at.step
+        remote = self._capabilities.sandbox_location == "remote"
+        info = start_info(self.task.id, start, self._sandbox, self._source.name, remote=remote)
+        info.update(reset_latency_s=latency, reset_kind=reset_kind, verification=self.verification.value,
+                    network=self.network.as_dict())  # fmt: skip
         self._last_text = self.task.instruction
         return make_observation(self.task.instruction, NO_COMMAND), info
 
     def step(self, action: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """Run one action; at the end of the episode the verifier's reward comes back."""
         self._check_running()
-        self._check_action(action)
+        check_action(action, self.max_action_bytes)
         if action.strip() == SUBMIT:
             info = {"step": self._steps, "exec_duration_s": 0.0}
             return self._end(make_observation("[submitted]", NO_COMMAND), info, "submitted")
@@ -302,11 +259,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         """
         self._check_running()
         assert self._sandbox is not None
-        started = time.monotonic()
-        try:
+        with self._clock.paused():
             return self._sandbox.snapshot()
-        finally:
-            self._episode_started += time.monotonic() - started
 
     def fork(self, n: int, snapshot: Snapshot | None = None) -> list[SandboxEnv]:
         """``n`` new environments whose sandboxes already sit at ``snapshot``.
@@ -343,6 +297,20 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._discard_sandbox()
         self._state = EpisodeState.NEEDS_RESET
 
+    def idle(self) -> None:
+        """Say that the environment will wait before its next episode.
+
+        A pooled sandbox goes back to the pool (which restores it for the next holder; the next
+        ``reset()`` leases another), so that an idle environment does not starve busy ones; a
+        backend's sandbox stays, for an in-place restore. An episode still running is abandoned.
+        """
+        self._check_not_closed()
+        if self._sandbox is not None:
+            sandbox, self._sandbox = self._sandbox, None
+            self._sandbox = self._source.idle(sandbox)
+        if self._sandbox is None:
+            self._state = EpisodeState.NEEDS_RESET
+
     # -- for subclasses and wrappers ------------------------------------------
 
     @abc.abstractmethod
@@ -351,22 +319,6 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
 
     def _on_episode_start(self) -> None:
         """Called after the sandbox is at the episode's start state."""
-
-    def _check_supported(self, capabilities: Capabilities) -> None:
-        where = f"the {self.backend.name!r} backend" if self.backend is not None else "the pool's backend"
-        modes = capabilities.verification
-        if self.verification.value not in modes:
-            raise ConfigError(
-                f"{where} verifies in {', '.join(modes) or 'no'} mode(s), not "
-                f"{self.verification.value!r}; pass verification= one of those"
-            )
-        missing = modes_needed(self.network) - set(capabilities.network_modes)
-        if missing:
-            raise ConfigError(
-                f"task {self.task.id} needs network mode(s) {', '.join(sorted(missing))} "
-                f"({self.network.as_dict()}), but {where} enforces only {', '.join(capabilities.network_modes)} "
-                f"(egress: {capabilities.egress_control}); pass network='offline' to run it without network"
-            )
 
     @property
     def _has_egress(self) -> bool:
@@ -379,61 +331,25 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             assert self._sandbox is not None
             self._sandbox.set_network(self.network.for_phase(phase), phase=phase)
 
-    def _next_task(self, asked: Any) -> Task:
-        """The task an episode plays: the one asked for, else the sampler's pick."""
-        if asked is not None:
-            task = self.tasks.get(str(asked))
-            if task is None:
-                known = ", ".join(sorted(self.tasks))
-                raise ConfigError(f"reset option task={asked!r} is not one of this environment's tasks: {known}")
-            return task
-        ids = sorted(self.tasks)
-        picked = (
-            self.task_sampler(self.np_random, ids)
-            if self.task_sampler is not None
-            else ids[int(self.np_random.integers(len(ids)))]
-        )
-        if picked not in self.tasks:
-            raise ConfigError(f"task_sampler returned {picked!r}, not one of {ids}")
-        return self.tasks[picked]
-
     def _switch_to(self, task: Task) -> None:
         """Make ``task`` the current one (its snapshot is built the first time)."""
         if task.id not in self._setups:
-            verification = self._verification_of(task)
-            network = effective_policies(task.settings.network, self._network_setting)
-            snapshot = self._source.prepare(template_for(task.template, network))
-            self._setups[task.id] = (verification, network, snapshot)
+            setup = self._taskset.setup(task)
+            self._setups[task.id] = (setup, self._source.prepare(template_for(task.template, setup.network)))
         self.task = task
-        self.verification, self.network, self.task_snapshot = self._setups[task.id]
-
-    def _verification_of(self, task: Task) -> VerifyMode:
-        setting = self._verification_setting
-        return VerifyMode.parse(setting) if setting is not None else task.verification
-
-    def _check_task(self, task: Task) -> None:
-        """Refuse a task of the set that this backend cannot play (as for the first)."""
-        current = (self.task, self.verification, self.network)
-        self.task, self.verification = task, self._verification_of(task)
-        self.network = effective_policies(task.settings.network, self._network_setting)
-        try:
-            self._check_supported(self._capabilities)
-        finally:
-            self.task, self.verification, self.network = current
+        self._setup, self.task_snapshot = self._setups[task.id]
 
     def _sibling(self) -> SandboxEnv:
         """A new environment like this one, without a sandbox yet."""
         return type(self)(
             self.task,
-            backend=None if self.pool is not None else self.backend,
-            labels=self._source.labels if isinstance(self._source, BackendSource) else None,
-            pool=self.pool,
+            source=self._source,
             max_steps=self.max_steps,
             step_timeout_s=self.step_timeout_s,
             max_action_bytes=self.max_action_bytes,
             max_output_bytes=self.max_output_bytes,
-            verification=self.verification if self._verification_override else None,
-            network=self._network_setting,
+            verification=self._taskset.verification,
+            network=self._taskset.network,
             render_mode=self.render_mode,
             end_digest=self.end_digest,
         )
@@ -444,6 +360,26 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         reason = str(reason)[:_MAX_REASON_CHARS]
         obs = make_observation(f"[refused: {reason}]", NO_COMMAND)
         return self._after_command(obs, {"refused": reason, "exec_duration_s": 0.0})
+
+    @property
+    def verification(self) -> VerifyMode:
+        """The verifier's mode in the current task's episodes."""
+        return self._setup.verification
+
+    @property
+    def network(self) -> PhasePolicies:
+        """The network policy of each phase of the current task's episodes."""
+        return self._setup.network
+
+    @property
+    def source(self) -> SandboxSource:
+        """Where this environment's sandboxes come from (its children's too)."""
+        return self._source
+
+    @property
+    def backend(self) -> Backend | None:
+        """The backend that makes this environment's sandboxes here (None: they come from a pool)."""
+        return self._source.backend
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -463,7 +399,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
     @property
     def elapsed_s(self) -> float:
         """Seconds of the current episode so far, on the clock of the task's agent timeout."""
-        return time.monotonic() - self._episode_started
+        return self._clock.elapsed_s
 
     # -- internals ------------------------------------------------------------
 
@@ -473,10 +409,9 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._steps += 1
         info["step"] = self._steps
         self._pristine_at = None
-        limit = self.task.settings.agent_timeout_s
         if self._steps >= self.max_steps:
             return self._end(obs, info, "max_steps")
-        if limit is not None and time.monotonic() - self._episode_started >= limit:
+        if self._clock.is_over(self.task.settings.agent_timeout_s):
             return self._end(obs, info, "agent_timeout")
         self._last_text = obs["output"]
         return obs, 0.0, False, False, info
@@ -487,63 +422,28 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._state = EpisodeState.ENDED
         self._last_text = obs["output"]
         assert self._sandbox is not None
-        egress = self._has_egress
         info["changes"] = self.episode_changes()
         if self.end_digest:
             info["end_digest"], why_not = end_digest(self._sandbox, info["changes"], self.task_snapshot.digest)
             if why_not is not None:
                 info["end_digest_unavailable"] = why_not
-        try:
-            # Beside the sandbox: a pooled one's verifier then costs one round trip, not six.
-            verdict = run_beside(
-                self._sandbox, verify, self.task, mode=self.verification, known_good=self.task_snapshot,
-                env=self._episode_env(), network=self.network.verifier if egress else None,
-            )  # fmt: skip
-        except SandboxOutOfMemoryError as exc:  # shared: nothing left to verify beside; the agent's doing
-            verdict = Verdict(0.0, error=f"{exc} (scored 0.0)", mode=self.verification.value)
-        except SandboxError as exc:
-            verdict = Verdict(None, error=f"{type(exc).__name__}: {exc}", mode=self.verification.value)
+        verdict = judge(self._sandbox, self.task, self._setup, known_good=self.task_snapshot,
+                        env=self._episode_env(), has_egress=self._has_egress)  # fmt: skip
         info.update(
             end_reason=reason, verifier=verdict.as_info(), scored=verdict.reward is not None,
             verification=self.verification.value,
         )  # fmt: skip
-        failure = self._record_network(info, verdict) if self._capabilities.egress_audit else None
-        if verdict.reward is None:
-            info["infra_error"] = f"verifier: {verdict.error}"
-            return obs, 0.0, False, True, info
-        if failure is not None:
-            info.update(scored=False, unscored_reason=failure.reason, network_failure=failure.as_dict())
-            return obs, 0.0, False, True, info
-        return obs, verdict.reward, reason == "submitted", reason != "submitted", info
+        audited = self._capabilities.egress_audit
+        failure = record_network(self._sandbox, info, verdict, self._setup) if audited else None
+        reward, terminated, truncated = outcome(info, verdict, failure, reason)
+        return obs, reward, terminated, truncated, info
 
     def episode_changes(self) -> dict[str, Any]:
         """What the episode has added, changed and removed so far against the task's snapshot (at the
         end: as the agent left it, before the verifier), or ``{"unavailable": why}``."""
         assert self._sandbox is not None
-        if self._capabilities.changes == "none":
-            return {"unavailable": f"the {self._source.name} backend cannot list them outside the sandbox"}
-        try:
-            changes = self._sandbox.changes().without(self.own_paths)
-            if self._changes_before is not None:
-                changes = changes.after(self._changes_before)
-            return changes.as_dict()
-        except SandboxError as exc:
-            return {"unavailable": f"{type(exc).__name__}: {exc}"}
-
-    def _record_network(self, info: dict[str, Any], verdict: Verdict) -> NetworkFailure | None:
-        """Put the episode's connection attempts in ``info["network"]``; the network's share in a failure."""
-        assert self._sandbox is not None
-        try:
-            log = self._sandbox.network_log()
-        except SandboxError as exc:
-            info["network"] = {"policy": self.network.as_dict(), "error": f"{type(exc).__name__}: {exc}"}
-            return None
-        info["network"] = {"policy": self.network.as_dict(), **log.as_dict()}
-        failure = network_failure(log, verdict.reward)
-        if failure is not None and self.verification is not VerifyMode.STRICT:
-            info["network_hint"] = failure.as_dict()  # the agent's live processes could have caused it
-            return None
-        return failure
+        return changes_info(self._sandbox, self._capabilities, backend=self._source.name,
+                            own_paths=self.own_paths, before=self._changes_before)  # fmt: skip
 
     def _infra_failure(
         self, exc: Exception, info: dict[str, Any]
@@ -573,11 +473,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
 
     def _action_timeout_s(self) -> float:
         """The step timeout, cut to what is left of the task's agent time budget."""
-        limit = self.task.settings.agent_timeout_s
-        if limit is None:
-            return self.step_timeout_s
-        left = limit - (time.monotonic() - self._episode_started)
-        return max(1.0, min(self.step_timeout_s, left))
+        return self._clock.cap(self.step_timeout_s, self.task.settings.agent_timeout_s)
 
     def _episode_env(self) -> dict[str, str]:
         return dict(self.task.settings.environment.env)
@@ -595,31 +491,4 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
 
     def validate_action(self, action: Any) -> None:
         """Raise :class:`InvalidActionError` unless ``action`` could be run."""
-        self._check_action(action)
-
-    def _check_action(self, action: Any) -> None:
-        if not isinstance(action, str):
-            raise InvalidActionError(f"an action must be a str, got {type(action).__name__}")
-        try:
-            size = len(action.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise InvalidActionError(
-                f"the action is not encodable as UTF-8 (a lone surrogate at position {exc.start}); "
-                "decode model output with errors='replace'"
-            ) from None
-        if size > self.max_action_bytes:
-            raise InvalidActionError(
-                f"the action is {size} bytes, over max_action_bytes={self.max_action_bytes}; "
-                "write large content with several commands or raise the limit"
-            )
-        if "\0" in action:
-            raise InvalidActionError("the action contains a NUL character, which no shell or interpreter accepts")
-
-
-def _open_backend(backend: Backend | str | None, options: Mapping[str, Any] | None) -> Backend:
-    """The given backend, or the process's shared one of that name (default ``"local"``)."""
-    if backend is None or isinstance(backend, str):
-        return shared_backend(backend or DEFAULT_BACKEND, options)
-    if options:
-        raise ConfigError("backend_options go with a backend name, not with a backend instance")
-    return backend
+        check_action(action, self.max_action_bytes)

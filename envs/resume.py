@@ -1,4 +1,7 @@
-"""Where a checkpointed episode goes on: the ``resume_at`` option of ``SandboxEnv.reset``.
+"""Where an episode starts: the options of ``SandboxEnv.reset``, and ``resume_at`` in particular.
+
+An episode starts at ``options["snapshot"]``, else at a fork child's fork point, else at the
+task's snapshot.
 
 A durable runner (see benchmarks.episodes.durable) restores an episode's checkpoint and
 tells the environment how far the episode had come, so that the step count,
@@ -13,7 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pool.changes import Changes
+from pool.contract import Sandbox
 from pool.errors import ConfigError
+from pool.snapshots import Snapshot
+
+RESET_OPTIONS = frozenset({"snapshot", "task", "resume_at"})
+"""The options ``reset()`` takes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +56,49 @@ def resume_point(value: Any, *, has_snapshot: bool, max_steps: int) -> ResumePoi
     if not isinstance(changes, Mapping) or "unavailable" in changes:  # the checkpoint's listing failed
         return ResumePoint(step, float(elapsed), Changes("host", truncated=True))  # so the end's is incomplete
     return ResumePoint(step, float(elapsed), Changes.from_dict(dict(changes)))
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where an episode starts, and how ``info["started_at"]`` names it."""
+
+    target: Snapshot
+    started_at: str
+    """``task``, ``fork`` (a child of ``fork()``), ``snapshot`` or ``checkpoint`` (resumed)."""
+    resume_at: ResumePoint | None
+
+
+def check_reset_options(options: Mapping[str, Any]) -> None:
+    """Refuse options ``reset()`` does not know."""
+    unknown = set(options) - RESET_OPTIONS
+    if unknown:
+        raise ConfigError(f"unknown reset option(s) {sorted(unknown)}; known: {sorted(RESET_OPTIONS)}")
+
+
+def episode_start(
+    options: Mapping[str, Any], *, fork_point: Snapshot | None, task_snapshot: Snapshot, max_steps: int
+) -> Start:
+    """Where the episode of ``reset(options=options)`` starts."""
+    asked = options.get("snapshot")
+    target = asked or fork_point or task_snapshot
+    started_at = "snapshot" if asked else "fork" if fork_point else "task"
+    resume_at = resume_point(options.get("resume_at"), has_snapshot=bool(asked), max_steps=max_steps)
+    if not isinstance(target, Snapshot):
+        raise ConfigError(f"options['snapshot'] must be a Snapshot (from checkpoint()), got {type(target).__name__}")
+    return Start(target, "checkpoint" if resume_at is not None else started_at, resume_at)
+
+
+def start_info(task_id: str, start: Start, sandbox: Sandbox, backend: str, *, remote: bool) -> dict[str, Any]:
+    """The start's part of ``reset()``'s ``info``: what started where, in which sandbox."""
+    info: dict[str, Any] = {
+        "task_id": task_id,
+        "snapshot_id": start.target.id,
+        "started_at": start.started_at,
+        "start_digest": sandbox.start_digest,
+        "sandbox_id": sandbox.id,
+        "provider": backend if remote else None,
+        "backend": backend,
+    }
+    if start.resume_at is not None:
+        info["resumed_at_step"] = start.resume_at.step
+    return info

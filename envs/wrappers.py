@@ -29,6 +29,20 @@ from pool.errors import ConfigError
 Obs = dict[str, Any]
 
 
+def sandbox_env(env: gym.Env[Any, Any]) -> SandboxEnv:
+    """The snapgym environment under Gymnasium's wrappers (``gym.make`` adds some), for its hooks:
+    ``sandbox``, ``steps``, ``elapsed_s``, ``checkpoint()``, ``fork()``, ``episode_changes()``,
+    ``refuse()``, ``idle()``, ``task_snapshot``, ``state_in_files``.
+
+    Raises:
+        ConfigError: there is no snapgym environment under ``env``.
+    """
+    base = env.unwrapped
+    if not isinstance(base, SandboxEnv):
+        raise ConfigError(f"{type(base).__name__} is not a snapgym environment")
+    return base
+
+
 class RecordTrajectory(gym.Wrapper[Obs, str, Obs, str]):
     """Append each reset and step to a JSONL file, one JSON object per line.
 
@@ -161,8 +175,7 @@ class CommandPolicy(gym.Wrapper[Obs, str, Obs, str]):
 
     def step(self, action: str) -> tuple[Obs, float, bool, bool, dict[str, Any]]:
         """Run the action, or count a refused step whose observation gives the reason."""
-        base = self.env.unwrapped
-        assert isinstance(base, SandboxEnv)
+        base = sandbox_env(self.env)
         base.validate_action(action)
         reason = self.reason(action)
         if reason is None:

@@ -38,7 +38,7 @@ class EpisodeContext:
     task: Task
     """The task (its instruction is also the first observation)."""
     env: gym.Env[Observation, str]
-    """The environment; ``env.unwrapped.sandbox`` is the sandbox (the oracle copies its solution in)."""
+    """The environment; ``envs.sandbox_env(env).sandbox`` is the sandbox (the oracle copies its solution in)."""
     env_id: str
     """``snapgym/Shell-v0`` or ``snapgym/Python-v0``: what an action means."""
     seed: int

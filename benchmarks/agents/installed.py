@@ -33,6 +33,7 @@ from typing import Any
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
 from envs.base import SUBMIT
 from envs.tasks import Task
+from envs.wrappers import sandbox_env
 from pool.egress.models.routes import parse_routes
 from pool.errors import ConfigError, SnapgymError
 
@@ -138,7 +139,8 @@ class InstalledPolicy:
         """The agent's own files from :data:`LOGS_DIR` (relative path -> content), once it has run."""
 
     def act(self, observation: Observation, info: dict[str, Any]) -> str:
-        sandbox = self._episode.env.unwrapped.sandbox  # type: ignore[attr-defined]
+        sandbox = sandbox_env(self._episode.env).sandbox
+        assert sandbox is not None
         if not self._ran:
             self._ran = True
             sandbox.write_file(INSTRUCTION_FILE, self._episode.task.instruction.encode(), mode=0o644)

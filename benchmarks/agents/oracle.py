@@ -16,6 +16,7 @@ from benchmarks.agents.base import AgentError, EpisodeContext, Observation
 from envs.base import SUBMIT
 from envs.oracle import SOLUTION_DIR
 from envs.verifier import copy_dir_into, run_script_command
+from envs.wrappers import sandbox_env
 
 
 class OracleAgent:
@@ -42,7 +43,8 @@ class _OraclePolicy:
             return SUBMIT
         self._ran = True
         task = self._episode.task
-        sandbox = self._episode.env.unwrapped.sandbox  # type: ignore[attr-defined]
+        sandbox = sandbox_env(self._episode.env).sandbox
+        assert sandbox is not None
         assert task.solution_dir is not None
         copy_dir_into(sandbox, task.solution_dir, SOLUTION_DIR)
         return solution_action(self._episode.env_id, task.settings.solution_env)

@@ -38,6 +38,7 @@ from benchmarks.episodes.durable import PROVENANCE, Durability, DurableAttempt, 
 from envs.errors import InvalidActionError
 from envs.tasks import Task
 from envs.trajectory import Trajectory
+from envs.wrappers import sandbox_env
 from pool.errors import SnapgymError
 
 SCORED = "scored"
@@ -188,7 +189,7 @@ def _play(
         try:
             obs, reward, terminated, truncated, info = env.step(action)
         except InvalidActionError as exc:
-            obs, reward, terminated, truncated, info = env.unwrapped.refuse(f"invalid action: {exc}")  # type: ignore[attr-defined]
+            obs, reward, terminated, truncated, info = sandbox_env(env).refuse(f"invalid action: {exc}")
         result.env_s += time.perf_counter() - step_clock
         result.steps = int(info.get("step", result.steps + 1))
         trajectory.add(str(action), obs, info, getattr(policy, "last_turn", None))

@@ -42,6 +42,7 @@ from benchmarks.agents.base import Agent, AgentError, EpisodeContext, ResumableA
 from benchmarks.episodes.journal import Checkpoint, EpisodeJournal, JournalState
 from envs.observations import make_observation
 from envs.trajectory import Trajectory
+from envs.wrappers import sandbox_env
 from pool.errors import SnapgymError
 from pool.snapshots import Snapshot
 
@@ -91,9 +92,7 @@ class DurableAttempt:
         self.agent = agent
         self.checkpoints = 0
         self.checkpoint_s = 0.0
-        self.can_checkpoint = isinstance(agent, ResumableAgent) and bool(
-            getattr(env.unwrapped, "state_in_files", False)
-        )
+        self.can_checkpoint = isinstance(agent, ResumableAgent) and sandbox_env(env).state_in_files
         """Whether a checkpoint of this attempt could be resumed from (else only steps are journalled)."""
 
     @property
@@ -139,20 +138,20 @@ class DurableAttempt:
         ``seen``: the step's observation and info; ``timings``: the runner's ``episode_s``, ``agent_s`` and
         ``env_s`` so far.
         """
-        unwrapped: Any = self.env.unwrapped
-        step = int(unwrapped.steps)
+        base = sandbox_env(self.env)
+        step = base.steps
         entry = trajectory.steps[-1] if trajectory.total_steps == len(trajectory.steps) else None
         self.durability.journal.step(self.durability.attempt, step, entry)
         if not self.can_checkpoint or step % self.durability.every:
             return
         clock = time.perf_counter()
         try:
-            snapshot = unwrapped.checkpoint()
-            changes = unwrapped.episode_changes()
+            snapshot = base.checkpoint()
+            changes = base.episode_changes()
             state = policy.state()
             checkpoint = Checkpoint(
                 attempt=self.durability.attempt, step=step, snapshot=snapshot.to_dict(), agent_state=state,
-                elapsed_s=float(unwrapped.elapsed_s), changes=changes, trajectory=trajectory_counts(trajectory),
+                elapsed_s=base.elapsed_s, changes=changes, trajectory=trajectory_counts(trajectory),
                 observation={"output": str(seen[0]["output"]), "exit_code": int(seen[0]["exit_code"])},
                 info=json.loads(json.dumps(seen[1], default=str)), **timings,
             )  # fmt: skip

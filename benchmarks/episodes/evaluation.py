@@ -41,6 +41,7 @@ from benchmarks.episodes.outage import HealthProbe, Outage, OutageError, OutageG
 from benchmarks.episodes.records import SessionRecords, Started
 from benchmarks.episodes.routing import Supply
 from envs.tasks import Task
+from envs.wrappers import sandbox_env
 from pool.errors import ConfigError, SnapgymError
 from pool.labels import RUN
 
@@ -277,8 +278,7 @@ class Evaluation:
             record = self._result(spec, attempt, result, started, failures)
             self.ledger.append(record)
             self._on_result(record)
-            if self.supply.pool is not None:
-                self._release_sandbox()
+            self._idle_env()
             return
 
     def _attempt(self, spec: EpisodeSpec, attempt: int) -> AttemptResult:
@@ -309,7 +309,7 @@ class Evaluation:
             "step_timeout_s": self._step_timeout_s(task),
             "max_action_bytes": self.settings.max_action_bytes,
         }
-        if self.settings.run_id and self.supply.pool is None:
+        if self.settings.run_id:  # on the sandboxes the run's backend makes here (a pool's hosts label theirs)
             options["labels"] = {RUN: self.settings.run_id}
         if self.settings.verification is not None:
             options["verification"] = self.settings.verification
@@ -328,13 +328,14 @@ class Evaluation:
             return task.settings.agent_timeout_s or max(self.settings.step_timeout_s, DEFAULT_AGENT_TIMEOUT_S)
         return self.settings.step_timeout_s
 
-    def _release_sandbox(self) -> None:
-        """Give the finished episode's lease back, so a thread waiting for a sandbox is not starved
-        by one that has nothing left to run (the pool may hold fewer sandboxes than there are threads)."""
+    def _idle_env(self) -> None:
+        """Say the finished episode's environment waits: a pooled one gives its lease back, so a thread
+        waiting for a sandbox is not starved by one that has nothing left to run (the pool may hold fewer
+        sandboxes than there are threads)."""
         env = getattr(self._local, "env", None)
         if env is not None:
             with contextlib.suppress(Exception):
-                env.unwrapped.release_sandbox()
+                sandbox_env(env).idle()
 
     def _drop_env(self) -> None:
         env = getattr(self._local, "env", None)

@@ -2,9 +2,9 @@
 
 ``python -m benchmarks.run backend=docker gpu_backend='{name: modal, gpu: A10G}'`` plays every task
 whose ``[environment] gpus`` is set on Modal and every other task on Docker, each pooled and restored
-the same way (``pool=ray`` gives both a Ray pool). :class:`RoutedSupply` has the
-:class:`~benchmarks.episodes.supply.SandboxSupply` interface; the runner asks it ``for_task(task)`` where the
-answer depends on the task (its capabilities, the backend named in its records).
+the same way (``pool=ray`` gives both a Ray pool). :class:`RoutedSupply` has the interface of
+:class:`~benchmarks.episodes.supply.BackendSupply` and ``PoolSupply``; the runner asks it
+``for_task(task)`` where the answer depends on the task (its capabilities, the backend named in its records).
 """
 
 from __future__ import annotations
@@ -44,11 +44,6 @@ class RoutedSupply:
     @property
     def health_name(self) -> str:
         return f"{self.default.health_name} and the GPU backend"
-
-    @property
-    def pool(self) -> Any:
-        """The default supply's Ray pool (None: direct)."""
-        return self.default.pool
 
     @property
     def generation(self) -> int:

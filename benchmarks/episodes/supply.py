@@ -17,8 +17,12 @@ hashes, so they do not change). The manager actor is not restarted by Ray
 (``max_restarts``) because a restarted manager would come back empty (no
 hosts, no served snapshots, a new fast-path socket) behind handles that look
 the same; a new pool is the same work, done in the open. Each replacement
-bumps :attr:`SandboxSupply.generation`, so the runner drops environments made
+bumps the supply's ``generation``, so the runner drops environments made
 on the old backend or pool.
+
+Which of the two serves a run is decided once (:func:`open_sandbox_supply`); each hands its
+environments a typed :class:`envs.sources.SandboxSource`, so neither the runner nor the
+environment asks again.
 """
 
 from __future__ import annotations
@@ -27,119 +31,181 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 from benchmarks.schemas import PoolKind
+from envs.sources import BackendSource, PoolSource, SandboxSource
 from envs.tasks import Task
 from pool import Backend, Capabilities, PoolConfig
 from pool.errors import PoolError
 from pool.snapshots import Snapshot
 from pool.templates import Template
 
+if TYPE_CHECKING:
+    from pool.cluster.sandbox_pool import SandboxPool
+
 log = logging.getLogger(__name__)
 _CLOSE_DEAD_POOL_S = 5.0
 """How long closing a pool whose manager is gone may take (its actors are killed either way)."""
 
 
-class SandboxSupply:
-    """Builds task snapshots and makes environments for one run.
+class BackendSupply:
+    """A run's sandboxes from one backend in this process, shared by the runner's threads.
 
     Args:
-        kind: ``direct`` or ``ray``.
-        open_backend: makes a backend (``direct``; called again if the first one dies).
-        backend_options: the backend's options for the Ray pool's hosts.
-        backend_name: the backend the Ray pool's hosts run.
-        pool_settings: the Ray pool's sizing and limits (``ray``).
+        open_backend: makes the backend (called again if the first one stops serving).
     """
 
-    def __init__(
-        self,
-        kind: PoolKind,
-        open_backend: Callable[[], Backend],
-        *,
-        backend_options: Mapping[str, Any],
-        pool_settings: Any,
-        backend_name: str = "local",
-    ) -> None:
-        self.kind = kind
+    kind = PoolKind.direct
+    health_name = "the sandbox backend"
+    """For outage messages."""
+
+    def __init__(self, open_backend: Callable[[], Backend]) -> None:
         self._open_backend = open_backend
         self._lock = threading.RLock()
-        self._backend: Backend | None = None
-        self._templates: dict[str, Template] = {}
+        self.backend = open_backend()
+        self.source: SandboxSource = BackendSource(self.backend)
+        """What the run's environments get their sandboxes from (a new one when the backend is replaced)."""
         self.generation = 0
-        """Bumped each time the backend or pool is replaced."""
-        self.pool: Any = None
-        if kind is PoolKind.ray:
-            self._pool_config = _pool_config(pool_settings, backend_name, backend_options)
-            self.pool = self._open_pool()
-        else:
-            self._backend = open_backend()
+        """Bumped each time the backend is replaced."""
 
     @property
     def name(self) -> str:
-        """``local`` / ``ray-pool`` and so on, for the ledger."""
-        return "ray-pool" if self.kind is PoolKind.ray else self.backend.name
+        """The backend's name, for the ledger."""
+        return self.backend.name
 
     @property
-    def health_name(self) -> str:
-        """For outage messages."""
-        return "the sandbox pool" if self.kind is PoolKind.ray else "the sandbox backend"
+    def capabilities(self) -> Capabilities:
+        """What the run's backend does."""
+        return self.backend.capabilities
 
-    @property
-    def backend(self) -> Backend:
-        """The direct backend (``direct`` only)."""
-        assert self._backend is not None, "a ray supply has no direct backend"
-        return self._backend
-
-    def build(self, task: Task) -> Snapshot:
-        """Build (or find) the task's snapshot."""
-        if self.pool is None:
-            return self.backend.build(task.template)
-        with self._lock:
-            pool = self.pool
-        snapshot: Snapshot = pool.add(task.template)
-        with self._lock:
-            self._templates[snapshot.id] = task.template
-        return snapshot
-
-    def for_task(self, task: Task) -> SandboxSupply:
+    def for_task(self, task: Task) -> BackendSupply:
         """The supply that serves ``task``: this one (see benchmarks.episodes.routing for a run over two)."""
         return self
+
+    def build(self, task: Task) -> Snapshot:
+        """Build (or find) the task's snapshot (its environments find it prepared)."""
+        with self._lock:
+            source = self.source
+        return source.prepare(task.template)
 
     def make_env(self, env_id: str, task: Task, **options: Any) -> gym.Env[Any, str]:
         """An environment for ``task`` on this supply."""
         with self._lock:
-            source = {"pool": self.pool} if self.pool is not None else {"backend": self.backend}
-        return gym.make(env_id, task=task, disable_env_checker=True, **source, **options)
+            source = self.source
+        return gym.make(env_id, task=task, disable_env_checker=True, source=source, **options)
+
+    def check_health(self) -> str | None:
+        """None when the backend serves, or a new one could be opened in its place; otherwise why not."""
+        with self._lock:
+            return self._replace_dead_backend()
+
+    def recover(self) -> None:
+        """Replace a backend that stopped serving. Never raises."""
+        with self._lock:
+            self._replace_dead_backend()
+
+    def stats(self) -> dict[str, Any]:
+        """Nothing: a backend in this process keeps no pool statistics."""
+        return {}
+
+    def keep_run_checkpoints(self) -> None:
+        """Ask the backend to leave the run's checkpoints when it closes, for the run's resume to go on from.
+
+        Only a backend whose checkpoints would go with it offers that (Docker's ``keep_run_checkpoints``;
+        the local backend's stay in its store anyway).
+        """
+        keep = getattr(self.backend, "keep_run_checkpoints", None)
+        if keep is not None:
+            kept = keep()
+            if kept:
+                log.info("%d checkpoint(s) of this run stay in the %s backend for its resume", kept, self.name)
+
+    def close(self) -> None:
+        """Close the backend."""
+        self.backend.close()
+
+    def _replace_dead_backend(self) -> str | None:
+        reason = self.backend.health
+        if reason is None:
+            return None
+        try:
+            new = self._open_backend()
+        except Exception as exc:
+            return f"the backend cannot serve ({reason}) and no new one could be opened ({type(exc).__name__}: {exc})"
+        old, self.backend, self.source = self.backend, new, BackendSource(new)
+        self.generation += 1
+        with contextlib.suppress(Exception):
+            old.close()
+        return None
+
+
+class PoolSupply:
+    """A run's sandboxes leased from a Ray SandboxPool (on the cluster this process is connected to).
+
+    Args:
+        pool_settings: the pool's sizing and limits.
+        backend_name: the backend the pool's hosts run.
+        backend_options: that backend's options.
+    """
+
+    kind = PoolKind.ray
+    health_name = "the sandbox pool"
+    """For outage messages."""
+    name = "ray-pool"
+    """For the ledger."""
+
+    def __init__(self, pool_settings: Any, *, backend_name: str = "local",
+                 backend_options: Mapping[str, Any] | None = None) -> None:  # fmt: skip
+        self._lock = threading.RLock()
+        self._config = _pool_config(pool_settings, backend_name, backend_options or {})
+        self._templates: dict[str, Template] = {}
+        self.pool = _open_pool(self._config)
+        self.source: SandboxSource = PoolSource(self.pool)
+        """What the run's environments get their sandboxes from (a new one when the pool is replaced)."""
+        self.generation = 0
+        """Bumped each time the pool is replaced."""
 
     @property
     def capabilities(self) -> Capabilities:
-        """What the run's backend does (the pool's backend for ``ray``)."""
+        """What the pool's backend does."""
         with self._lock:
-            source = self.pool if self.pool is not None else self.backend
-        capabilities: Capabilities = source.capabilities
-        return capabilities
+            source = self.source
+        return source.capabilities
+
+    def for_task(self, task: Task) -> PoolSupply:
+        """The supply that serves ``task``: this one (see benchmarks.episodes.routing for a run over two)."""
+        return self
+
+    def build(self, task: Task) -> Snapshot:
+        """Build (or find) the task's snapshot on the pool's hosts, and keep warm sandboxes of it."""
+        with self._lock:
+            source = self.source
+        snapshot = source.prepare(task.template)
+        with self._lock:
+            self._templates[snapshot.id] = task.template
+        return snapshot
+
+    def make_env(self, env_id: str, task: Task, **options: Any) -> gym.Env[Any, str]:
+        """An environment for ``task`` on this supply."""
+        with self._lock:
+            source = self.source
+        return gym.make(env_id, task=task, disable_env_checker=True, source=source, **options)
 
     def check_health(self) -> str | None:
-        """None when the supply can give sandboxes now; otherwise why not (see the module docstring)."""
+        """None when the pool's manager answers and has a live host; otherwise why not."""
         with self._lock:
-            if self.pool is None:
-                return self._replace_dead_backend()
             pool = self.pool
         try:
-            reason: str | None = pool.health()
+            return pool.health()
         except PoolError as exc:
             return str(exc)
-        return reason
 
     def recover(self) -> None:
-        """Replace a backend that stopped serving, or a pool whose manager is gone. Never raises."""
+        """Replace a pool whose manager is gone. Never raises."""
         with self._lock:
-            if self.pool is None:
-                self._replace_dead_backend()
-                return
             try:
                 self.pool.health()
                 return  # the manager answers: it replaces dead hosts and adopts new nodes itself
@@ -151,53 +217,20 @@ class SandboxSupply:
                 log.warning("the sandbox pool could not be re-created yet: %s: %s", type(exc).__name__, exc)
 
     def stats(self) -> dict[str, Any]:
-        """The Ray pool's stats (empty for ``direct``, or when the pool does not answer)."""
-        if self.pool is None:
-            return {}
+        """The pool's stats (empty when the pool does not answer)."""
         with contextlib.suppress(Exception):
-            stats: dict[str, Any] = self.pool.stats()
-            return stats
+            return self.pool.stats()
         return {}
 
     def keep_run_checkpoints(self) -> None:
-        """Ask the backend to leave the run's checkpoints when it closes, for the run's resume to go on from.
-
-        Only a backend whose checkpoints would go with it offers that (Docker's ``keep_run_checkpoints``;
-        the local backend's stay in its store anyway). A Ray pool's hosts close their own backends.
-        """
-        keep = getattr(self._backend, "keep_run_checkpoints", None)
-        if self.pool is None and keep is not None:
-            kept = keep()
-            if kept:
-                log.info("%d checkpoint(s) of this run stay in the %s backend for its resume", kept, self.name)
+        """Nothing to do: the pool's hosts close their own backends."""
 
     def close(self) -> None:
-        """Close the pool or the backend."""
-        if self.pool is not None:
-            self.pool.close()
-        elif self._backend is not None:
-            self._backend.close()
-
-    # -- replacing what died ----------------------------------------------------
-
-    def _replace_dead_backend(self) -> str | None:
-        assert self._backend is not None
-        reason = self._backend.health
-        if reason is None:
-            return None
-        try:
-            new = self._open_backend()
-        except Exception as exc:
-            return f"the backend cannot serve ({reason}) and no new one could be opened ({type(exc).__name__}: {exc})"
-        old, self._backend = self._backend, new
-        self.generation += 1
-        with contextlib.suppress(Exception):
-            assert old is not None
-            old.close()
-        return None
+        """Close the pool."""
+        self.pool.close()
 
     def _replace_pool(self) -> None:
-        new = self._open_pool()
+        new = _open_pool(self._config)
         try:
             for template in self._templates.values():
                 new.add(template)
@@ -205,16 +238,35 @@ class SandboxSupply:
             with contextlib.suppress(Exception):
                 new.close(timeout_s=_CLOSE_DEAD_POOL_S)
             raise
-        old, self.pool = self.pool, new
+        old, self.pool, self.source = self.pool, new, PoolSource(new)
         self.generation += 1
         with contextlib.suppress(Exception):
             old.close(timeout_s=_CLOSE_DEAD_POOL_S)
         log.warning("a new sandbox pool serves the run (%d task snapshot(s) added again)", len(self._templates))
 
-    def _open_pool(self) -> Any:
-        from pool import SandboxPool
 
-        return SandboxPool(self._pool_config)
+SandboxSupply = BackendSupply | PoolSupply
+"""Where one backend's sandboxes come from for a run."""
+
+
+def open_sandbox_supply(
+    kind: PoolKind,
+    open_backend: Callable[[], Backend],
+    *,
+    backend_options: Mapping[str, Any],
+    pool_settings: Any,
+    backend_name: str = "local",
+) -> SandboxSupply:
+    """The run's one choice: ``direct`` (a backend here) or ``ray`` (a SandboxPool of ``backend_name``)."""
+    if kind is PoolKind.ray:
+        return PoolSupply(pool_settings, backend_name=backend_name, backend_options=backend_options)
+    return BackendSupply(open_backend)
+
+
+def _open_pool(config: PoolConfig) -> SandboxPool:
+    from pool.cluster.sandbox_pool import SandboxPool  # Ray is imported only by a run that uses it
+
+    return SandboxPool(config)
 
 
 def _pool_config(settings: Any, backend: str, backend_options: Mapping[str, Any]) -> PoolConfig:

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.episodes.routing import Supply
+from benchmarks.episodes.supply import BackendSupply
 from benchmarks.job import Job
 from benchmarks.reports.report import Report, Skipped, Target
 from benchmarks.reports.stats import percentile
@@ -43,6 +45,7 @@ from benchmarks.scenarios.measure.timing import measure
 from benchmarks.scenarios.throughput import TRIVIAL_TASK
 from benchmarks.schemas import PoolKind
 from envs.tasks import load_task
+from envs.wrappers import sandbox_env
 from pool.errors import ConfigError
 
 Env = Any
@@ -85,7 +88,7 @@ def run(job: Job) -> Report:
     try:
         warm = make_env()
         warm.reset(seed=0)  # builds the snapshot; untimed
-        snapshot = warm.unwrapped.task_snapshot
+        snapshot = sandbox_env(warm).task_snapshot
         warm.close()
         methods["ttfc"] = _ttfc(supply, snapshot, cfg.ttfc_samples)
         for n in sorted(set(cfg.sizes)):
@@ -112,13 +115,13 @@ def run(job: Job) -> Report:
     return Report("burst", methods, ratios=ratios, targets=targets, meta=meta, headline=dict(ratios))
 
 
-def _ttfc(supply: Any, snapshot: Any, samples: int) -> list[float] | Skipped:
+def _ttfc(supply: Supply, snapshot: Any, samples: int) -> list[float] | Skipped:
     """create + first exec, one after another, on the supply's backend."""
     if samples == 0:
         return Skipped("ttfc_samples is 0")
-    backend = getattr(supply, "backend", None)
-    if backend is None:
+    if not isinstance(supply, BackendSupply):
         return Skipped("pool=ray leases sandboxes instead of creating them: run with pool=direct")
+    backend = supply.backend
     return measure(
         lambda: _first_command(backend.create(snapshot)), repetitions=samples, warmup=2, after=lambda s: s.close()
     )

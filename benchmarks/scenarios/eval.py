@@ -38,7 +38,7 @@ from benchmarks.episodes.ledger import Ledger, LedgerWriteError
 from benchmarks.episodes.outage import HealthProbe, OutageError
 from benchmarks.episodes.routing import RoutedSupply, Supply
 from benchmarks.episodes.suites import Suite, image_sources, select_tasks
-from benchmarks.episodes.supply import SandboxSupply
+from benchmarks.episodes.supply import open_sandbox_supply
 from benchmarks.job import Job, ScenarioStoppedError
 from benchmarks.reports import results
 from benchmarks.reports.plots import write_plots
@@ -320,7 +320,7 @@ def open_supply(job: Job, config: DictConfig) -> Supply:
     """The run's sandboxes: a backend here, or a Ray pool; with ``gpu_backend``, a second one for the
     tasks that ask for GPUs (see benchmarks.episodes.routing)."""
     kind = config.pool.kind if isinstance(config.pool.kind, PoolKind) else PoolKind[str(config.pool.kind)]
-    default = SandboxSupply(
+    default = open_sandbox_supply(
         kind,
         job.open_backend,
         backend_options=job.backend_options(),
@@ -332,7 +332,7 @@ def open_supply(job: Job, config: DictConfig) -> Supply:
         return default
     name, options = gpu
     try:
-        routed = SandboxSupply(
+        routed = open_sandbox_supply(
             kind, lambda: job.open_named_backend(name, options), backend_options=options,
             pool_settings=config.pool, backend_name=name,
         )  # fmt: skip

@@ -30,6 +30,7 @@ from benchmarks.scenarios.measure.timing import measure
 from benchmarks.scenarios.throughput import TRIVIAL_TASK
 from benchmarks.schemas import PoolKind
 from envs.tasks import load_task
+from envs.wrappers import sandbox_env
 from pool.cluster.host import used_memory_bytes
 from pool.errors import ConfigError
 
@@ -55,23 +56,24 @@ def run(job: Job) -> Report:
         raise ConfigError("benchmark.children must be positive numbers and benchmark.repetitions >= 1")
     supply = open_supply(job, job.config)
     env = supply.make_env("snapgym/Shell-v0", load_task(TRIVIAL_TASK), max_steps=10**6)
+    base = sandbox_env(env)
     try:
         env.reset(seed=0)
         env.step("echo ok > /app/answer.txt && mkdir -p /app/work && seq 1000 > /app/work/numbers")
         counter = iter(range(10**9))
         checkpoint = measure(
-            env.unwrapped.checkpoint,  # type: ignore[attr-defined]
+            base.checkpoint,
             repetitions=cfg.repetitions,
             before=lambda: env.step(f"echo {next(counter)} > /app/work/step"),
         )
-        snapshot = env.unwrapped.checkpoint()  # type: ignore[attr-defined]
+        snapshot = base.checkpoint()
         methods: dict[str, list[float]] = {"checkpoint": checkpoint}
         sizes = sorted(set(cfg.children))
         memory = _MemoryPerChild(sizes[-1])
         for index, n in enumerate(sizes):
             largest = n == sizes[-1]
             methods[f"fork_{n}"] = measure(
-                lambda n=n: env.unwrapped.fork(n, snapshot),  # type: ignore[attr-defined, misc]
+                lambda n=n: base.fork(n, snapshot),  # type: ignore[misc]
                 repetitions=cfg.repetitions,
                 warmup=cfg.warmup if index == 0 else 0,
                 before=memory.before if largest else None,

@@ -28,9 +28,8 @@ import pytest
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation
 from benchmarks.episodes.ledger import LEDGER_FILE, Ledger, LedgerState, read_records
-from benchmarks.episodes.supply import SandboxSupply
+from benchmarks.episodes.supply import BackendSupply
 from benchmarks.reports.results import read_run, summarize_run
-from benchmarks.schemas import PoolKind
 from envs import SUBMIT
 from envs.tasks import Task, load_tasks
 from pool import Backend, ConfigError, LocalBackend
@@ -152,7 +151,7 @@ def evaluate(
     ``backend`` is the backend, or what opens one (again when its daemon dies).
     """
     open_backend = backend if callable(backend) else lambda: backend
-    supply = SandboxSupply(PoolKind.direct, open_backend, backend_options={}, pool_settings=None)
+    supply = BackendSupply(open_backend)
     with Ledger.open(run_dir) as ledger:
         Evaluation(tasks, agent, supply, ledger, EvalSettings(**settings)).run()
     return list(read_records(run_dir / LEDGER_FILE))

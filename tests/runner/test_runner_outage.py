@@ -27,7 +27,7 @@ from benchmarks.agents.base import EpisodeContext
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation
 from benchmarks.episodes.ledger import LEDGER_FILE, Ledger, read_records
 from benchmarks.episodes.outage import OutageError
-from benchmarks.episodes.supply import SandboxSupply
+from benchmarks.episodes.supply import BackendSupply, PoolSupply, open_sandbox_supply
 from benchmarks.reports.results import read_run, summarize_run
 from benchmarks.schemas import PoolKind, PoolSettings
 from envs.tasks import Task, load_tasks
@@ -152,7 +152,7 @@ def test_an_endpoint_outage_that_ends_pauses_the_episodes_then_they_score(
     timer = threading.Thread(target=come_back_2_s_after_the_first_request, daemon=True)
     timer.start()
     agent = LLMAgent(base_url=chat_server.base_url, model="scripted", api_key_env="", max_retries=0)
-    supply = SandboxSupply(PoolKind.direct, lambda: backend, backend_options={}, pool_settings=None)
+    supply = BackendSupply(lambda: backend)
     settings = EvalSettings(episodes_per_task=2, concurrency=3, max_attempts=1, outage_timeout_s=60)
     try:
         with Ledger.open(tmp_path) as ledger:
@@ -191,7 +191,7 @@ def test_a_200_with_an_error_body_in_a_run_is_an_infra_failure_retried_not_an_ag
 
     chat_server.script(reply)
     agent = LLMAgent(base_url=chat_server.base_url, model="scripted", api_key_env="", max_retries=0)
-    supply = SandboxSupply(PoolKind.direct, lambda: backend, backend_options={}, pool_settings=None)
+    supply = BackendSupply(lambda: backend)
     with Ledger.open(tmp_path) as ledger:
         Evaluation(tasks[:1], agent, supply, ledger, EvalSettings(concurrency=1),
                    probes=[supply, agent.endpoint_probe()]).run()  # fmt: skip
@@ -248,7 +248,7 @@ def test_a_dead_daemon_that_cannot_be_replaced_is_an_outage_until_a_backend_open
     open_backend, blocked, opened = blockable_backends
     kill = kill_the_daemon_and_block_new_backends(tmp_path / "runtime", blocked, for_s=1.5)
     agent = ScriptedAgent({"alpha": [[kill], [SOLVE]]})
-    supply = SandboxSupply(PoolKind.direct, open_backend, backend_options={}, pool_settings=None)
+    supply = BackendSupply(open_backend)
     with Ledger.open(tmp_path / "run") as ledger:
         evaluation = Evaluation(tasks[:1], agent, supply, ledger, EvalSettings(concurrency=1, outage_timeout_s=60))
         evaluation.run()
@@ -272,7 +272,7 @@ def test_the_breaker_stops_a_run_whose_backend_stays_down_and_the_ledger_stays_r
     agent = ScriptedAgent(
         {"alpha": [[kill_the_daemon_and_block_new_backends(tmp_path / "runtime", blocked, for_s=None)]]}
     )
-    supply = SandboxSupply(PoolKind.direct, open_backend, backend_options={}, pool_settings=None)
+    supply = BackendSupply(open_backend)
     settings = EvalSettings(episodes_per_task=2, concurrency=1, outage_timeout_s=1.0)
     stops = pytest.raises(OutageError, match=r"past outage_timeout_s=1: the sandbox backend: .*resume=true")
     with Ledger.open(tmp_path / "run") as ledger, stops:
@@ -310,8 +310,9 @@ def test_killing_the_pool_manager_mid_run_pauses_recovers_and_loses_no_episode(
     """SIGKILL of the pool's manager actor after 4 results: the runner pauses, the supply starts a new pool,
     and every one of the 24 episodes scores exactly once, none with an attempt counted against it."""
     settings = PoolSettings(kind=PoolKind.ray, size=4, min_warm=1, max_warm=4, max_size=12, lease_ttl_s=10)
-    supply = SandboxSupply(PoolKind.ray, no_direct_backend, backend_options=pool_backend_options,
-                           pool_settings=settings)  # fmt: skip
+    supply = open_sandbox_supply(PoolKind.ray, no_direct_backend, backend_options=pool_backend_options,
+                                 pool_settings=settings)  # fmt: skip
+    assert isinstance(supply, PoolSupply)
     first_pool = supply.pool
     manager = actor_pid(first_pool._manager)
     results: list[dict[str, Any]] = []
