@@ -19,7 +19,8 @@ def test_dockerfile_over_a_mapped_rootfs(
     """FROM tiny/image + bases={...: tarball}: COPY and RUN land, and the shell works without bash."""
     if shutil.which("ldd") is None or shutil.which("base64") is None or shutil.which("chmod") is None:
         pytest.skip("ldd, base64 or chmod is not installed")
-    monkeypatch.setattr("tests.backends.local.test_rootfs_base.TOOLS", ("sh", "cat", "ls", "echo", "mkdir", "rm", "base64", "chmod"))
+    tools = ("sh", "cat", "ls", "echo", "mkdir", "rm", "base64", "chmod")
+    monkeypatch.setattr("tests.backends.local.test_rootfs_base.TOOLS", tools)
     tree = tmp_path / "tree"
     _minimal_rootfs(tree)
     tarball = tmp_path / "rootfs.tar"
