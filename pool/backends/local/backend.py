@@ -44,6 +44,11 @@ from pool.snapshots import Snapshot
 from pool.templates import HOST_BASE, Template
 
 
+def _setting(name: str) -> Any:
+    """A read-only attribute of the backend that is the field ``name`` of its ``settings``."""
+    return property(lambda backend: getattr(backend.settings, name), doc=f"See LocalBackend({name}=...).")
+
+
 class LocalBackend:
     """Sandboxes on this Linux machine, restored from snapshots in milliseconds.
 
@@ -79,6 +84,18 @@ class LocalBackend:
 
     name = "local"
 
+    # the options as given (settled): each has one home, the frozen ``settings``
+    rootless: bool = _setting("rootless")
+    id_offset: int = _setting("id_offset")
+    memory_limit_mb: int | None = _setting("memory_limit_mb")
+    cpus: float | None = _setting("cpus")
+    pids_limit: int | None = _setting("pids_limit")
+    disk_limit_mb: int = _setting("disk_limit_mb")
+    max_snapshot_mb: int = _setting("max_snapshot_mb")
+    max_output_bytes: int = _setting("max_output_bytes")
+    default_timeout_s: float | None = _setting("default_timeout_s")
+    prewarm: bool = _setting("prewarm")
+
     def __init__(
         self,
         *,
@@ -109,28 +126,20 @@ class LocalBackend:
             max_output_bytes=max_output_bytes,
             default_timeout_s=default_timeout_s,
         )
-        self.rootless = os.geteuid() != 0 if rootless is None else rootless
-        if not self.rootless and os.geteuid() != 0:
+        rootless = os.geteuid() != 0 if rootless is None else rootless
+        if not rootless and os.geteuid() != 0:
             raise ConfigError("rootless=False needs host root; run as root or leave rootless unset")
-        self.id_offset = 0 if self.rootless else id_offset
-        self.memory_limit_mb = memory_limit_mb
-        self.cpus = cpus
-        self.pids_limit = pids_limit
-        self.disk_limit_mb = disk_limit_mb
-        self.max_snapshot_mb = max_snapshot_mb or disk_limit_mb
-        self.max_output_bytes = max_output_bytes
-        self.default_timeout_s = default_timeout_s
-        self.prewarm = prewarm
+        id_offset = 0 if rootless else id_offset
         self.prefer_prebuilt = prefer_prebuilt
         self.registry = registry_settings(registry)
         self.egress = EgressService(
             egress,
-            available=not self.rootless,
+            available=not rootless,
             unavailable_reason="a rootless local backend cannot reach into "
             "its sandboxes' network namespaces; run as root for network policies other than no-network",
         )
         self.store = SnapshotStore(
-            Path(store_dir) if store_dir else default_store_dir(), id_offset=self.id_offset, rootless=self.rootless
+            Path(store_dir) if store_dir else default_store_dir(), id_offset=id_offset, rootless=rootless
         )
         self.store.reap()  # staging folders of processes killed mid-snapshot
         self._runtime_root = Path(runtime_dir) if runtime_dir else default_runtime_dir()
@@ -139,17 +148,17 @@ class LocalBackend:
         """This instance's name: its runtime folder and cgroups carry it, and reap_orphans reads its pid."""
         self.settings = LocalSettings(
             tag=self.tag,
-            rootless=self.rootless,
-            id_offset=self.id_offset,
+            rootless=rootless,
+            id_offset=id_offset,
             memory_limit_mb=memory_limit_mb,
             cpus=cpus,
             pids_limit=pids_limit,
             disk_limit_mb=disk_limit_mb,
-            max_snapshot_mb=self.max_snapshot_mb,
+            max_snapshot_mb=max_snapshot_mb or disk_limit_mb,
             max_output_bytes=max_output_bytes,
             default_timeout_s=default_timeout_s,
             prewarm=prewarm,
-            cgroup_controllers=frozenset(cgroups.available() if not self.rootless else ()),
+            cgroup_controllers=frozenset(cgroups.available() if not rootless else ()),
             host=host,
         )
         """What every sandbox of this backend runs under."""
@@ -158,8 +167,8 @@ class LocalBackend:
         self._builder = Builder(
             self.store,
             host=host,
-            rootless=self.rootless,
-            id_offset=self.id_offset,
+            rootless=rootless,
+            id_offset=id_offset,
             registry=self.registry,
             prefer_prebuilt=prefer_prebuilt,
             egress=self.egress,
