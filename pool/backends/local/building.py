@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pool.backends.local.checkpoint import BuildResult
+from pool.backends.local.instance.checkpoint import BuildResult
 from pool.backends.local.oci.fetch import ImageFetcher
 from pool.backends.local.oci.imagebase import image_base
 from pool.backends.local.oci.layer import unpack_layer

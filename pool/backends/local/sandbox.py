@@ -1,7 +1,7 @@
 """One sandbox of the local backend: exec, files, snapshot, restore, verification.
 
 The sandbox runs its own lifecycle (start, snapshot, restore, seal, close) through the narrow
-link it holds (``pool.backends.local.link``: its number and the backend's ``Runtime``, which has
+link it holds (``pool.backends.local.instance.link``: its number and the backend's ``Runtime``, which has
 the daemon, the store and the frozen settings); it never reaches its backend. The backend is its
 factory and catalogue: it hands each sandbox a ``forget`` callback to drop it from the catalogue.
 """
@@ -12,11 +12,12 @@ import posixpath
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from pool.backends.local import checkpoint, commands, seal, shellsession
+from pool.backends.local import seal
 from pool.backends.local.cgroups import Limits, SandboxCgroup
-from pool.backends.local.checkpoint import BuildResult
 from pool.backends.local.daemon import Op, PendingReply
-from pool.backends.local.link import SandboxLink
+from pool.backends.local.instance import checkpoint, commands, shellsession
+from pool.backends.local.instance.checkpoint import BuildResult
+from pool.backends.local.instance.link import SandboxLink
 from pool.backends.local.runtime import Runtime
 from pool.backends.local.store import upperread
 from pool.backends.local.store.changes import read_changes
@@ -210,7 +211,7 @@ class LocalSandbox:
         :meth:`begin_verification` or :meth:`close`. Commands get ``/dev/null`` on standard input.
         A command that times out ends the shell with everything it started (processes left running
         by earlier commands live on); the next call starts a new shell in the last working
-        directory with the last exported variables. See :mod:`pool.backends.local.shellsession`.
+        directory with the last exported variables. See :mod:`pool.backends.local.instance.shellsession`.
 
         Raises:
             CommandRejectedError: the command holds a NUL byte, is too long, or the timeout is not positive.
