@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from pool import LocalBackend, Snapshot, Template
-from pool.backends.local.layers import remove_tree
+from pool.backends.local.store.layers import remove_tree
 
 T = TypeVar("T")
 

@@ -147,7 +147,7 @@ def test_bad_commands_are_rejected_with_clear_errors(sandbox: LocalSandbox) -> N
 
 
 def test_init_killed_from_the_host_is_reported_and_restore_recovers(sandbox: LocalSandbox) -> None:
-    pid = int(sandbox._backend.daemon_request(Op.PING, sandbox.number, [])["pid"])
+    pid = int(sandbox._runtime.request(Op.PING, sandbox.number, [])["pid"])
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while sandbox.is_alive and time.monotonic() < deadline:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pool import CommandRejectedError, LocalBackend, LocalSandbox, Snapshot
-from pool.backends.local.store import default_runtime_dir
+from pool.backends.local.store.catalogue import default_runtime_dir
 from pool.verification import VerificationPlan, VerifyMode
 
 IO_URING_SETUP = 425  # x86_64 and aarch64

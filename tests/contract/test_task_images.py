@@ -24,7 +24,7 @@ import pytest
 
 import envs
 from pool import Backend, LocalBackend, available_backends, load_backend
-from pool.backends.local.ocisettings import RegistrySettings
+from pool.backends.local.oci.settings import RegistrySettings
 from tests.support.oci_fixtures import (
     DebianImages,
     Entry,

@@ -11,7 +11,7 @@ import pytest
 
 import envs
 from pool import LocalBackend, Template
-from pool.backends.local.changes import read_changes
+from pool.backends.local.store.changes import read_changes
 from tests.support.envs_fixtures import SOLVE, TASK
 
 

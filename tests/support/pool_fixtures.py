@@ -217,7 +217,7 @@ def _init_pid(host: Any, slot: int) -> int:
     from pool.backends.local.daemon import Op
 
     sandbox = host._slots[slot]
-    return int(sandbox._backend.daemon_request(Op.PING, sandbox.number, [])["pid"])
+    return int(sandbox._runtime.request(Op.PING, sandbox.number, [])["pid"])
 
 
 # -- what runs in other Ray processes ----------------------------------------

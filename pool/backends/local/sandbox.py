@@ -1,73 +1,40 @@
-"""One sandbox of the local backend: exec, files, snapshot, restore."""
+"""One sandbox of the local backend: exec, files, snapshot, restore, verification.
+
+The sandbox runs its own lifecycle (start, snapshot, restore, seal, close) through the narrow
+link it holds (``pool.backends.local.instance.link``: its number and the backend's ``Runtime``, which has
+the daemon, the store and the frozen settings); it never reaches its backend. The backend is its
+factory and catalogue: it hands each sandbox a ``forget`` callback to drop it from the catalogue.
+"""
 
 from __future__ import annotations
 
-import errno
-import os
 import posixpath
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from pool.backends.local import capture, shellsession, upperread
-from pool.backends.local.cgroups import Limits, SandboxCgroup, memory_of_process
-from pool.backends.local.changes import read_changes
-from pool.backends.local.daemon import Op, StatusTimeoutError, read_status
+from pool.backends.local import seal
+from pool.backends.local.cgroups import Limits, SandboxCgroup
+from pool.backends.local.daemon import Op, PendingReply
+from pool.backends.local.instance import checkpoint, commands, shellsession
+from pool.backends.local.instance.checkpoint import BuildResult
+from pool.backends.local.instance.link import SandboxLink
+from pool.backends.local.runtime import Runtime
+from pool.backends.local.store import upperread
+from pool.backends.local.store.changes import read_changes
 from pool.changes import MAX_PATHS, Changes
 from pool.errors import (
-    BackendError,
     CommandRejectedError,
     FileOperationError,
     SandboxClosedError,
     SandboxCrashedError,
     SandboxError,
-    SandboxOutOfMemoryError,
     UnsupportedError,
 )
 from pool.network.audit import NetworkLog
 from pool.network.policy import NetworkPolicy, Phase
-from pool.results import ExecResult, decode_output
+from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
-
-if TYPE_CHECKING:
-    from pool.backends.local.backend import LocalBackend
-
-# execve() refuses a single argument or variable longer than this (MAX_ARG_STRLEN).
-MAX_COMMAND_BYTES = 128 * 1024 - 1
-# execve() refuses more than about a quarter of the stack limit in arguments and
-# variables together, and the daemon takes requests up to 1 MiB: stay under both.
-MAX_EXEC_BYTES = 960 * 1024
-_HOST_GRACE_S = 10.0
-_NOT_STARTED = -2  # status code: snapgym could not start the command in the sandbox
-_DEATH_NOTICE_S = 2.0
-_FILE_OP_TIMEOUT_S = 120.0
-_PF_EXITING = 0x4
-
-
-def _check_command(command: str, timeout_s: float | None) -> None:
-    """Refuse what no shell can receive: not a str, a NUL byte, over the size limit, a timeout <= 0."""
-    if not isinstance(command, str):
-        raise CommandRejectedError(f"a command must be a str, got {type(command).__name__}")
-    if "\0" in command:
-        raise CommandRejectedError("the command contains a NUL byte, which no shell can receive")
-    if len(command.encode("utf-8", "surrogateescape")) > MAX_COMMAND_BYTES:
-        raise CommandRejectedError(
-            f"the command is {len(command.encode('utf-8', 'surrogateescape'))} bytes; the limit is "
-            f"{MAX_COMMAND_BYTES}: write large scripts with write_file() or pass data on stdin"
-        )
-    if timeout_s is not None and not timeout_s > 0:
-        raise CommandRejectedError(f"timeout_s must be positive, got {timeout_s}")
-
-
-def _is_exiting(pid: int) -> bool:
-    """True while the kernel tears the process down (PF_EXITING, a zombie): it will not answer again."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return True  # gone
-    return fields[0] in ("Z", "X") or bool(int(fields[6]) & _PF_EXITING)
 
 
 class LocalSandbox:
@@ -75,19 +42,25 @@ class LocalSandbox:
 
     def __init__(
         self,
-        backend: LocalBackend,
+        runtime: Runtime,
         number: int,
         snapshot: Snapshot,
-        cgroup: SandboxCgroup,
         labels: Mapping[str, str],
+        *,
+        forget: Callable[[int], None],
     ) -> None:
-        self._backend = backend
+        settings = runtime.settings
+        self._runtime = runtime
+        self._settings = settings
+        self._link = SandboxLink(runtime, number)
+        self._forget = forget
         self.number = number
         """The daemon's number for this sandbox."""
-        self._id = f"{backend.tag}-{number}"
+        self._id = f"{settings.tag}-{number}"
         self._labels = dict(labels)
         self._snapshot = snapshot
-        self._cgroup = cgroup
+        resources = snapshot.resources
+        self._cgroup = SandboxCgroup(self._id, settings.limits(resources), settings.limited_controllers(resources))
         self._closed = False
         self._sealed: VerifyMode | None = None
         self._private: tuple[str, ...] = ()
@@ -96,8 +69,37 @@ class LocalSandbox:
         """Where the sandbox's writable tmpfs is mounted (in its keeper's mount namespace)."""
         self.keeper_pid = 0
         """The host pid of the sandbox's keeper, whose mount namespace holds its stages."""
-        self._egress = backend.egress.gatekeeper()
+        self._egress = runtime.egress.gatekeeper()
         self._session: shellsession.ShellSession | None = None
+
+    # -- start ------------------------------------------------------------
+
+    def start(self, *, network: bool, spare: bool = True) -> PendingReply:
+        """Ask the daemon for this sandbox's first instance; the reply is for :meth:`finish_start`.
+
+        ``network``: the host's network (a build); ``spare`` False: no spare until the first
+        restore (which then builds one). On an error the sandbox's cgroup is removed.
+        """
+        try:
+            fields = self._runtime.instance_fields(self._snapshot, network=network, cgroup=self._cgroup, spare=spare)
+            return self._runtime.submit(Op.CREATE, self.number, fields)
+        except BaseException:
+            self._cgroup.remove()
+            raise
+
+    def finish_start(self, pending: PendingReply) -> None:
+        """Wait for the reply of :meth:`start`; on an error the cgroup is removed and it is raised."""
+        try:
+            reply = pending.result()
+            self.stage_path, self.keeper_pid = reply["stage"], int(reply["keeper"])
+        except BaseException:
+            self._cgroup.remove()
+            raise
+
+    @property
+    def stage_dir(self) -> Path:
+        """The sandbox's writable tmpfs (its instance's stage), seen through its keeper's mount namespace."""
+        return Path(f"/proc/{self.keeper_pid}/root") / self.stage_path.lstrip("/")
 
     # -- identity ---------------------------------------------------------
 
@@ -133,17 +135,16 @@ class LocalSandbox:
     @property
     def is_alive(self) -> bool:
         """True while the sandbox's init runs and can take commands."""
-        if self._closed or not self._backend.daemon_is_alive:
+        if self._closed or not self._runtime.daemon_is_alive:
             return False
-        reply = self._backend.daemon_request(Op.PING, self.number, [])
-        return reply.get("pid", "0") != "0"
+        return self._link.ping().get("pid", "0") != "0"
 
     @property
     def died_of_oom(self) -> bool:
         """True when the sandbox's init died while the OOM killer was at work in its cgroup."""
-        if self._closed or not self._backend.daemon_is_alive:
+        if self._closed or not self._runtime.daemon_is_alive:
             return False
-        return self._backend.daemon_request(Op.PING, self.number, []).get("died") == "oom"
+        return self._link.ping().get("died") == "oom"
 
     def use_limits(self, limits: Limits, controllers: set[str]) -> None:
         """Limits for the next instance (set before a restore)."""
@@ -189,41 +190,10 @@ class LocalSandbox:
         if self._egress.environment:
             env = {**self._egress.environment, **(env or {})}
         fields = self._exec_fields(command, timeout_s, cwd, env)
-        cap = max_output_bytes if max_output_bytes is not None else self._backend.max_output_bytes
-        timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
-        started = time.monotonic()
-        stdin_fd = self._stdin_fd(stdin)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        st_r, st_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            self._backend.daemon_send(Op.EXEC, self.number, fields, [stdin_fd, out_w, err_w, st_w])
-        except BaseException:
-            for fd in (out_r, err_r, st_r):
-                os.close(fd)
-            raise
-        finally:
-            for fd in (stdin_fd, out_w, err_w, st_w):
-                os.close(fd)
-        deadline = started + timeout + _HOST_GRACE_S if timeout else None
-        got = capture.collect(out_r, err_r, st_r, cap=cap, deadline_s=deadline)
-        duration = time.monotonic() - started
-        if got.status is None:
-            self._explain_missing_status()
-            # init is alive: the command killed its runner (kill -9 -1), or stopped it past the deadline
-            code, timed_out = 137, got.host_deadline_hit
-        else:
-            code, timed_out, err = got.status
-            if code == _NOT_STARTED:
-                self._raise_not_started(err)
-        return ExecResult(
-            exit_code=code,
-            stdout=decode_output(got.stdout.value()),
-            stderr=decode_output(got.stderr.value()),
-            duration_s=duration,
-            timed_out=timed_out,
-            stdout_truncated=got.stdout.truncated,
-            stderr_truncated=got.stderr.truncated,
+        cap = max_output_bytes if max_output_bytes is not None else self._settings.max_output_bytes
+        timeout = timeout_s if timeout_s is not None else self._settings.default_timeout_s
+        return commands.run(
+            self._link, fields, stdin, cap=cap, timeout_s=timeout, memory_limit_bytes=self._cgroup.limits.memory_bytes
         )
 
     def shell(
@@ -241,7 +211,7 @@ class LocalSandbox:
         :meth:`begin_verification` or :meth:`close`. Commands get ``/dev/null`` on standard input.
         A command that times out ends the shell with everything it started (processes left running
         by earlier commands live on); the next call starts a new shell in the last working
-        directory with the last exported variables. See :mod:`pool.backends.local.shellsession`.
+        directory with the last exported variables. See :mod:`pool.backends.local.instance.shellsession`.
 
         Raises:
             CommandRejectedError: the command holds a NUL byte, is too long, or the timeout is not positive.
@@ -252,55 +222,27 @@ class LocalSandbox:
         self._check_open()
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier; the shell is the agent's (use exec())")
-        _check_command(command, timeout_s)
+        commands.check_command(command, timeout_s)
         if self._egress.environment:
             env = {**self._egress.environment, **(env or {})}
-        timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
-        cap = max_output_bytes if max_output_bytes is not None else self._backend.max_output_bytes
+        timeout = timeout_s if timeout_s is not None else self._settings.default_timeout_s
+        cap = max_output_bytes if max_output_bytes is not None else self._settings.max_output_bytes
         session = self._session
         if session is None or not session.alive or session.env != dict(env or {}):
             session = self._start_session(env or {})
-        started = time.monotonic()
-        host_deadline = started + timeout + _HOST_GRACE_S if timeout else None
-        got = session.run(command.encode("utf-8", "surrogateescape"), timeout_s=timeout, cap=cap,
-                          host_deadline_s=host_deadline)  # fmt: skip
-        if got.status is None:
-            self._explain_missing_status()
-            code, timed_out = 137, got.host_deadline_hit  # the agent killed or stopped its shell's reaper
-        else:
-            code, timed_out, err, goes_on = got.status
-            if code == _NOT_STARTED:
-                self._raise_not_started(err)
-            if not goes_on and err == errno.ENOENT:
-                raise UnsupportedError(f"sandbox {self.id} has no bash for a shell session; run commands with exec()")
-        return ExecResult(
-            exit_code=code,
-            stdout=decode_output(got.stdout.value()),
-            stderr=decode_output(got.stderr.value()),
-            duration_s=time.monotonic() - started,
-            timed_out=timed_out,
-            stdout_truncated=got.stdout.truncated,
-            stderr_truncated=got.stderr.truncated,
+        return commands.run_step(
+            self._link,
+            session,
+            command,
+            cap=cap,
+            timeout_s=timeout,
+            memory_limit_bytes=self._cgroup.limits.memory_bytes,
         )
 
     def _start_session(self, env: Mapping[str, str]) -> shellsession.ShellSession:
         self._end_session()
         fields = self._exec_fields(shellsession.COMMAND, None, None, env)
-        fields.append(("session", "1"))
-        control_r, control_w = os.pipe2(os.O_CLOEXEC)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        st_r, st_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            self._backend.daemon_send(Op.EXEC, self.number, fields, [control_r, out_w, err_w, st_w])
-        except BaseException:
-            for fd in (control_w, out_r, err_r, st_r):
-                os.close(fd)
-            raise
-        finally:
-            for fd in (control_r, out_w, err_w, st_w):
-                os.close(fd)
-        self._session = shellsession.ShellSession(control_w, out_r, err_r, st_r, env)
+        self._session = commands.open_session(self._link, fields, env)
         return self._session
 
     def _end_session(self) -> None:
@@ -312,109 +254,37 @@ class LocalSandbox:
     def _exec_fields(
         self, command: str, timeout_s: float | None, cwd: str | None, env: Mapping[str, str] | None
     ) -> list[tuple[str, str]]:
-        _check_command(command, timeout_s)
-        timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
-        merged = dict(self._backend.base_env(self._snapshot))
+        """The EXEC fields of ``command`` in this sandbox (see commands.exec_fields)."""
+        commands.check_command(command, timeout_s)
+        timeout = timeout_s if timeout_s is not None else self._settings.default_timeout_s
+        merged = dict(self._settings.base_env(self._snapshot))
         merged.update(self._snapshot.env)
         merged.update(env or {})
-        fields = [("cmd", command), ("cwd", self._resolve(cwd or self._snapshot.workdir))]
-        fields.append(("timeout_ms", str(int(timeout * 1000)) if timeout else "0"))
-        if self._sealed is not None:
-            fields.append(("reap_all", "1"))  # nothing the verifier's command starts outlives it
-        total = len(command.encode("utf-8", "surrogateescape"))
-        for key, value in merged.items():
-            if not key or "=" in key or "\0" in key or "\0" in str(value):
-                raise CommandRejectedError(f"environment variable {key!r} has an invalid name or value")
-            entry = f"{key}={value}"
-            size = len(entry.encode("utf-8", "surrogateescape"))
-            if size > MAX_COMMAND_BYTES:
-                raise CommandRejectedError(
-                    f"environment variable {key} is {size} bytes; the kernel takes at most {MAX_COMMAND_BYTES} "
-                    "per variable: pass large values in a file (write_file) or on stdin"
-                )
-            total += size + 1
-            fields.append(("env", entry))
-        if total > MAX_EXEC_BYTES:
-            raise CommandRejectedError(
-                f"the command and its environment are {total} bytes together; the limit is {MAX_EXEC_BYTES}: "
-                "pass large values in files (write_file) or on stdin"
-            )
-        return fields
-
-    def _raise_not_started(self, err: int) -> None:
-        """A command could not start (status code -2, ``err`` says why): whose doing, as an exception."""
-        if err == errno.ENOMEM and self.memory_exhausted():
-            raise SandboxOutOfMemoryError(
-                "the sandbox's processes (and its files: tmpfs pages count) used up its memory, so the "
-                "command could not start; restore() starts it again"
-            )
-        raise SandboxCrashedError(f"snapgym could not start the command in the sandbox: {os.strerror(err)}")
-
-    def _stdin_fd(self, stdin: str | bytes | None) -> int:
-        if stdin is None:
-            return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
-        fd = os.memfd_create("snapgym-stdin", os.MFD_CLOEXEC)
-        os.write(fd, data)
-        os.lseek(fd, 0, os.SEEK_SET)
-        return fd
-
-    def _explain_missing_status(self) -> None:
-        """Why a command ended without its status: raise unless its init lives (the command killed or stopped
-        its own runner, which is the agent's doing)."""
-        if not self._backend.daemon_is_alive:
-            raise SandboxCrashedError("the sandbox daemon died; create a new backend")
-        reply = self._ping_settled()
-        if reply.get("pid", "0") == "0":
-            if reply.get("died") == "oom":
-                raise SandboxOutOfMemoryError(
-                    "the sandbox's processes used up its memory and its init died; restore() starts it again"
-                )
-            raise SandboxCrashedError(
-                "the sandbox's init died (killed from the host); restore() starts it again from its snapshot"
-            )
+        return commands.exec_fields(
+            command,
+            timeout_s=timeout,
+            cwd=self._resolve(cwd or self._snapshot.workdir),
+            env=merged,
+            reap_all=self._sealed is not None,  # nothing the verifier's command starts outlives it
+        )
 
     def memory_exhausted(self) -> bool:
         """True when the sandbox's memory charge is within 10% of its limit: a command that cannot start
         for lack of memory then fails by the agent's doing (its processes, or files on its tmpfs), not the host's."""
-        limit = self._cgroup.limits.memory_bytes
-        if not limit:
-            return False
-        try:
-            pid = int(self._backend.daemon_request(Op.PING, self.number, []).get("pid", "0"))
-        except BackendError:
-            return False
-        used = memory_of_process(pid) if pid > 0 else None  # the current instance's cgroup, not a dead one's
-        return used is not None and used >= 0.9 * limit
+        return self._link.memory_exhausted(self._cgroup.limits.memory_bytes)
 
     def init_died_of_oom(self) -> bool:
         """True when the sandbox's init is gone because its processes used up its memory."""
-        try:
-            reply = self._ping_settled()
-        except BackendError:
-            return False
-        return reply.get("pid", "0") == "0" and reply.get("died") == "oom"
-
-    def _ping_settled(self) -> dict[str, str]:
-        """The keeper's word on the init, once a dying init (whose pipes close first) has been reaped."""
-        deadline = time.monotonic() + _DEATH_NOTICE_S
-        while True:
-            reply = self._backend.daemon_request(Op.PING, self.number, [])
-            if reply.get("pid", "0") == "0" or time.monotonic() > deadline:
-                return reply
-            if not _is_exiting(int(reply["pid"])):
-                return reply
-            time.sleep(0.005)
+        return self._link.init_died_of_oom()
 
     def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
         """The paths added, changed and removed since the sandbox started, read on the host from
-        its writable layer (see pool.backends.local.changes); nothing runs in the sandbox."""
+        its writable layer (see pool.backends.local.store.changes); nothing runs in the sandbox."""
         self._check_open()
-        layers = self._backend.store.layers
         return read_changes(
-            self._backend.stage_dir(self) / "upper",
-            [layers.path(layer_id) for layer_id in self.start_snapshot.layers],
-            rootless=self._backend.rootless,
+            self.stage_dir / "upper",
+            self._runtime.layer_paths(self.start_snapshot.layers),
+            rootless=self._settings.rootless,
             max_paths=max_paths,
         )
 
@@ -435,22 +305,10 @@ class LocalSandbox:
         self._check_open()
         resolved = self._resolve(path)
         if any(resolved.startswith(d + "/") for d in self._private):  # a strict verifier's: no process needed
-            data = upperread.read(self._backend.stage_dir(self) / "upper", resolved, max_bytes)
+            data = upperread.read(self.stage_dir / "upper", resolved, max_bytes)
             if data is not None:
                 return data
-        out = os.memfd_create("snapgym-read", os.MFD_CLOEXEC)
-        try:
-            fields = [("path", resolved), ("max", str(max_bytes or 0))]
-            if not follow_symlinks:
-                fields.append(("nofollow", "1"))
-            self._file_op(Op.READ, fields, out, path)
-            os.lseek(out, 0, os.SEEK_SET)
-            chunks = []
-            while chunk := os.read(out, 1 << 20):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(out)
+        return self._link.read_file(resolved, path, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
 
     def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
         """Write a file inside the sandbox, creating parent directories.
@@ -460,44 +318,7 @@ class LocalSandbox:
         """
         self._check_open()
         content = data.encode() if isinstance(data, str) else bytes(data)
-        src = os.memfd_create("snapgym-write", os.MFD_CLOEXEC)
-        try:
-            os.write(src, content)
-            fields = [("path", self._resolve(path))]
-            if mode is not None:
-                fields.append(("mode", f"{mode:o}"))
-            self._file_op(Op.WRITE, fields, src, path)
-        finally:
-            os.close(src)
-
-    def _file_op(self, op: Op, fields: list[tuple[str, str]], data_fd: int, path: str) -> None:
-        st_r, st_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            try:
-                self._backend.daemon_send(op, self.number, fields, [data_fd, st_w])
-            finally:
-                os.close(st_w)
-            try:
-                status = read_status(st_r, _FILE_OP_TIMEOUT_S)
-            except StatusTimeoutError:
-                self._explain_missing_status()
-                raise FileOperationError(
-                    errno.ETIMEDOUT,
-                    f"the file operation on {path} did not finish in {_FILE_OP_TIMEOUT_S:g} s "
-                    "(a process of the sandbox stopped it?)",
-                    path,
-                ) from None
-        finally:
-            os.close(st_r)
-        if status is None:
-            self._explain_missing_status()  # init lives: a process of the sandbox killed the file helper
-            raise FileOperationError(errno.EIO, f"the file operation on {path} was killed inside the sandbox", path)
-        code, _, err = status
-        if code == _NOT_STARTED:
-            raise SandboxCrashedError(f"snapgym could not reach the sandbox's files: {os.strerror(err)}")
-        if err:
-            verb = "read" if op is Op.READ else "write"
-            raise FileOperationError(err, f"cannot {verb} {path} in the sandbox: {os.strerror(err)}", path)
+        self._link.write_file(self._resolve(path), path, content, mode=mode)
 
     def _resolve(self, path: str) -> str:
         if not isinstance(path, str) or "\0" in path or not path:
@@ -511,7 +332,23 @@ class LocalSandbox:
         self._check_open()
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier; restore() it before taking a snapshot")
-        return self._backend.snapshot_sandbox(self)
+        return self._take_snapshot(None)
+
+    def snapshot_of_build(self, build: BuildResult) -> Snapshot:
+        """The end of a build: the files as the snapshot of ``build.template`` (see LocalBackend.build)."""
+        self._check_open()
+        return self._take_snapshot(build)
+
+    def _take_snapshot(self, build: BuildResult | None) -> Snapshot:
+        return checkpoint.take(
+            self._runtime,
+            sandbox_id=self.id,
+            parent=self._snapshot,
+            upper=self.stage_dir / "upper",
+            pause=self.freeze,
+            resume=self.thaw,
+            build=build,
+        )
 
     def restore(self, snapshot: Snapshot | None = None) -> None:
         """Kill every process and go back to ``snapshot`` (default: the last start).
@@ -527,8 +364,16 @@ class LocalSandbox:
         self._sealed, self._private = None, ()
         self._egress.detach()  # before the instance goes: its namespace can then be reused
         self._egress.log()  # the last episode's records go with it
-        self._backend.restart_sandbox(self, target)
+        self._restart(target)
         self._snapshot = target
+
+    def _restart(self, snapshot: Snapshot) -> None:
+        """Kill the sandbox's processes and start fresh namespaces at ``snapshot``."""
+        self._runtime.check_snapshot(snapshot)
+        resources = snapshot.resources
+        self.use_limits(self._settings.limits(resources), self._settings.limited_controllers(resources))
+        fields = self._runtime.instance_fields(snapshot, network=False, cgroup=self._cgroup)
+        self.stage_path = self._link.request(Op.RESTORE, fields)["stage"]
 
     def begin_verification(self, plan: VerificationPlan) -> VerificationReport:
         """End the agent's turn: from now until restore(), commands run the verifier's way.
@@ -548,11 +393,17 @@ class LocalSandbox:
             self._egress.detach()  # the agent's instance ends; the verifier's gets its own gate
         else:
             self._egress.seal()  # same namespace: nothing goes out until the verifier's policy is set
-        report = self._backend.seal_sandbox(self, plan)
+        report = self._seal(plan)
         self._sealed = plan.mode
         if plan.mode is VerifyMode.STRICT:
             self._private = plan.private_dirs
         return report
+
+    def _seal(self, plan: VerificationPlan) -> VerificationReport:
+        """Hand the sandbox to its verifier: one SEAL request (see pool.backends.local.seal)."""
+        reply = self._link.seal(self._runtime.seal_fields(self._snapshot, plan, self._cgroup))
+        self.stage_path = reply.get("stage", self.stage_path)
+        return seal.parse_report(plan.mode, reply)
 
     # -- network ----------------------------------------------------------
 
@@ -567,11 +418,12 @@ class LocalSandbox:
             SandboxCrashedError: the sandbox is not running.
         """
         self._check_open()
-        if not self._backend.egress.available:
+        egress = self._runtime.egress
+        if not egress.available:
             if policy.allows_any:
-                raise UnsupportedError(self._backend.egress.unavailable_reason)
+                raise UnsupportedError(egress.unavailable_reason)
             return {}
-        reply = self._backend.daemon_request(Op.PING, self.number, [])
+        reply = self._link.ping()
         if reply.get("pid", "0") == "0":
             raise SandboxCrashedError(f"sandbox {self.id} is not running; restore() it first")
         return self._egress.apply(
@@ -598,24 +450,13 @@ class LocalSandbox:
 
     def freeze(self) -> None:
         """Stop every process of the sandbox (SIGSTOP) until thaw()."""
-        self._signal_all(Op.FREEZE)
+        self._check_open()
+        self._link.signal_all(Op.FREEZE)
 
     def thaw(self) -> None:
         """Let the processes stopped by freeze() run again."""
-        self._signal_all(Op.THAW)
-
-    def _signal_all(self, op: Op) -> None:
         self._check_open()
-        st_r, st_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            try:
-                self._backend.daemon_send(op, self.number, [], [st_w])
-            finally:
-                os.close(st_w)
-            if read_status(st_r) is None:
-                self._explain_missing_status()
-        finally:
-            os.close(st_r)
+        self._link.signal_all(Op.THAW)
 
     def close(self) -> None:
         """Kill the sandbox and free its writable layer and cgroup. Idempotent."""
@@ -624,7 +465,9 @@ class LocalSandbox:
         self._closed = True
         self._end_session()
         self._egress.detach()
-        self._backend.release_sandbox(self)
+        self._forget(self.number)
+        if self._runtime.daemon_is_alive:
+            self._link.request(Op.CLOSE, [])
         self._cgroup.remove()
 
     def _check_open(self) -> None:

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from pool.backends.local import layers
-from pool.backends.local.store import SnapshotStore
+from pool.backends.local.store import layers
+from pool.backends.local.store.catalogue import SnapshotStore
 from pool.errors import ConfigError
 from pool.snapshots import Snapshot
 from pool.verification import (

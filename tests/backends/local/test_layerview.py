@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pool.backends.local.layerview import LayerView
+from pool.backends.local.store.layerview import LayerView
 from pool.errors import BuildError
 
 ROOTLESS = os.geteuid() != 0

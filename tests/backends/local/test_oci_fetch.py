@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pool.backends.local.oci import ImageFetcher
-from pool.backends.local.ocisettings import Credentials, RegistrySettings
+from pool.backends.local.oci.fetch import ImageFetcher
+from pool.backends.local.oci.settings import Credentials, RegistrySettings
 from pool.errors import ConfigError, ImageError
 from tests.support.oci_fixtures import (
     PASSWORD,
@@ -218,8 +218,8 @@ def test_settings_are_checked() -> None:
 def test_two_processes_fetch_into_one_cache_at_once(tmp_path: Path, registry: Registry) -> None:
     ref, manifest, _ = pushed_tiny(tmp_path, registry)
     script = (
-        "import sys; from pool.backends.local.oci import ImageFetcher; "
-        "from pool.backends.local.ocisettings import RegistrySettings; "
+        "import sys; from pool.backends.local.oci.fetch import ImageFetcher; "
+        "from pool.backends.local.oci.settings import RegistrySettings; "
         f"print(ImageFetcher(sys.argv[1], settings=RegistrySettings(insecure_registries=[{registry.host!r}]))"
         ".fetch(sys.argv[2]).manifest_digest)"
     )

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from pool import LocalBackend, Snapshot, Template
-from pool.backends.local.imagebase import SEED, image_base
-from pool.backends.local.oci import ImageFetcher
-from pool.backends.local.ocisettings import RegistrySettings
-from pool.backends.local.store import BaseRecord, SnapshotStore
+from pool.backends.local.oci.fetch import ImageFetcher
+from pool.backends.local.oci.imagebase import SEED, image_base
+from pool.backends.local.oci.settings import RegistrySettings
+from pool.backends.local.store.catalogue import BaseRecord, SnapshotStore
 from pool.build.digest import combine
 from pool.errors import ConfigError, ImageError, SnapshotCorruptError
 from tests.support.oci_fixtures import DebianImages, Registry, free_port, missing_tools, push, tiny_image
@@ -195,9 +195,9 @@ ROOTLESS_SCRIPT = textwrap.dedent(
     import sys
     sys.path.insert(0, {root!r})
     from pool import LocalBackend, Snapshot
-    from pool.backends.local.imagebase import image_base
-    from pool.backends.local.oci import ImageFetcher
-    from pool.backends.local.ocisettings import RegistrySettings
+    from pool.backends.local.oci.imagebase import image_base
+    from pool.backends.local.oci.fetch import ImageFetcher
+    from pool.backends.local.oci.settings import RegistrySettings
     with LocalBackend(store_dir={store!r}, memory_limit_mb=256, disk_limit_mb=64) as backend:
         assert backend.rootless
         fetcher = ImageFetcher({cache!r}, settings=RegistrySettings(insecure_registries=[{host!r}]))

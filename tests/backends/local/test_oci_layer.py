@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pool.backends.local.ocilayer import unpack_layer
+from pool.backends.local.oci.layer import unpack_layer
 from pool.errors import ImageError
 from tests.support.oci_fixtures import Entry, write_tar
 

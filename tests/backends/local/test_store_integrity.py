@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from pool import LocalBackend, Snapshot, Template
-from pool.backends.local import durable, layers, manifest, treecopy
-from pool.backends.local.layers import LayerStore
+from pool.backends.local.store import durable, layers, manifest, treecopy
+from pool.backends.local.store.layers import LayerStore
 from pool.build import digest
 from pool.errors import SnapshotCorruptError, SnapshotTooLargeError, StoreFullError
 
@@ -429,7 +429,7 @@ KILLED = """
 import sys, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from pool.backends.local.layers import LayerStore
+from pool.backends.local.store.layers import LayerStore
 store = LayerStore(Path({layers!r}), manifests=Path({manifests!r}), id_offset=0)
 with store.staging("test") as staged:
     (staged / "half-written").write_bytes(b"x" * 4096)

@@ -24,7 +24,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from pool.backends.local import staging, walk
+from pool.backends.local.store import staging, walk
 from pool.errors import StoreFullError
 
 RECORD_MODE = 0o444

@@ -9,13 +9,15 @@ verified TLS, for this machine's platform.
 
 from __future__ import annotations
 
+import dataclasses
 import platform as _platform
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from pool.backends.local.ocisource import normalize_host
+from pool.backends.local.oci.source import normalize_host
 from pool.errors import ConfigError
 
 _ARCHES = {
@@ -135,3 +137,27 @@ def _path_or_none(value: Path | str | None, what: str) -> Path | None:
     if not path.is_file():
         raise ConfigError(f"RegistrySettings.{what}: {path} is not a file")
     return path
+
+
+def registry_settings(value: RegistrySettings | Mapping[str, Any] | None) -> RegistrySettings:
+    """RegistrySettings from themselves, a mapping of their fields (a YAML backend option), or None.
+
+    Raises:
+        ConfigError: a field RegistrySettings does not have (naming the valid ones).
+    """
+    if value is None:
+        return RegistrySettings()
+    if isinstance(value, RegistrySettings):
+        return value
+    known = {f.name for f in dataclasses.fields(RegistrySettings)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ConfigError(
+            f"LocalBackend(registry=...) has no field {', '.join(unknown)}; its fields: {', '.join(sorted(known))}"
+        )
+    fields = dict(value)
+    credentials = fields.get("credentials") or {}
+    fields["credentials"] = {
+        host: Credentials(**cred) if isinstance(cred, Mapping) else cred for host, cred in dict(credentials).items()
+    }
+    return RegistrySettings(**fields)

@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pool.backends.local import ocilayout
-from pool.backends.local.fetcherrors import OFFLINE
-from pool.backends.local.ocilayout import LayoutImage
-from pool.backends.local.ocisettings import RegistrySettings
-from pool.backends.local.ocisource import ImageSource, Transport, parse_source
-from pool.backends.local.skopeo import Skopeo
+from pool.backends.local.oci import layout
+from pool.backends.local.oci.fetcherrors import OFFLINE
+from pool.backends.local.oci.layout import LayoutImage
+from pool.backends.local.oci.settings import RegistrySettings
+from pool.backends.local.oci.skopeo import Skopeo
+from pool.backends.local.oci.source import ImageSource, Transport, parse_source
 from pool.errors import ImageError
 
 __all__ = ["ImageConfig", "ImageFetcher", "LayerBlob", "PulledImage"]
@@ -167,7 +167,7 @@ class ImageFetcher:
         if src.transport is Transport.REGISTRY:
             return src.pinned or self._registry_manifest(src)[0]
         if src.transport is Transport.OCI:
-            return ocilayout.tag_digest(Path(src.layout_path() or ""), src.layout_tag(), image=source)
+            return layout.tag_digest(Path(src.layout_path() or ""), src.layout_tag(), image=source)
         return None
 
     def fetch(self, source: str) -> PulledImage:
@@ -209,7 +209,7 @@ class ImageFetcher:
                 f"{digest}; the registry (or a mirror) serves other content under that digest: fetch from "
                 f"another registry, {OFFLINE}"
             )
-        data = ocilayout.parse_json(raw, what=f"the manifest of {src.text}", image=src.text)
+        data = layout.parse_json(raw, what=f"the manifest of {src.text}", image=src.text)
         if data.get("schemaVersion") == 1:
             raise ImageError(
                 f"image {src.text} has a Docker schema 1 manifest, which is not supported (deprecated since "
@@ -220,20 +220,20 @@ class ImageFetcher:
     def _copy_and_check(self, src: ImageSource, copy_from: str, tag: str) -> LayoutImage:
         dest = f"oci:{self.layout}:{tag}"
         self._skopeo.copy(copy_from, dest, image=src.text, host=src.host)
-        damaged = ocilayout.damaged_blobs(self.layout, tag, image=src.text)
+        damaged = layout.damaged_blobs(self.layout, tag, image=src.text)
         if damaged:  # damaged in the cache since an earlier fetch: fetch those again, once
             for blob in damaged:
-                ocilayout.blob_path(self.layout, blob.digest).unlink(missing_ok=True)
+                layout.blob_path(self.layout, blob.digest).unlink(missing_ok=True)
             self._skopeo.copy(copy_from, dest, image=src.text, host=src.host)
-            damaged = ocilayout.damaged_blobs(self.layout, tag, image=src.text)
+            damaged = layout.damaged_blobs(self.layout, tag, image=src.text)
         if damaged:
             blob = damaged[0]
             raise ImageError(
                 f"image {src.text}: blob {blob.digest} ({blob.media_type}) in the image cache "
-                f"{ocilayout.blob_path(self.layout, blob.digest)} differs from its digest even after fetching it "
+                f"{layout.blob_path(self.layout, blob.digest)} differs from its digest even after fetching it "
                 f"again; the source serves it damaged: push the image again, {OFFLINE}"
             )
-        return ocilayout.read_image(self.layout, tag, image=src.text)
+        return layout.read_image(self.layout, tag, image=src.text)
 
     def _pulled(self, src: ImageSource, resolved: str, found: LayoutImage) -> PulledImage:
         config = found.config_data
@@ -245,7 +245,7 @@ class ImageFetcher:
                 "layers, or one is not a sha256 digest; the image is malformed: build and push it again"
             )
         layers = tuple(
-            LayerBlob(d.digest, d.media_type, ocilayout.blob_path(self.layout, d.digest), diff_id)
+            LayerBlob(d.digest, d.media_type, layout.blob_path(self.layout, d.digest), diff_id)
             for d, diff_id in zip(found.layers, diff_ids, strict=True)
         )
         return PulledImage(

@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from pool.backends.local import walk
+from pool.backends.local.store import walk
 from pool.build.digest import CONTENT_XATTRS, data_extents
 from pool.errors import SnapshotTooLargeError
 

@@ -33,12 +33,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pool.backends.local import durable, staging
-from pool.backends.local.layers import shift_owners
-from pool.backends.local.mountpoints import mount_point_layer
-from pool.backends.local.oci import ImageConfig, ImageFetcher, LayerBlob, PulledImage
-from pool.backends.local.ocilayer import unpack_layer
-from pool.backends.local.store import BaseRecord, SnapshotStore
+from pool.backends.local.oci.fetch import ImageConfig, ImageFetcher, LayerBlob, PulledImage
+from pool.backends.local.oci.layer import unpack_layer
+from pool.backends.local.store import durable, staging
+from pool.backends.local.store.catalogue import BaseRecord, SnapshotStore
+from pool.backends.local.store.layers import shift_owners
+from pool.backends.local.store.mountpoints import mount_point_layer
 from pool.build.digest import FORMAT, combine
 
 SEED = "oci"

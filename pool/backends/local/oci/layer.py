@@ -14,7 +14,7 @@ descriptors opened one component at a time with ``O_NOFOLLOW``: ``..``
 components, parents that are symlinks or files, and hard links to anything but
 a file earlier in the layer are refused (the layer is malformed or hostile);
 absolute names land inside; no path length limit applies. Owners stay numeric as the tar has them (root mode only; the
-caller shifts them with :func:`~pool.backends.local.layers.shift_owners`);
+caller shifts them with :func:`~pool.backends.local.store.layers.shift_owners`);
 modes keep their set-id and sticky bits; device nodes other than whiteouts are
 skipped (a sandbox's ``/dev`` is its own); runs of zeros become holes. Extended
 attributes in the tar (file capabilities) are not restored: shifting owners
@@ -35,9 +35,9 @@ import zlib
 from pathlib import Path
 from typing import IO
 
-from pool.backends.local import walk
-from pool.backends.local.layers import remove_tree
-from pool.backends.local.layerstream import Hashing, uncompressed
+from pool.backends.local.oci.layerstream import Hashing, uncompressed
+from pool.backends.local.store import walk
+from pool.backends.local.store.layers import remove_tree
 from pool.errors import ImageError
 
 WHITEOUT_PREFIX = ".wh."

@@ -15,7 +15,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from pool.backends.local.layers import LayerStore, shift_owners
+from pool.backends.local.store.layers import LayerStore, shift_owners
 
 MOUNT_POINTS = ("proc", "dev", "tmp", "root", "etc")
 _DEFAULT_MODES = {"tmp": 0o1777}

@@ -26,8 +26,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from pool.backends.local import durable, manifest, staging, walk
-from pool.backends.local.treecopy import copy_tree
+from pool.backends.local.store import durable, manifest, staging, walk
+from pool.backends.local.store.treecopy import copy_tree
 from pool.errors import SnapshotCorruptError, SnapshotError
 
 __all__ = ["LayerStore", "copy_tree", "extract_rootfs", "is_empty_dir", "remove_tree", "shift_owners"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pool.backends.local import walk
+from pool.backends.local.store import walk
 from pool.build import digest
 from pool.build.digest import Entry
 from pool.errors import SnapshotCorruptError

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pool.backends.local import durable, staging
-from pool.backends.local.layers import LayerStore, remove_tree
+from pool.backends.local.store import durable, staging
+from pool.backends.local.store.layers import LayerStore, remove_tree
 from pool.build.digest import FORMAT, combine
 from pool.errors import SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
 from pool.snapshots import Snapshot

@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pool.backends.local.fetcherrors import explain
-from pool.backends.local.ocisettings import RegistrySettings
+from pool.backends.local.oci.fetcherrors import explain
+from pool.backends.local.oci.settings import RegistrySettings
 from pool.errors import ConfigError, ImageError, UnsupportedError
 
 _PASSED_ENV = (

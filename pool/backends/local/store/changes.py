@@ -20,7 +20,7 @@ import os
 import stat
 from pathlib import Path
 
-from pool.backends.local.walk import Node, walk
+from pool.backends.local.store.walk import Node, walk
 from pool.changes import MAX_ENTRIES_WALKED, MAX_PATHS, ChangeList, Changes
 from pool.errors import SnapgymError
 

@@ -1,0 +1,6 @@
+"""What one local sandbox does to its instance in the daemon, through its link.
+
+``link`` (requests, the init's health, file operations), ``commands`` (exec and the
+persistent shell's steps), ``shellsession`` (the shell itself), ``checkpoint`` (the writable
+layer frozen into a snapshot). ``pool.backends.local.sandbox`` composes them.
+"""

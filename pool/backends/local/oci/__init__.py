@@ -1,0 +1,4 @@
+"""OCI images for the local backend.
+
+Fetch them with skopeo, read their layout, unpack their layers into store layers.
+"""
