@@ -24,37 +24,30 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import re
 import secrets
 import shutil
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from pool.backends.docker import catalog, engine, helper, reaper, verify
+from pool.backends.docker import engine, helper, reaper, verify
 from pool.backends.docker.bases import Bases
 from pool.backends.docker.builder import Builder
 from pool.backends.docker.capabilities import declared
-from pool.backends.docker.catalog import ROLE, SANDBOX, SNAPSHOT
-from pool.backends.docker.containers import Containers, Limits, Spec
+from pool.backends.docker.catalog import SANDBOX
+from pool.backends.docker.checkpoints import Checkpoints
+from pool.backends.docker.containers import Containers
+from pool.backends.docker.link import EngineLink
 from pool.backends.docker.sandbox import DockerSandbox
+from pool.backends.docker.settings import MIB, DockerSettings, check_positive
 from pool.capabilities import Capabilities
 from pool.egress.service import EgressService
 from pool.egress.settings import EgressSettings
-from pool.errors import (
-    BackendError,
-    ConfigError,
-    SandboxClosedError,
-    SnapshotError,
-    SnapshotNotFoundError,
-)
-from pool.labels import OWNER, RUN, check_labels, new_owner, owner_closed
-from pool.resources import Resources
+from pool.errors import BackendError, ConfigError, SnapshotNotFoundError
+from pool.labels import OWNER, check_labels, new_owner, owner_closed
 from pool.snapshots import Snapshot
-from pool.templates import HOST_BASE, Template
-
-_MIB = 1 << 20
-_PREFIX = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+from pool.templates import Template
 
 
 class DockerBackend:
@@ -99,7 +92,7 @@ class DockerBackend:
         cpus: float | None = None,
         pids_limit: int | None = 1024,
         disk_limit_mb: int | None = None,
-        max_output_bytes: int = _MIB,
+        max_output_bytes: int = MIB,
         default_timeout_s: float | None = 600.0,
         prewarm: bool = True,
         image_prefix: str = "snapgym",
@@ -108,59 +101,52 @@ class DockerBackend:
         shared_verification: bool = False,
         egress: EgressSettings | Mapping[str, Any] | None = None,
     ) -> None:
-        _check_positive(
+        settings = DockerSettings(
+            owner=new_owner(),
             memory_limit_mb=memory_limit_mb,
             cpus=cpus,
             pids_limit=pids_limit,
             disk_limit_mb=disk_limit_mb,
             max_output_bytes=max_output_bytes,
             default_timeout_s=default_timeout_s,
-            api_timeout_s=api_timeout_s,
+            prewarm=prewarm,
+            image_prefix=image_prefix,
+            prefer_prebuilt=prefer_prebuilt,
+            shared_verification=shared_verification,
         )
-        if not isinstance(image_prefix, str) or not _PREFIX.match(image_prefix):
-            raise ConfigError(
-                f"DockerBackend(image_prefix={image_prefix!r}) must be a repository name: lowercase letters, "
-                "digits, '.', '_', '-', and '/' between parts"
-            )
+        check_positive("api_timeout_s", api_timeout_s)
         self.base_url = base_url or engine.default_url()
         local_engine = self.base_url.startswith(("unix://", "/")) and os.geteuid() == 0
-        self.egress = EgressService(
-            egress, available=local_engine, unavailable_reason="the egress proxy reaches into containers' network "
+        egress_service = EgressService(
+            egress,
+            available=local_engine,
+            unavailable_reason="the egress proxy reaches into containers' network "
             "namespaces, which needs root and an engine on this machine (a unix socket)",
         )
-        self.memory_limit_mb = memory_limit_mb
-        self.cpus = cpus
-        self.pids_limit = pids_limit
-        self.disk_limit_mb = disk_limit_mb
-        self.max_output_bytes = max_output_bytes
-        self.default_timeout_s = default_timeout_s
-        self.prewarm = prewarm
-        self.image_prefix = image_prefix
-        self.prefer_prebuilt = prefer_prebuilt
-        self.shared_verification = shared_verification
-        self.owner = new_owner()
         self.client = engine.connect(self.base_url, tls_cert_dir=tls_cert_dir, timeout_s=api_timeout_s)
         try:
             if reason := engine.ping(self.client):
                 raise BackendError(reason)
             self.engine = engine.EngineInfo.read(self.client)
-            self.containers = Containers(
-                self.client, helper_volume=helper.ensure_volume(self.client, prefix=image_prefix)
-            )
+            containers = Containers(self.client, helper_volume=helper.ensure_volume(self.client, prefix=image_prefix))
             if disk_limit_mb:
-                self.containers.check_disk_limit(helper.image_name(image_prefix), disk_limit_mb)
+                containers.check_disk_limit(helper.image_name(image_prefix), disk_limit_mb)
         except BaseException:
             self.client.close()
             raise
         self.bases = Bases(self.client, prefix=image_prefix, base_url=self.base_url)
-        self.hooks = verify.new_hooks(self.client.api)
-        self._builder = Builder(self)
+        self.settings = replace(settings, host_binds=self.bases.host_view.binds)
+        self.link = EngineLink(
+            self.client,
+            containers,
+            self.settings,
+            egress=egress_service,
+            hooks=verify.new_hooks(self.client.api),
+            checkpoints=Checkpoints(),
+        )
+        self._builder = Builder(self.link, self.bases)
         self._lock = threading.Lock()
         self._sandboxes: dict[str, DockerSandbox] = {}
-        self._checkpoints: dict[str, str | None] = {}
-        """The checkpoint images this backend removes when it closes, with the run each serves (or None)."""
-        self._adopted_runs: set[str] = set()
-        self._closed = False
         self.reap_orphans()
 
     # -- configuration --------------------------------------------------------------
@@ -192,12 +178,14 @@ class DockerBackend:
     @property
     def capabilities(self) -> Capabilities:
         """What the engine enforces, read from ``docker info`` when the backend started (see :mod:`.capabilities`)."""
-        return declared(self.engine, shared_verification=self.shared_verification, egress=self.egress.capability_fields)
+        return declared(
+            self.engine, shared_verification=self.settings.shared_verification, egress=self.egress.capability_fields
+        )
 
     @property
     def health(self) -> str | None:
         """None while the engine answers; otherwise why not."""
-        if self._closed:
+        if self.link.is_closed:
             return "the backend is closed"
         return engine.ping(self.client)
 
@@ -230,13 +218,14 @@ class DockerBackend:
         """``n`` sandboxes at ``snapshot``, their containers started concurrently."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"fork needs n >= 1, got {n!r}")
-        self._check_open()
-        self.check_snapshot(snapshot)
+        link = self.link
+        link.check_open()
+        link.check_snapshot(snapshot)
         given = check_labels(labels)
-        self.adopt_checkpoints(snapshot, given)
+        link.adopt_checkpoints(snapshot, given)
         ids = [secrets.token_hex(6) for _ in range(n)]
         tags = [{**given, OWNER: self.owner, SANDBOX: sandbox_id} for sandbox_id in ids]
-        futures = [self.containers.later(self.start_container, snapshot, t) for t in tags]
+        futures = [link.containers.later(link.start_container, snapshot, t) for t in tags]
         concurrent.futures.wait(futures)
         made: list[DockerSandbox] = []
         error: BaseException | None = None
@@ -244,7 +233,7 @@ class DockerBackend:
             if future.exception() is not None:
                 error = error or future.exception()
                 continue
-            sandbox = DockerSandbox(self, sandbox_id, future.result(), snapshot, tag)
+            sandbox = DockerSandbox(link, sandbox_id, future.result(), snapshot, tag, forget=self._forget)
             with self._lock:
                 self._sandboxes[sandbox_id] = sandbox
             made.append(sandbox)
@@ -267,23 +256,23 @@ class DockerBackend:
     def close(self) -> None:
         """Remove every container of this backend and its checkpoint images. Idempotent."""
         with self._lock:
-            if self._closed:
+            if self.link.is_closed:
                 return
-            self._closed = True
+            self.link.mark_closed()
             sandboxes = list(self._sandboxes.values())
         for sandbox in sandboxes:
             sandbox.close()
-        self.egress.close()
-        self.containers.close()
-        reaper.remove_images(self.api, self._checkpoints)  # one in use by another backend's container stays
+        self.link.egress.close()
+        self.link.containers.close()
+        self.link.checkpoints.remove(self.api)  # one in use by another backend's container stays
         owner_closed(self.owner)  # what it kept (a run's checkpoints) is for a resume to adopt
-        shutil.rmtree(self.hooks.folder, ignore_errors=True)
+        shutil.rmtree(self.link.hooks.folder, ignore_errors=True)
         self.client.close()
 
     @property
     def is_closed(self) -> bool:
         """True after close()."""
-        return self._closed
+        return self.link.is_closed
 
     def __enter__(self) -> DockerBackend:
         return self
@@ -298,35 +287,26 @@ class DockerBackend:
     def __copy__(self) -> DockerBackend:
         return self
 
-    # -- used by the sandboxes and the builder ------------------------------------------
+    # -- the catalogue ------------------------------------------------------------------
 
     @property
     def api(self) -> Any:
         """The SDK's low-level client."""
         return self.client.api
 
-    def start_container(
-        self, snapshot: Snapshot, labels: Mapping[str, str], *, network: bool = False, what: str = "a sandbox"
-    ) -> str:
-        """Create and start a container at ``snapshot`` (by its image ID); its id."""
-        self._check_open()
-        spec = Spec(
-            image_id=snapshot.digest,
-            env=snapshot.env,
-            labels={**labels, ROLE: labels.get(ROLE, "sandbox"), SNAPSHOT: snapshot.id},
-            limits=self._limits(snapshot.resources),
-            host_binds=self.bases.host_view.binds if snapshot.base == HOST_BASE else (),
-            network=network,
-            what=what,
-        )
-        return self.containers.start(spec)
+    @property
+    def owner(self) -> str:
+        """The label value that marks this backend's containers and checkpoints."""
+        return self.settings.owner
+
+    @property
+    def egress(self) -> EgressService:
+        """How this backend's sandboxes reach the network (see pool.egress)."""
+        return self.link.egress
 
     def container_state(self, container: str) -> dict[str, Any]:
         """The container's ``State`` (``{}`` when it is gone)."""
-        try:
-            return dict(self.api.inspect_container(container).get("State") or {})
-        except Exception:
-            return {}
+        return self.link.container_state(container)
 
     def check_snapshot(self, snapshot: Snapshot) -> None:
         """Refuse what is not a snapshot of this backend.
@@ -334,14 +314,11 @@ class DockerBackend:
         Raises:
             ConfigError: not a Snapshot. SnapshotError: another backend's.
         """
-        if not isinstance(snapshot, Snapshot):
-            raise ConfigError(f"expected a Snapshot, got {type(snapshot).__name__}; build a Template first")
-        if snapshot.backend != self.name:
-            raise SnapshotError(f"snapshot {snapshot.id} belongs to the {snapshot.backend!r} backend, not 'docker'")
+        self.link.check_snapshot(snapshot)
 
     def find_snapshot(self, snapshot_id: str) -> Snapshot | None:
         """The snapshot tagged ``<prefix>/snapshot:<id>``, or None."""
-        return catalog.find(self.api, self.image_prefix, snapshot_id)
+        return self.link.find_snapshot(snapshot_id)
 
     def get_snapshot(self, snapshot_id: str) -> Snapshot:
         """A template's snapshot by id.
@@ -354,64 +331,21 @@ class DockerBackend:
             raise SnapshotNotFoundError(f"no snapshot {snapshot_id} in the Docker engine; build its template")
         return found
 
-    def checkpoint(self, sandbox: DockerSandbox, container: str) -> Snapshot:
-        """Commit a sandbox's container (paused meanwhile) into a checkpoint image of this backend."""
-        run = sandbox.container_labels.get(RUN)
-        snapshot = catalog.checkpoint(
-            self.api, container, prefix=self.image_prefix, owner=self.owner, parent=sandbox.start_snapshot, run=run
-        )
-        with self._lock:
-            self._checkpoints[snapshot.digest] = run
-        return snapshot
-
     def keep_run_checkpoints(self) -> int:
         """Leave the checkpoints of runs in the engine when this backend closes: a runner that stops with
         episodes unfinished (Ctrl-C, an outage) keeps them for its resume, which adopts them. How many."""
-        with self._lock:
-            kept = [image for image, run in self._checkpoints.items() if run]
-            for image in kept:
-                del self._checkpoints[image]
-        return len(kept)
-
-    def adopt_checkpoints(self, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
-        """Before a sandbox of run ``labels[RUN]`` starts at checkpoint ``snapshot`` that this backend did not
-        take (a resume after the runner was killed): take over every checkpoint of that run whose maker is
-        gone, so that this backend removes them when it closes."""
-        run = labels.get(RUN)
-        if snapshot.parent is None or not run:
-            return
-        with self._lock:
-            if snapshot.digest in self._checkpoints or run in self._adopted_runs:
-                return
-            self._adopted_runs.add(run)
-        found = reaper.dead_checkpoints_of_run(self.api, run)
-        with self._lock:
-            self._checkpoints.update(dict.fromkeys(found, run))
-
-    def forget(self, sandbox: DockerSandbox) -> None:
-        """A sandbox was closed."""
-        with self._lock:
-            self._sandboxes.pop(sandbox.id, None)
+        return self.link.checkpoints.keep_runs()
 
     # -- internals ---------------------------------------------------------------------
 
-    def _limits(self, resources: Resources) -> Limits:
-        return Limits(
-            memory_mb=resources.memory_mb or self.memory_limit_mb,
-            cpus=resources.cpus or self.cpus,
-            pids=self.pids_limit,
-            disk_mb=self.disk_limit_mb,
-        )
+    def _forget(self, sandbox_id: str) -> None:
+        """A sandbox was closed."""
+        with self._lock:
+            self._sandboxes.pop(sandbox_id, None)
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxClosedError("the backend is closed; create a new DockerBackend")
+        self.link.check_open()
 
     def __repr__(self) -> str:
-        return f"<DockerBackend {self.base_url} engine {self.engine.version} {'closed' if self._closed else 'open'}>"
-
-
-def _check_positive(**values: float | None) -> None:
-    for name, value in values.items():
-        if value is not None and (isinstance(value, bool) or not value > 0):
-            raise ConfigError(f"DockerBackend({name}=...) must be positive or None, got {value!r}")
+        state = "closed" if self.link.is_closed else "open"
+        return f"<DockerBackend {self.base_url} engine {self.engine.version} {state}>"

@@ -29,13 +29,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pool.backends.docker import catalog, dockerbuild, files
-from pool.backends.docker.bases import BaseImage
+from pool.backends.docker.bases import BaseImage, Bases
 from pool.backends.docker.catalog import RECORD, ROLE, SANDBOX, SNAPSHOT
 from pool.backends.docker.engine import engine_errors
 from pool.backends.docker.execution import run_helper
+from pool.backends.docker.link import EngineLink
 from pool.backends.docker.sandbox import DockerSandbox
 from pool.build.dockerfile import ImageCopy
 from pool.build.hostview import DEFAULT_PATH
@@ -48,17 +49,16 @@ from pool.resources import Resources, require_supported
 from pool.snapshots import BASE_ENV, Snapshot
 from pool.templates import Template
 
-if TYPE_CHECKING:
-    from pool.backends.docker.backend import DockerBackend
-
 Start = Callable[[], tuple[BaseImage, Recipe]]
 
 
 class Builder:
     """Builds the templates of one backend (one build of a snapshot id at a time in this process)."""
 
-    def __init__(self, backend: DockerBackend) -> None:
-        self._backend = backend
+    def __init__(self, link: EngineLink, bases: Bases) -> None:
+        self._link = link
+        self._settings = link.settings
+        self._bases = bases
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
 
@@ -72,12 +72,12 @@ class Builder:
         require_supported(template.resources, backend="docker", gpu=False)
         identity, start = self._plan(template)
         snapshot_id = template.content_hash(identity)[:32]
-        if cached := self._backend.find_snapshot(snapshot_id):
+        if cached := self._link.find_snapshot(snapshot_id):
             return cached
         with self._lock:
             lock = self._building.setdefault(snapshot_id, threading.Lock())
         with lock:
-            if cached := self._backend.find_snapshot(snapshot_id):
+            if cached := self._link.find_snapshot(snapshot_id):
                 return cached
             base, recipe = start()
             return self._run(template, snapshot_id, base, recipe)
@@ -86,10 +86,10 @@ class Builder:
 
     def _plan(self, template: Template) -> tuple[str, Start]:
         """The identity the snapshot id is taken over, and how to get the base and the recipe."""
-        backend = self._backend
         build = template.dockerfile
-        bases = backend.bases
-        prebuilt = build is not None and build.prebuilt and backend.prefer_prebuilt and self._can_get(build.prebuilt)
+        bases = self._bases
+        prefer_prebuilt = self._settings.prefer_prebuilt
+        prebuilt = build is not None and build.prebuilt and prefer_prebuilt and self._can_get(build.prebuilt)
         engine_policy = template.build_network(runs_commands=True)
         if (
             build is not None
@@ -103,7 +103,8 @@ class Builder:
                 assert build is not None
                 # RUN steps get the engine's network when the build policy allows any (as in docker build)
                 network = engine_policy.allows_any
-                image = dockerbuild.build_image(backend.client, build, engine_plan, network=network, name=template.name)
+                client = self._link.client
+                image = dockerbuild.build_image(client, build, engine_plan, network=network, name=template.name)
                 env = {"PATH": DEFAULT_PATH, **image.env, **template.env}
                 recipe = Recipe(
                     base=engine_plan.first_image,
@@ -121,19 +122,19 @@ class Builder:
             template,
             base_config=self._base_config,
             host_path=bases.host_view.path_env,
-            prefer_prebuilt=backend.prefer_prebuilt,
+            prefer_prebuilt=prefer_prebuilt,
             can_get=self._can_get,
         )
         identity = "+".join(bases.get(spec).identity for spec in (recipe.base, *recipe.images))
         return identity, lambda: (bases.get(recipe.base), recipe)
 
     def _base_config(self, spec: str) -> BaseConfig:
-        image = self._backend.bases.get(spec)
+        image = self._bases.get(spec)
         return BaseConfig(env={"PATH": DEFAULT_PATH, **image.env}, workdir=image.workdir)
 
     def _can_get(self, image: str) -> bool:
         try:
-            self._backend.bases.get(image)
+            self._bases.get(image)
         except ConfigError:
             return False
         return True
@@ -141,7 +142,7 @@ class Builder:
     # -- running ---------------------------------------------------------------
 
     def _run(self, template: Template, snapshot_id: str, base: BaseImage, recipe: Recipe) -> Snapshot:
-        backend = self._backend
+        link = self._link
         draft = Snapshot(
             id=snapshot_id,
             digest=base.image_id,
@@ -153,20 +154,20 @@ class Builder:
             created_at=time.time(),
             resources=template.resources,
         )
-        labels = {OWNER: backend.owner, ROLE: "build", SNAPSHOT: snapshot_id}
+        labels = {OWNER: self._settings.owner, ROLE: "build", SNAPSHOT: snapshot_id}
         route = build_route(
             recipe.network,
-            proxy_available=backend.egress.available,
-            why_not=backend.egress.unavailable_reason,
+            proxy_available=link.egress.available,
+            why_not=link.egress.unavailable_reason,
             backend="docker",
         )
-        container = backend.start_container(  # under the backend's limits, not the task's (as docker build does)
+        container = link.start_container(  # under the backend's limits, not the task's (as docker build does)
             replace(draft, resources=Resources()),
             labels,
             network=route is BuildRoute.DIRECT,
             what=f"the build container of template {template.name!r}",
         )
-        sandbox = DockerSandbox(backend, f"build-{snapshot_id[:12]}", container, draft, labels)
+        sandbox = DockerSandbox(link, f"build-{snapshot_id[:12]}", container, draft, labels)
         try:
             network = run_recipe(sandbox, recipe, template, copy_from_image=self._copy_from_image, route=route)
             return self._commit(container, replace(draft, build_network=network.record()), base)
@@ -174,7 +175,6 @@ class Builder:
             sandbox.close()
 
     def _commit(self, container: str, draft: Snapshot, base: BaseImage) -> Snapshot:
-        backend = self._backend
         conf = {
             "Labels": {
                 OWNER: "",  # a template's image belongs to no run (labels of the container would carry over)
@@ -188,17 +188,17 @@ class Builder:
             "Entrypoint": base.entrypoint or [],
             "Cmd": base.cmd or ["/bin/sh"],
         }
-        repository = catalog.snapshot_tag(backend.image_prefix, draft.id).rsplit(":", 1)[0]
+        repository = catalog.snapshot_tag(self._settings.image_prefix, draft.id).rsplit(":", 1)[0]
         with engine_errors(f"saving the snapshot of template {draft.template!r}"):
-            image_id = backend.api.commit(container, repository=repository, tag=draft.id, conf=conf, pause=True)["Id"]
-            attrs = backend.api.inspect_image(image_id)
+            api = self._link.api
+            image_id = api.commit(container, repository=repository, tag=draft.id, conf=conf, pause=True)["Id"]
+            attrs = api.inspect_image(image_id)
         return replace(draft, **catalog.image_fields(attrs), created_at=time.time())
 
     def _copy_from_image(self, sandbox: Any, step: ImageCopy) -> None:
         """``COPY --from=<image>``: the sources out of a container of the image that never starts."""
-        backend = self._backend
-        api = backend.api
-        image = backend.bases.get(step.image)
+        api = self._link.api
+        image = self._bases.get(step.image)
         with engine_errors(f"reading {step.image} for COPY --from"):
             source_container = api.create_container(
                 image.image_id, command=["true"], host_config=api.create_host_config(network_mode="none")
@@ -215,4 +215,4 @@ class Builder:
                 with archive:
                     files.put_archive(api, sandbox.container_id, parent, archive)
         finally:
-            backend.containers.remove_now(source_container)
+            self._link.containers.remove_now(source_container)

@@ -10,6 +10,10 @@ thread, and starts the next spare there. The caller waits for a kill and a
 swap; without a spare (the first restore to a new snapshot, or
 ``prewarm=False``) it waits for a container to be created and started.
 
+Each sandbox does its own lifecycle (snapshot, restore, verification, spares, close) through
+the :class:`~pool.backends.docker.link.EngineLink` it holds; its backend is a factory and
+catalogue, which hands it a ``forget`` callback to drop it from the catalogue when it closes.
+
 The sandbox's :attr:`id` stays the same across those containers (each
 carries it as the ``snapgym.sandbox`` label); :attr:`container_id` is the
 current one.
@@ -21,12 +25,12 @@ import concurrent.futures
 import contextlib
 import posixpath
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 from pool.backends.docker import execution, files, verify
 from pool.backends.docker.catalog import SNAPSHOT
 from pool.backends.docker.changes import read_changes
+from pool.backends.docker.link import EngineLink
 from pool.changes import MAX_PATHS, Changes
 from pool.errors import (
     CommandRejectedError,
@@ -44,17 +48,23 @@ from pool.results import ExecResult, decode_output
 from pool.snapshots import Snapshot
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
-if TYPE_CHECKING:
-    from pool.backends.docker.backend import DockerBackend
-
 
 class DockerSandbox:
     """A sandbox whose current state is one container of the engine."""
 
     def __init__(
-        self, backend: DockerBackend, sandbox_id: str, container: str, snapshot: Snapshot, labels: Mapping[str, str]
+        self,
+        link: EngineLink,
+        sandbox_id: str,
+        container: str,
+        snapshot: Snapshot,
+        labels: Mapping[str, str],
+        *,
+        forget: Callable[[str], None] = lambda sandbox_id: None,
     ) -> None:
-        self._backend = backend
+        self._link = link
+        self._settings = link.settings
+        self._forget = forget
         self._id = sandbox_id
         self._container: str | None = container
         self._snapshot = snapshot
@@ -62,7 +72,7 @@ class DockerSandbox:
         self._closed = False
         self._sealed: VerifyMode | None = None
         self._spare: tuple[str, concurrent.futures.Future[str]] | None = None
-        self._egress = backend.egress.gatekeeper()
+        self._egress = link.egress.gatekeeper()
 
     # -- identity -------------------------------------------------------------
 
@@ -106,7 +116,7 @@ class DockerSandbox:
         """True while the sandbox's container runs."""
         if self._closed or self._container is None:
             return False
-        return self._backend.container_state(self._container).get("Running") is True
+        return self._link.container_state(self._container).get("Running") is True
 
     @property
     def sealed(self) -> VerifyMode | None:
@@ -149,13 +159,13 @@ class DockerSandbox:
         container = self._running()
         extra = {**self._egress.environment, **(env or {})}
         merged = {**self._snapshot.env, **extra}
-        timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
+        timeout = timeout_s if timeout_s is not None else self._settings.default_timeout_s
         execution.check_command(command, merged, timeout_s)
-        cap = max_output_bytes if max_output_bytes is not None else self._backend.max_output_bytes
+        cap = max_output_bytes if max_output_bytes is not None else self._settings.max_output_bytes
         data = stdin.encode() if isinstance(stdin, str) else None if stdin is None else bytes(stdin)
         started = time.monotonic()
         outcome = execution.run(
-            self._backend.api,
+            self._link.api,
             container,
             command,
             cwd=self._resolve(cwd or self._snapshot.workdir),
@@ -186,7 +196,7 @@ class DockerSandbox:
         )
 
     def _explain_missing_status(self, container: str) -> None:
-        state = self._backend.container_state(container)
+        state = self._link.container_state(container)
         if state.get("Running") is True:
             return
         if state.get("OOMKilled"):
@@ -213,7 +223,7 @@ class DockerSandbox:
         """
         container = self._running()
         return files.read(
-            self._backend.api, container, self._resolve(path), max_bytes=max_bytes, follow_symlinks=follow_symlinks
+            self._link.api, container, self._resolve(path), max_bytes=max_bytes, follow_symlinks=follow_symlinks
         )
 
     def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
@@ -224,7 +234,7 @@ class DockerSandbox:
         """
         container = self._running()
         content = data.encode() if isinstance(data, str) else bytes(data)
-        files.write(self._backend.api, container, self._resolve(path), content, mode=mode)
+        files.write(self._link.api, container, self._resolve(path), content, mode=mode)
 
     def shell(
         self,
@@ -244,7 +254,7 @@ class DockerSandbox:
     def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
         """The paths added, changed and removed since the sandbox's container started, as the
         engine lists them (see pool.backends.docker.changes); nothing runs in the container."""
-        return read_changes(self._backend.api, self._running(), max_paths=max_paths)
+        return read_changes(self._link.api, self._running(), max_paths=max_paths)
 
     def _resolve(self, path: str) -> str:
         if not isinstance(path, str) or "\0" in path or not path:
@@ -258,7 +268,7 @@ class DockerSandbox:
         container = self._running()
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier; restore() it before taking a snapshot")
-        return self._backend.checkpoint(self, container)
+        return self._link.checkpoint(container, parent=self._snapshot, labels=self._labels)
 
     def restore(self, snapshot: Snapshot | None = None) -> None:
         """Kill every process of the episode and continue in a fresh container at ``snapshot``.
@@ -271,15 +281,15 @@ class DockerSandbox:
         """
         self._check_open()
         target = snapshot or self._snapshot
-        self._backend.check_snapshot(target)
-        self._backend.adopt_checkpoints(target, self._labels)
+        self._link.check_snapshot(target)
+        self._link.adopt_checkpoints(target, self._labels)
         self._egress.detach()
         self._egress.log()  # the last episode's records go with it
         if self._container is not None:
-            self._backend.containers.remove_later(self._container)  # killed now: every process is gone
+            self._link.containers.remove_later(self._container)  # killed now: every process is gone
             self._container = None
         self._sealed = None
-        self._container = self.take_spare(target) or self._backend.start_container(target, self._labels)
+        self._container = self.take_spare(target) or self._link.start_container(target, self._labels)
         self._snapshot = target
         self.prewarm()
 
@@ -297,18 +307,23 @@ class DockerSandbox:
         container = self._running()
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier already; restore() it first")
-        if plan.mode is VerifyMode.SHARED and not self._backend.shared_verification:
+        if plan.mode is VerifyMode.SHARED and not self._settings.shared_verification:
             raise ConfigError(
                 "shared verification on the Docker backend runs in the agent's container, where processes the "
                 "agent left running can forge the reward; verify strictly, or opt in with "
                 "DockerBackend(shared_verification=True)"
             )
+        link = self._link
         if plan.mode is VerifyMode.STRICT:
             self._egress.detach()  # the agent's container ends; the verifier's gets its own gate
-            self._container, report = verify.strict(self._backend, self, container, plan)
+            known_good = verify.known_good_of(plan, self._snapshot, check=link.check_snapshot)
+            self._container, report = verify.strict(
+                link.api, link.containers, container, plan, known_good=known_good, start_verifier=self._start_verifier
+            )
         else:
             self._egress.seal()  # same namespace: nothing goes out until the verifier's policy is set
-            report = verify.shared(self._backend, self, container, plan)
+            known_good = verify.known_good_of(plan, self._snapshot, check=link.check_snapshot)
+            report = verify.shared(link.api, link.hooks, container, plan, known_good=known_good)
         self._sealed = plan.mode
         return report
 
@@ -319,10 +334,10 @@ class DockerSandbox:
         self._closed = True
         self._egress.detach()
         if self._container is not None:
-            self._backend.containers.remove_later(self._container)
+            self._link.containers.remove_later(self._container)
             self._container = None
         self._drop_spare()
-        self._backend.forget(self)
+        self._forget(self._id)
 
     # -- network ------------------------------------------------------------------------
 
@@ -335,11 +350,11 @@ class DockerSandbox:
             SandboxCrashedError: the container is not running.
         """
         container = self._running()
-        if not self._backend.egress.available:
+        if not self._link.egress.available:
             if policy.allows_any:
-                raise UnsupportedError(self._backend.egress.unavailable_reason)
+                raise UnsupportedError(self._link.egress.unavailable_reason)
             return {}
-        pid = int(self._backend.container_state(container).get("Pid") or 0)
+        pid = int(self._link.container_state(container).get("Pid") or 0)
         if pid <= 0:
             raise SandboxCrashedError(f"sandbox {self.id}: its container is not running; restore() it")
         return self._egress.apply(
@@ -363,10 +378,10 @@ class DockerSandbox:
 
     def prewarm(self) -> None:
         """Start a spare container of the current start snapshot in the background (if the backend prewarms)."""
-        if self._closed or not self._backend.prewarm or self._spare is not None:
+        if self._closed or not self._settings.prewarm or self._spare is not None:
             return
         snapshot = self._snapshot
-        future = self._backend.containers.later(self._backend.start_container, snapshot, self._labels)
+        future = self._link.containers.later(self._link.start_container, snapshot, self._labels)
         self._spare = (snapshot.digest, future)
 
     def take_spare(self, snapshot: Snapshot) -> str | None:
@@ -383,12 +398,16 @@ class DockerSandbox:
         except SnapgymError:
             return None
 
+    def _start_verifier(self, known_good: Snapshot) -> str:
+        """The strict verifier's container: the spare when it is of ``known_good``, else a new one."""
+        return self.take_spare(known_good) or self._link.start_container(known_good, self._labels, what="a verifier")
+
     def _drop_spare(self) -> None:
         if self._spare is None:
             return
         _, future = self._spare
         self._spare = None
-        containers = self._backend.containers
+        containers = self._link.containers
 
         def remove(done: concurrent.futures.Future[str]) -> None:
             with contextlib.suppress(Exception):

@@ -32,20 +32,17 @@ import posixpath
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pool.backends.docker import files
+from pool.backends.docker.containers import Containers
 from pool.backends.docker.engine import engine_errors
 from pool.backends.docker.execution import run_helper
 from pool.errors import ConfigError, FileOperationError, SandboxCrashedError
 from pool.snapshots import Snapshot
 from pool.verification import SHARED_HOOKS, VerificationPlan, VerificationReport, VerifyMode, outermost
-
-if TYPE_CHECKING:
-    from pool.backends.docker.backend import DockerBackend
-    from pool.backends.docker.sandbox import DockerSandbox
 
 TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 """Top-level paths put back as the known-good snapshot's links in shared mode (when they are links there)."""
@@ -57,15 +54,18 @@ SHARED_NOTE = (
 
 
 def strict(
-    backend: DockerBackend, sandbox: DockerSandbox, agent: str, plan: VerificationPlan
+    api: Any,
+    containers: Containers,
+    agent: str,
+    plan: VerificationPlan,
+    *,
+    known_good: Snapshot,
+    start_verifier: Callable[[Snapshot], str],
 ) -> tuple[str, VerificationReport]:
-    """Kill the agent's container and start the verifier's; (the verifier's container, the report)."""
-    known_good = _known_good(backend, sandbox, plan)
-    api = backend.api
-    backend.containers.kill(agent)  # every process of the agent is gone before anything else
-    verifier = sandbox.take_spare(known_good) or backend.start_container(
-        known_good, sandbox.container_labels, what="a verifier"
-    )
+    """Kill the agent's container and start the verifier's at ``known_good`` (see :func:`known_good_of`)
+    with ``start_verifier``; (the verifier's container, the report)."""
+    containers.kill(agent)  # every process of the agent is gone before anything else
+    verifier = start_verifier(known_good)
     try:
         outputs = outermost(plan.outputs)
         _helper(api, verifier, ["fresh", *outputs, plan.tests_path, *plan.private_dirs])
@@ -73,19 +73,18 @@ def strict(
         _put_tests(api, verifier, plan)
         removed = audit(api, verifier, plan, walk=outputs)
     except BaseException:
-        backend.containers.remove_later(verifier)
+        containers.remove_later(verifier)
         raise
-    backend.containers.remove_later(agent)
+    containers.remove_later(agent)
     return verifier, VerificationReport(VerifyMode.STRICT, removed_links=removed, missing_outputs=missing)
 
 
 def shared(
-    backend: DockerBackend, sandbox: DockerSandbox, container: str, plan: VerificationPlan
+    api: Any, hooks_cache: KnownGoodHooks, container: str, plan: VerificationPlan, *, known_good: Snapshot
 ) -> VerificationReport:
-    """Prepare the agent's own container for its verifier; the report."""
-    known_good = _known_good(backend, sandbox, plan)
-    api = backend.api
-    hooks = backend.hooks.archive(known_good)
+    """Prepare the agent's own container for its verifier, with the hooks of ``known_good`` (see
+    :func:`known_good_of`); the report."""
+    hooks = hooks_cache.archive(known_good)
     with engine_errors("listing the agent's changes", missing=_gone):
         changed = [str(c["Path"]) for c in api.diff(container) or () if c.get("Kind") in (0, 1)]
     missing = tuple(out for out in outermost(plan.outputs) if not _is_folder(api, container, out))
@@ -99,6 +98,26 @@ def shared(
     check = [p for p in changed if not any(p == q or p.startswith(q + "/") for q in private)]
     removed = audit(api, container, plan, walk=[o for o in plan.outputs if o not in missing], check=check)
     return VerificationReport(VerifyMode.SHARED, removed_links=removed, missing_outputs=missing, notes=(SHARED_NOTE,))
+
+
+def known_good_of(plan: VerificationPlan, start: Snapshot, *, check: Callable[[Snapshot], None]) -> Snapshot:
+    """The snapshot a sandbox that started at ``start`` is verified against: the plan's (which ``check``
+    accepts as the backend's), else ``start``.
+
+    Raises:
+        ConfigError: ``start`` is neither that snapshot nor a checkpoint of it.
+    """
+    known_good = plan.known_good or start
+    check(known_good)
+    base = tuple(known_good.layers)
+    if start.digest != known_good.digest and (
+        start.base != known_good.base or tuple(start.layers[: len(base)]) != base
+    ):
+        raise ConfigError(
+            f"the sandbox started from snapshot {start.id}, which is not {known_good.id} or a checkpoint of it; "
+            "verify against the snapshot the episode started from"
+        )
+    return known_good
 
 
 def audit(
@@ -175,21 +194,6 @@ def new_hooks(api: Any) -> KnownGoodHooks:
 
 
 # -- internals -------------------------------------------------------------------------
-
-
-def _known_good(backend: DockerBackend, sandbox: DockerSandbox, plan: VerificationPlan) -> Snapshot:
-    known_good = plan.known_good or sandbox.start_snapshot
-    backend.check_snapshot(known_good)
-    start = sandbox.start_snapshot
-    base = tuple(known_good.layers)
-    if start.digest != known_good.digest and (
-        start.base != known_good.base or tuple(start.layers[: len(base)]) != base
-    ):
-        raise ConfigError(
-            f"the sandbox started from snapshot {start.id}, which is not {known_good.id} or a checkpoint of it; "
-            "verify against the snapshot the episode started from"
-        )
-    return known_good
 
 
 def _copy_folder(api: Any, source: str, dest: str, path: str) -> bool:

@@ -1,0 +1,66 @@
+"""The Docker backend's options, settled once: what every sandbox and build of one backend runs under.
+
+A frozen value, so a sandbox can hold it without holding its backend: the limits a snapshot's
+resources turn into, the defaults of exec, whether restores hand off to prewarmed spares, the
+image names' prefix and the labels that say which process owns a container.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pool.backends.docker.containers import Limits
+from pool.errors import ConfigError
+from pool.resources import Resources
+
+MIB = 1 << 20
+_PREFIX = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+
+
+@dataclass(frozen=True, slots=True)
+class DockerSettings:
+    """One Docker backend's options as its sandboxes and builds see them (see DockerBackend for each)."""
+
+    owner: str
+    """The label value that marks this process's containers and checkpoints (see pool.labels)."""
+    memory_limit_mb: int | None = 2048
+    cpus: float | None = None
+    pids_limit: int | None = 1024
+    disk_limit_mb: int | None = None
+    max_output_bytes: int = MIB
+    default_timeout_s: float | None = 600.0
+    prewarm: bool = True
+    image_prefix: str = "snapgym"
+    prefer_prebuilt: bool = True
+    shared_verification: bool = False
+    host_binds: tuple[tuple[str, str], ...] = ()
+    """(host path, container path) pairs the host base binds read-only into a container (the host view)."""
+
+    def __post_init__(self) -> None:
+        for name in ("memory_limit_mb", "cpus", "pids_limit", "disk_limit_mb", "max_output_bytes", "default_timeout_s"):
+            check_positive(name, getattr(self, name))
+        if not isinstance(self.image_prefix, str) or not _PREFIX.match(self.image_prefix):
+            raise ConfigError(
+                f"DockerBackend(image_prefix={self.image_prefix!r}) must be a repository name: lowercase letters, "
+                "digits, '.', '_', '-', and '/' between parts"
+            )
+
+    def limits(self, resources: Resources) -> Limits:
+        """A snapshot's resources, the backend's options where it sets none."""
+        return Limits(
+            memory_mb=resources.memory_mb or self.memory_limit_mb,
+            cpus=resources.cpus or self.cpus,
+            pids=self.pids_limit,
+            disk_mb=self.disk_limit_mb,
+        )
+
+
+def check_positive(name: str, value: float | None) -> None:
+    """Refuse an option that must be positive or None.
+
+    Raises:
+        ConfigError: zero, negative, or a bool.
+    """
+    if value is not None and (isinstance(value, bool) or not value > 0):
+        raise ConfigError(f"DockerBackend({name}=...) must be positive or None, got {value!r}")
