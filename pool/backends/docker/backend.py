@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from pool.backends.docker import engine, helper, reaper, verify
+from pool.backends.docker import engine, helper, hooks, reaper
 from pool.backends.docker.bases import Bases
 from pool.backends.docker.builder import Builder
 from pool.backends.docker.capabilities import declared
@@ -141,7 +141,7 @@ class DockerBackend:
             containers,
             self.settings,
             egress=egress_service,
-            hooks=verify.new_hooks(self.client.api),
+            hooks=hooks.new_hooks(self.client.api),
             checkpoints=Checkpoints(),
         )
         self._builder = Builder(self.link, self.bases)

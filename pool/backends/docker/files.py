@@ -110,6 +110,16 @@ def stat(api: Any, container: str, path: str) -> dict[str, Any]:
     return found
 
 
+def mode_at(api: Any, container: str, path: str) -> int | None:
+    """The mode bits at ``path`` (a final link not followed), None when nothing is there."""
+    try:
+        return int(stat(api, container, path).get("mode", 0))
+    except FileOperationError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise
+
+
 def is_folder(mode: int) -> bool:
     """Whether a stat's mode is a folder's."""
     return bool(mode & _MODE_DIR)

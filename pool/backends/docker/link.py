@@ -17,8 +17,8 @@ from pool.backends.docker import catalog
 from pool.backends.docker.catalog import ROLE, SNAPSHOT
 from pool.backends.docker.checkpoints import Checkpoints
 from pool.backends.docker.containers import Containers, Spec
+from pool.backends.docker.hooks import KnownGoodHooks
 from pool.backends.docker.settings import DockerSettings
-from pool.backends.docker.verify import KnownGoodHooks
 from pool.egress.service import EgressService
 from pool.errors import ConfigError, SandboxClosedError, SnapshotError
 from pool.labels import RUN

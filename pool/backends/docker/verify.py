@@ -16,8 +16,9 @@ its live processes and its files): ``/tests`` and the private folders are
 emptied and refilled, so nothing the agent wrote there before is left; the
 loader, shell and Python hooks (:data:`pool.verification.SHARED_HOOKS`) and
 the top-level links (``/bin``...) are put back as the known-good snapshot has
-them; links the agent left (anywhere in its writable layer, per ``docker
-diff``) into the private paths are removed. What does not hold, and is said
+them (read once per snapshot: :mod:`pool.backends.docker.hooks`); links the
+agent left (anywhere in its writable layer, per ``docker diff``) into the
+private paths are removed. What does not hold, and is said
 in the report's notes and ``Capabilities.verifier_isolation == "none"``: the
 agent's processes share the verifier's PID namespace, mounts and user, so
 while the tests run they can still write any file (the reward included),
@@ -27,25 +28,21 @@ not frozen). Use strict verification for agents that are not trusted.
 
 from __future__ import annotations
 
-import errno
 import posixpath
 import tarfile
 import tempfile
-import threading
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from pool.backends.docker import files
 from pool.backends.docker.containers import Containers
 from pool.backends.docker.engine import engine_errors
 from pool.backends.docker.execution import run_helper
-from pool.errors import ConfigError, FileOperationError, SandboxCrashedError
+from pool.backends.docker.hooks import KnownGoodHooks
+from pool.errors import ConfigError, SandboxCrashedError
 from pool.snapshots import Snapshot
 from pool.verification import SHARED_HOOKS, VerificationPlan, VerificationReport, VerifyMode, outermost
 
-TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-"""Top-level paths put back as the known-good snapshot's links in shared mode (when they are links there)."""
 SHARED_NOTE = (
     "docker shared verification runs in the agent's container: the agent's live processes can still write any "
     "file while the tests run (/tests and the reward folder included), change the outputs (not frozen) and "
@@ -134,65 +131,6 @@ def audit(
     return tuple(" -> ".join(entry.decode(errors="replace").split("\x1f", 1)) for entry in out.split(b"\0") if entry)
 
 
-class KnownGoodHooks:
-    """Per known-good snapshot, an archive of its hooks (what shared mode puts back), made once."""
-
-    def __init__(self, api: Any, folder: Path) -> None:
-        self._api = api
-        self.folder = folder
-        """Where the archives are kept (removed when the backend closes)."""
-        self._lock = threading.Lock()
-        self._made: dict[str, HooksArchive] = {}
-
-    def archive(self, snapshot: Snapshot) -> HooksArchive:
-        """The hooks of ``snapshot``'s image (read from a container that never starts)."""
-        with self._lock:
-            if snapshot.digest not in self._made:
-                self._made[snapshot.digest] = self._make(snapshot)
-            return self._made[snapshot.digest]
-
-    def _make(self, snapshot: Snapshot) -> HooksArchive:
-        api = self._api
-        with engine_errors("reading the known-good snapshot's hooks"):
-            container = api.create_container(
-                snapshot.digest, command=["true"], host_config=api.create_host_config(network_mode="none")
-            )["Id"]
-        top_links: list[str] = []
-        dest = self.folder / f"hooks-{snapshot.digest.removeprefix('sha256:')[:32]}.tar"
-        found = 0
-        try:
-            with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as out:
-                for path in (*SHARED_HOOKS, *TOP_LINKS):
-                    mode = _mode(api, container, path)
-                    if mode is None or (path in TOP_LINKS and not files.is_link(mode)):
-                        continue
-                    if path in TOP_LINKS:
-                        top_links.append(path)
-                    parent = posixpath.dirname(path).lstrip("/")
-                    with files.get_archive(api, container, path) as response:
-                        part = files.retar(response, files.prefixed(parent))
-                    with part:
-                        _append(out, part)
-                    found += 1
-        finally:
-            with engine_errors("removing a container"):
-                api.remove_container(container, force=True)
-        return HooksArchive(dest if found else None, tuple(top_links))
-
-
-class HooksArchive:
-    """A known-good snapshot's hooks as one archive to unpack at ``/`` (None: it has none)."""
-
-    def __init__(self, path: Path | None, top_links: tuple[str, ...]) -> None:
-        self.path = path
-        self.top_links = top_links
-
-
-def new_hooks(api: Any) -> KnownGoodHooks:
-    """A hooks cache in a fresh temporary folder (removed with the process's temp files)."""
-    return KnownGoodHooks(api, Path(tempfile.mkdtemp(prefix="snapgym-docker-hooks-")))
-
-
 # -- internals -------------------------------------------------------------------------
 
 
@@ -206,7 +144,7 @@ def _copy_folder(api: Any, source: str, dest: str, path: str) -> bool:
 
 
 def _is_folder(api: Any, container: str, path: str) -> bool:
-    mode = _mode(api, container, path)
+    mode = files.mode_at(api, container, path)
     return mode is not None and files.is_folder(mode)
 
 
@@ -229,22 +167,6 @@ def _put_tests(api: Any, container: str, plan: VerificationPlan) -> None:
                 tar.add(entry, arcname=f"{name}/{entry.name}", filter=owned_by_root)
         archive.seek(0)
         files.put_archive(api, container, posixpath.dirname(plan.tests_path), archive)
-
-
-def _mode(api: Any, container: str, path: str) -> int | None:
-    """The mode bits at ``path`` (a final link not followed), None when nothing is there."""
-    try:
-        return int(files.stat(api, container, path).get("mode", 0))
-    except FileOperationError as exc:
-        if exc.errno == errno.ENOENT:
-            return None
-        raise
-
-
-def _append(out: tarfile.TarFile, archive: Any) -> None:
-    with tarfile.open(fileobj=archive, mode="r|") as tar:
-        for member in tar:
-            out.addfile(member, tar.extractfile(member) if member.isfile() else None)
 
 
 def _helper(api: Any, container: str, args: list[str], *, stdin: bytes | None = None) -> bytes:
