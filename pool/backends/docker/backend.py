@@ -11,8 +11,13 @@ How the contract maps onto the engine (each module's docstring says why):
   command's whole tree (:mod:`.execution`); files go through the archive API
   (:mod:`.files`).
 - ``snapshot``: pause and commit; ``restore``: a hand-off to a prewarmed spare
-  container (:mod:`.sandbox`); ``begin_verification``: :mod:`.verify`.
+  container (:mod:`.sandbox`); ``begin_verification``: :mod:`.verify` (hooks: :mod:`.hooks`).
 - ``reap_orphans``: containers and checkpoints of dead processes (:mod:`.reaper`).
+
+The backend is a factory and catalogue: it settles its options once (:mod:`.settings`), holds one
+engine link (:mod:`.link`: client, containers, egress, checkpoints in :mod:`.checkpoints`) and
+hands it to each sandbox, which does its own lifecycle through it; the sandboxes never reach
+back into the backend (a ``forget`` callback drops a closed one from the catalogue).
 
 Isolation is what the engine gives a container: mount, PID, network, IPC and
 UTS namespaces, cgroups, and, when the engine runs with ``--userns-remap``,
