@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import textwrap
 import threading
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -59,8 +60,13 @@ def host_service() -> Iterator[tuple[int, list[bytes]]]:
     server.close()
 
 
+RUN = uuid.uuid4().hex[:8]
+"""Part of every template name: a build of an earlier test run (a Docker engine keeps its snapshot images)
+is never a cache hit that would skip the build this module watches."""
+
+
 def _name(request: pytest.FixtureRequest) -> str:
-    return f"build-net-{request.node.name}"
+    return f"build-net-{request.node.name}-{RUN}"
 
 
 # -- what the build may reach ------------------------------------------------------------------
