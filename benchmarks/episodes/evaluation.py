@@ -45,12 +45,9 @@ from envs.tasks import Task
 from envs.wrappers import sandbox_env
 from pool.errors import ConfigError, SnapgymError
 from pool.labels import RUN
+from pool.resources import DEFAULT_TIMEOUT_S
 
 log = logging.getLogger(__name__)
-
-
-DEFAULT_AGENT_TIMEOUT_S = 600.0
-"""The oracle's step timeout when a task sets no ``[agent] timeout_sec`` (Harbor's default agent timeout)."""
 
 
 @dataclass
@@ -306,8 +303,8 @@ class Evaluation:
         return env
 
     def _step_timeout_s(self, task: Task) -> float:
-        if self.agent.whole_task_steps:
-            return task.settings.agent_timeout_s or max(self.settings.step_timeout_s, DEFAULT_AGENT_TIMEOUT_S)
+        if self.agent.whole_task_steps:  # the task's agent timeout; without one, Harbor's default
+            return task.settings.agent_timeout_s or max(self.settings.step_timeout_s, DEFAULT_TIMEOUT_S)
         return self.settings.step_timeout_s
 
     def _idle_env(self) -> None:
