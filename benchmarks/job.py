@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pool import Backend, load_backend
 from pool.backends import backend_class
+from pool.contract import DeclaresCapabilities
 from pool.errors import ConfigError, SnapgymError
 
 
@@ -110,8 +111,8 @@ class Job:
             raise ConfigError(f"gpu_backend must name a backend ({{name: modal, ...options}}), got {spec!r}")
         options = {str(k): v for k, v in spec.items() if k != "name"}
         name = str(spec["name"])
-        declared = getattr(backend_class(name), "declared_capabilities", None)
-        if declared is not None and not declared().gpu:
+        cls = backend_class(name)
+        if isinstance(cls, DeclaresCapabilities) and not cls.declared_capabilities().gpu:
             raise ConfigError(f"gpu_backend={name!r} has no GPUs; use a backend with GPUs (modal)")
         return name, options
 

@@ -13,6 +13,9 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from benchmarks.episodes.settings import EpisodeSettings
+from pool.cluster.config import PoolConfig
+
 
 class PoolKind(enum.Enum):
     """Where the episodes' sandboxes come from."""
@@ -41,27 +44,32 @@ class VerificationChoice(enum.Enum):
     """The verifier runs beside the agent's live processes, as in Harbor (private reward channel and tests)."""
 
 
+_POOL = PoolConfig()
+"""The pool's own defaults: the ray settings below take theirs from here (``configs/pool/ray.yaml``
+sets the runner's own choices, each with its reason)."""
+
+
 @dataclass
 class PoolSettings:
-    """How many episodes run at once, and the Ray pool's sizing and limits."""
+    """How many episodes run at once, and the Ray pool's sizing and limits (``pool.cluster.config.PoolConfig``)."""
 
     kind: PoolKind = PoolKind.direct
     """``direct`` or ``ray``."""
     size: int = 4
     """Episodes run at once (threads of the runner, one sandbox each)."""
-    min_warm: int = 1
+    min_warm: int = _POOL.min_warm
     """ray: ready sandboxes kept per task snapshot even when idle."""
-    max_warm: int = 8
+    max_warm: int = _POOL.max_warm
     """ray: the most ready sandboxes kept per task snapshot."""
-    max_size: int = 256
+    max_size: int = _POOL.max_size
     """ray: the most sandboxes in the pool."""
-    lease_ttl_s: float = 30.0
+    lease_ttl_s: float = _POOL.lease_ttl_s
     """ray: a lease not renewed for this long is reclaimed."""
-    acquire_timeout_s: float = 120.0
+    acquire_timeout_s: float = _POOL.acquire_timeout_s
     """ray: how long a reset waits for a ready sandbox."""
-    max_failures: int = 20
+    max_failures: int = _POOL.max_failures
     """ray: failed sandboxes of one snapshot within ``failure_window_s`` that stop its recreation."""
-    failure_window_s: float = 60.0
+    failure_window_s: float = _POOL.failure_window_s
     """ray: the window of ``max_failures``."""
 
 
@@ -176,8 +184,9 @@ class LLMAgentConfig:
 
 
 @dataclass
-class RunConfig:
-    """The whole run: one choice per group, and the run settings."""
+class RunConfig(EpisodeSettings):
+    """The whole run: one choice per group, and the run settings (the episode settings, inherited, are
+    top-level keys: ``episodes_per_task=4``)."""
 
     backend: Any = MISSING
     pool: Any = MISSING
@@ -194,34 +203,8 @@ class RunConfig:
     gpu_backend: Any = None
     """A second backend for the tasks that ask for GPUs (``{name: modal, gpu: A10G, ...options}``);
     None: every task on ``backend``."""
-    episodes_per_task: int = 1
-    """k: episodes per task, all from the task's snapshot (a group, for pass@k)."""
-    seed: int = 0
-    """Episode i of a task gets seed ``seed + i``."""
-    max_steps: int = 50
-    """Steps per episode before it is truncated (the verifier still scores it)."""
-    step_timeout_s: float = 120.0
-    """Timeout of one action (the oracle's one action gets the task's agent timeout)."""
-    max_action_bytes: int = 65536
-    """The largest action accepted (UTF-8 bytes); a larger one is refused without reaching the sandbox."""
-    episode_timeout_s: float | None = None
-    """Wall-clock budget of one episode, agent included; past it the episode ends as ``timeout``."""
-    max_attempts: int = 3
-    """Attempts of an episode whose infrastructure failed, before it ends as ``infra_error``
-    (attempts that fail during an outage do not count)."""
-    outage_timeout_s: float = 600.0
-    """How long the run waits out an outage (the sandbox pool, backend or model endpoint cannot serve
-    at all) before the circuit breaker stops it: non-zero exit, summary.json written, resumable."""
-    outage_backoff_max_s: float = 30.0
-    """During an outage, health probes start at once and back off (doubling from 0.5 s) up to this."""
-    checkpoint_every: int = 0
-    """Journal a checkpoint of each episode every this many steps (the sandbox's files, the agent's declared
-    state), so that a resumed run goes on from the last one instead of playing the episode again; 0: off.
-    Resumable: the replay, llm and noop agents on Shell-v0 (see benchmarks.episodes.durable)."""
     pass_at_k: list[int] = field(default_factory=lambda: [1])
     """k values of pass@k in the summary (each <= episodes_per_task; larger ones are skipped)."""
-    success_threshold: float = 1.0
-    """A reward at or above this is a pass."""
     output_dir: str | None = None
     """Where results go; None: Hydra's run directory (outputs/<date>/<time>)."""
     resume: Any = False

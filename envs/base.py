@@ -37,7 +37,7 @@ from envs.sources import SandboxLeaser, SandboxSource, open_source
 from envs.spaces import UnicodeText
 from envs.tasks import Task, load_task
 from envs.taskset import Setup, TaskSampler, TaskSet, check_playable
-from pool.capabilities import Capabilities
+from pool.capabilities import Capabilities, EgressControl, Location
 from pool.changes import Changes
 from pool.contract import Backend, Sandbox
 from pool.errors import CommandRejectedError, ConfigError, SandboxError, SandboxOutOfMemoryError, SnapgymError
@@ -206,7 +206,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._steps, self._changes_before = (resumed.step, resumed.changes) if resumed else (0, None)
         self._clock.start(resumed.elapsed_s if resumed else 0.0)
         assert self._sandbox is not None
-        remote = self._capabilities.sandbox_location == "remote"
+        remote = self._capabilities.sandbox_location == Location.REMOTE
         info = start_info(self.task.id, start, self._sandbox, self._source.name, remote=remote)
         info.update(reset_latency_s=latency, reset_kind=reset_kind, verification=self.verification.value,
                     network=self.network.as_dict())  # fmt: skip
@@ -323,7 +323,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
     @property
     def _has_egress(self) -> bool:
         """Whether the backend puts a network policy into its sandboxes (else they have loopback only)."""
-        return self._capabilities.egress_control != "loopback-only"
+        return self._capabilities.egress_control != EgressControl.LOOPBACK_ONLY
 
     def _apply_network(self, phase: Phase) -> None:
         """Give the sandbox the phase's policy, where the backend controls egress."""

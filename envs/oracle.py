@@ -9,6 +9,7 @@ from envs.errors import TaskError
 from envs.tasks import Task
 from envs.verifier import Verdict, copy_dir_into, run_script_command, verify
 from pool.contract import Backend, Sandbox
+from pool.resources import DEFAULT_TIMEOUT_S
 from pool.results import ExecResult
 
 SOLUTION_DIR = "/solution"
@@ -21,7 +22,7 @@ def run_solution(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None
     copy_dir_into(sandbox, task.solution_dir, SOLUTION_DIR)
     result = sandbox.exec(
         run_script_command(f"{SOLUTION_DIR}/solve.sh"),
-        timeout_s=timeout_s or task.settings.agent_timeout_s or 600.0,
+        timeout_s=timeout_s or task.settings.agent_timeout_s or DEFAULT_TIMEOUT_S,
         cwd=task.workdir,
         env={**task.settings.environment.env, **task.settings.solution_env},
     )

@@ -16,7 +16,7 @@ from envs.network import NetworkFailure, network_failure
 from envs.tasks import Task
 from envs.taskset import Setup
 from envs.verifier import Verdict, verify
-from pool.capabilities import Capabilities
+from pool.capabilities import Capabilities, ChangesSource
 from pool.changes import Changes
 from pool.cluster.beside import run_beside
 from pool.contract import Sandbox
@@ -32,7 +32,7 @@ def changes_info(
 
     ``before``: the changes at the checkpoint a resumed episode went on from (the result is the whole episode's).
     """
-    if capabilities.changes == "none":
+    if capabilities.changes == ChangesSource.NONE:
         return {"unavailable": f"the {backend} backend cannot list them outside the sandbox"}
     try:
         changes = sandbox.changes().without(own_paths)

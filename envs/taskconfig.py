@@ -49,7 +49,7 @@ from typing import Any, NoReturn
 from envs.errors import TaskError
 from pool.errors import ConfigError
 from pool.network.policy import NetworkMode, NetworkPolicy, PhasePolicies
-from pool.resources import Resources, parse_size_mb
+from pool.resources import DEFAULT_TIMEOUT_S, Resources, parse_size_mb
 
 _TOP_KEYS = {"version", "schema_version", "metadata", "task", "source", "verifier", "agent", "environment", "solution"}
 _VERIFICATION_MODES = {"strict", "shared"}
@@ -59,7 +59,7 @@ _VERIFICATION_MODES = {"strict", "shared"}
 class EnvironmentSettings:
     """``[environment]``: how the start state is built and what it may use."""
 
-    build_timeout_s: float = 600.0
+    build_timeout_s: float = DEFAULT_TIMEOUT_S
     docker_image: str | None = None
     cpus: float | None = None
     memory_mb: int | None = None
@@ -94,7 +94,7 @@ class TaskSettings:
     """``[task].name`` when the task is a registry package (``org/name``)."""
     description: str = ""
     agent_timeout_s: float | None = None
-    verifier_timeout_s: float = 600.0
+    verifier_timeout_s: float = DEFAULT_TIMEOUT_S
     verifier_env: Mapping[str, str] = field(default_factory=dict)
     solution_env: Mapping[str, str] = field(default_factory=dict)
     environment: EnvironmentSettings = field(default_factory=EnvironmentSettings)
@@ -153,7 +153,9 @@ class _Reader:
             name=self.opt_str("task.name", task.get("name")),
             description=self.opt_str("task.description", task.get("description")) or "",
             agent_timeout_s=self.opt_seconds("agent.timeout_sec", agent.get("timeout_sec")),
-            verifier_timeout_s=self.opt_seconds("verifier.timeout_sec", verifier.get("timeout_sec")) or 600.0,
+            verifier_timeout_s=(
+                self.opt_seconds("verifier.timeout_sec", verifier.get("timeout_sec")) or DEFAULT_TIMEOUT_S
+            ),
             verifier_env=self.str_map("verifier.env", verifier.get("env", {})),
             solution_env=self.str_map("solution.env", solution.get("env", {})),
             environment=self.environment(),
@@ -225,7 +227,9 @@ class _Reader:
         if cpus is not None and self.number("environment.cpus", cpus) == 0:
             self.fail("environment.cpus", "must be positive")
         return EnvironmentSettings(
-            build_timeout_s=self.opt_seconds("environment.build_timeout_sec", env.get("build_timeout_sec")) or 600.0,
+            build_timeout_s=(
+                self.opt_seconds("environment.build_timeout_sec", env.get("build_timeout_sec")) or DEFAULT_TIMEOUT_S
+            ),
             docker_image=self.opt_str("environment.docker_image", env.get("docker_image")),
             cpus=None if cpus is None else self.number("environment.cpus", cpus),
             memory_mb=self.opt_mb("environment.memory_mb", memory_mb),

@@ -11,7 +11,7 @@
 import typing as _typing
 
 from pool.backends import BACKENDS, available_backends, backend_options, load_backend
-from pool.capabilities import Capabilities, Enforcement
+from pool.capabilities import Capabilities, ChangesSource, EgressControl, Enforcement, Location, VerifierIsolation
 from pool.contract import Backend, Sandbox
 from pool.errors import (
     AcquireTimeoutError,
@@ -85,7 +85,11 @@ __all__ = [
     "DockerBackend",
     "DockerBuild",
     "DockerfileError",
+    "ChangesSource",
+    "EgressControl",
     "Enforcement",
+    "Location",
+    "VerifierIsolation",
     "ExecResult",
     "FileOperationError",
     "HostBrokenError",

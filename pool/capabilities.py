@@ -7,7 +7,7 @@ The pool and the environments read this; they never probe a backend with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 
 
 class Enforcement(Enum):
@@ -24,6 +24,57 @@ class Enforcement(Enum):
         return self is not Enforcement.NONE
 
 
+class EgressControl(StrEnum):
+    """How a sandbox's outbound network is controlled."""
+
+    PROXY = "proxy"
+    """Only through snapgym's egress proxy on the host, which enforces the phase's policy (pool.egress)."""
+    PROVIDER = "provider"
+    """The provider's own controls."""
+    LOOPBACK_ONLY = "loopback-only"
+    """No way out at all."""
+
+
+class VerifierIsolation(StrEnum):
+    """What keeps a shared verifier's processes from the agent's."""
+
+    SIGNALS_PTRACE = "signals+ptrace"
+    """Neither signals nor tracing work across."""
+    PTRACE = "ptrace"
+    """Tracing and memory access do not work across; signals do."""
+    NONE = "none"
+
+
+class Location(StrEnum):
+    """Where a backend's sandboxes or snapshots live."""
+
+    NODE = "node"
+    """On the machine of the process that made them."""
+    REMOTE = "remote"
+    """In a service (a provider, a registry) every node reaches."""
+
+
+class ChangesSource(StrEnum):
+    """Who lists what an episode changed (``sandbox.changes()``, see pool.changes)."""
+
+    HOST = "host"
+    """The sandbox's writable layer, read on the host."""
+    ENGINE = "engine"
+    """The container engine."""
+    NONE = "none"
+    """No listing the agent could not forge: ``changes()`` raises UnsupportedError."""
+
+
+_CLOSED = {
+    "egress_control": EgressControl,
+    "verifier_isolation": VerifierIsolation,
+    "sandbox_location": Location,
+    "snapshot_location": Location,
+    "changes": ChangesSource,
+}
+"""The fields with a closed set of values, and their Enums (a backend may give the plain string)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     """The features of one backend instance on this machine."""
@@ -36,7 +87,7 @@ class Capabilities:
     """fork() can start many sandboxes from one snapshot cheaply."""
     gpu: bool
     """Sandboxes can use a GPU."""
-    egress_control: str
+    egress_control: EgressControl | str
     """How a sandbox's outbound network is controlled: "proxy" (only through snapgym's egress proxy
     on the host, which enforces the phase's policy: see pool.egress), "provider" (the provider's own
     controls) or "loopback-only" (no way out at all)."""
@@ -55,14 +106,14 @@ class Capabilities:
     """True when the backend runs without host root privileges."""
     verification: tuple[str, ...] = ()
     """The verification modes ``sandbox.begin_verification`` supports ("strict", "shared"; see pool.verification)."""
-    verifier_isolation: str = "none"
+    verifier_isolation: VerifierIsolation | str = VerifierIsolation.NONE
     """What keeps a shared verifier's processes from the agent's: "signals+ptrace" (neither works
     across), "ptrace" (tracing and memory access do not, signals do), or "none"."""
-    sandbox_location: str = "node"
+    sandbox_location: Location | str = Location.NODE
     """Where sandboxes live: "node" (on the machine of the process that made them, so a pool
     keeps warm sandboxes per node) or "remote" (a service every node reaches, so one warm set
     serves the whole cluster)."""
-    snapshot_location: str = "node"
+    snapshot_location: Location | str = Location.NODE
     """Where snapshots live: "node" (this machine's store or engine: every node builds its own,
     and the pool checks that they agree) or "remote" (a registry or provider every node shares)."""
     bases: tuple[str, ...] = ()
@@ -71,7 +122,7 @@ class Capabilities:
     (a Dockerfile built by the backend)."""
     gpu_types: tuple[str, ...] = ()
     """GPU models sandboxes can get (empty with ``gpu``: any, unnamed)."""
-    changes: str = "none"
+    changes: ChangesSource | str = ChangesSource.NONE
     """Who lists what an episode changed (``sandbox.changes()``, see pool.changes): "host" (the
     sandbox's writable layer, read on the host), "engine" (the container engine) or "none" (no
     listing the agent could not forge: ``changes()`` raises UnsupportedError)."""
@@ -79,6 +130,22 @@ class Capabilities:
     """``sandbox.shell()`` runs commands in one persistent shell per episode (False: it raises
     UnsupportedError, and ``snapgym/Shell-v0`` starts a new bash per step, carrying the working
     directory and exported variables over in a file)."""
+
+    def __post_init__(self) -> None:
+        """Turn a backend's plain strings into the fields' Enums (a StrEnum keeps the string form in
+        records and reports); an unknown value fails here, naming the valid ones.
+
+        The fields are typed ``Enum | str`` so that a backend may pass the string; once built they
+        always hold the Enum.
+        """
+        for name, kind in _CLOSED.items():
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                try:
+                    object.__setattr__(self, name, kind(value))
+                except ValueError:
+                    valid = ", ".join(repr(member.value) for member in kind)
+                    raise ValueError(f"Capabilities.{name}={value!r}: not one of {valid}") from None
 
     def table_row(self) -> dict[str, str]:
         """The capabilities as short strings, for the README's table and reports."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pool.capabilities import Capabilities
@@ -154,3 +154,49 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Close every sandbox and release resources. Idempotent."""
+
+
+# -- optional features: a backend or sandbox that offers one satisfies its Protocol -------------------
+# Callers ask ``isinstance(backend, ReapsRuns)``; they never probe attribute names.
+
+
+@runtime_checkable
+class DeclaresCapabilities(Protocol):
+    """A backend class that says its capabilities before any instance exists (a cloud backend's are
+    fixed by its provider), so a config can be refused without connecting."""
+
+    @classmethod
+    def declared_capabilities(cls) -> Capabilities:
+        """The capabilities every instance of the class has."""
+
+
+@runtime_checkable
+class ReapsRuns(Protocol):
+    """A backend that can list its sandboxes by run, from any machine (``python -m pool.backends.reap --run``)."""
+
+    def reap_run(self, run: str, *, dry_run: bool = False) -> list[str]:
+        """End every sandbox (and checkpoint) labelled with the run; what it ended, or would end."""
+
+
+@runtime_checkable
+class ReapsLabelled(Protocol):
+    """A backend that can end the sandboxes carrying some labels, whoever made them (a dead host's)."""
+
+    def reap_labelled(self, labels: Mapping[str, str]) -> int:
+        """End every sandbox carrying ``labels``; how many."""
+
+
+@runtime_checkable
+class KeepsRunCheckpoints(Protocol):
+    """A backend whose checkpoints would go with it on close, unless asked to keep them for a resume."""
+
+    def keep_run_checkpoints(self) -> int:
+        """Leave this run's checkpoints when the backend closes; how many stay."""
+
+
+@runtime_checkable
+class RunsBeside(Protocol):
+    """A sandbox held in another process (a pool's lease) that can run a function where the sandbox is."""
+
+    def run_beside(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """``function(sandbox, *args, **kwargs)``, run in the process that holds the sandbox."""

@@ -18,6 +18,10 @@ from typing import Any
 
 from pool.errors import ConfigError
 
+DEFAULT_TIMEOUT_S = 600.0
+"""How long a command may run when neither its caller nor its task says: a backend's ``default_timeout_s``,
+a template's setup steps, a task's build, agent and verifier (Harbor's default for each of those)."""
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)\s*$", re.IGNORECASE)
 _UNIT_MB = {"b": 1 / (1 << 20), "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pool.errors import ConfigError
 from pool.network.policy import NetworkPolicy
-from pool.resources import Resources
+from pool.resources import DEFAULT_TIMEOUT_S, Resources
 
 HOST_BASE = "host"
 """The base that shows the host's userland read-only (the built-in suite's; no image needed)."""
@@ -97,7 +97,7 @@ class Template:
     can (``Capabilities.build_network_modes``); ``True`` is ``public``, ``False`` ``no-network``.
     None: as ``docker build`` does it, public when a Dockerfile runs commands (its ``RUN``
     steps and the setup after them), else no network. Episodes never inherit it."""
-    setup_timeout_s: float = 600.0
+    setup_timeout_s: float = DEFAULT_TIMEOUT_S
     """Timeout of each setup step and of the healthcheck."""
     resources: Resources = field(default_factory=Resources)
     """What each sandbox of the snapshot gets (None fields: the backend's defaults)."""

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pool.capabilities import Capabilities, Enforcement
+from pool.capabilities import Capabilities, ChangesSource, Enforcement
 from pool.contract import Backend, Sandbox
 from pool.errors import (
     BuildError,
@@ -225,7 +225,7 @@ def check_network(sandbox: Sandbox, capabilities: Capabilities) -> None:
 def check_changes(sandbox: Sandbox, capabilities: Capabilities) -> None:
     """A sandbox lists what its episode added, changed and removed, and a restore starts the list
     afresh; a backend that cannot list them says so."""
-    if capabilities.changes == "none":
+    if capabilities.changes == ChangesSource.NONE:
         _expect_raises(lambda: sandbox.changes(), UnsupportedError, "changes")
         return
     _expect(not sandbox.changes().counts.get("added"), "changes", "a fresh sandbox lists changes")

@@ -40,55 +40,34 @@ from benchmarks.episodes.ledger import Ledger, LedgerWriteError, attempt_id
 from benchmarks.episodes.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy
 from benchmarks.episodes.records import SessionRecords, Started
 from benchmarks.episodes.routing import Supply
+from benchmarks.episodes.settings import EpisodeSettings
 from envs.tasks import Task
 from envs.wrappers import sandbox_env
 from pool.errors import ConfigError, SnapgymError
 from pool.labels import RUN
+from pool.resources import DEFAULT_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
 
-DEFAULT_AGENT_TIMEOUT_S = 600.0
-"""The oracle's step timeout when a task sets no ``[agent] timeout_sec`` (Harbor's default agent timeout)."""
+@dataclass
+class EvalSettings(EpisodeSettings):
+    """What the runner needs from the config: the episode settings, and what it derives from the rest.
 
-
-@dataclass(frozen=True, slots=True)
-class EvalSettings:
-    """What the runner needs from the config."""
+    Plain (mutable) because it inherits the one declaration of the episode settings, which Hydra's
+    ``RunConfig`` inherits too (see ``benchmarks.episodes.settings``); the runner never changes it.
+    """
 
     env_id: str = "snapgym/Shell-v0"
     """The environment every episode runs in."""
-    episodes_per_task: int = 1
-    """Episodes of each task (a group, for pass@k)."""
-    seed: int = 0
-    """Episode i of a task gets ``seed + i``."""
     concurrency: int = 4
-    """Episodes played at once (threads)."""
-    max_steps: int = 50
-    """Steps before an episode is truncated."""
-    step_timeout_s: float = 120.0
-    """Timeout of one action (an agent with ``whole_task_steps`` gets the task's agent timeout)."""
-    max_action_bytes: int = 64 * 1024
-    """The largest action accepted; larger ones raise InvalidActionError without reaching the sandbox."""
+    """Episodes played at once (threads; ``pool.size``)."""
     run_id: str = ""
     """The run's name (its folder's); every sandbox the run makes carries it as ``snapgym.run``."""
-    episode_timeout_s: float | None = None
-    """Wall-clock budget of an episode, agent included (measured on a monotonic clock)."""
-    max_attempts: int = 3
-    """Attempts of an episode whose infrastructure failed (outage casualties not counted)."""
-    success_threshold: float = 1.0
-    """A reward at or above this is a pass."""
     verification: str | None = None
     """"strict" or "shared" for every episode; None: each task's own mode."""
     network: Any = None
     """The network of every episode (see envs.network); None: each task's own policy per phase."""
-    outage_timeout_s: float = 600.0
-    """An outage longer than this stops the run (the circuit breaker)."""
-    outage_backoff_max_s: float = 30.0
-    """The longest pause between health probes during an outage."""
-    checkpoint_every: int = 0
-    """Journal a checkpoint of each episode every this many steps, so that a resumed run goes on from
-    the last one (see benchmarks.episodes.durable); 0: no journal, an interrupted episode is played again."""
 
     def __post_init__(self) -> None:
         """Refuse values no episode could run with, before any work starts (naming the key)."""
@@ -324,8 +303,8 @@ class Evaluation:
         return env
 
     def _step_timeout_s(self, task: Task) -> float:
-        if self.agent.whole_task_steps:
-            return task.settings.agent_timeout_s or max(self.settings.step_timeout_s, DEFAULT_AGENT_TIMEOUT_S)
+        if self.agent.whole_task_steps:  # the task's agent timeout; without one, Harbor's default
+            return task.settings.agent_timeout_s or max(self.settings.step_timeout_s, DEFAULT_TIMEOUT_S)
         return self.settings.step_timeout_s
 
     def _idle_env(self) -> None:

@@ -39,6 +39,7 @@ from benchmarks.schemas import PoolKind
 from envs.sources import BackendSource, PoolSource, SandboxSource
 from envs.tasks import Task
 from pool import Backend, Capabilities, PoolConfig
+from pool.contract import KeepsRunCheckpoints
 from pool.errors import PoolError
 from pool.snapshots import Snapshot
 from pool.templates import Template
@@ -117,9 +118,8 @@ class BackendSupply:
         Only a backend whose checkpoints would go with it offers that (Docker's ``keep_run_checkpoints``;
         the local backend's stay in its store anyway).
         """
-        keep = getattr(self.backend, "keep_run_checkpoints", None)
-        if keep is not None:
-            kept = keep()
+        if isinstance(self.backend, KeepsRunCheckpoints):
+            kept = self.backend.keep_run_checkpoints()
             if kept:
                 log.info("%d checkpoint(s) of this run stay in the %s backend for its resume", kept, self.name)
 

@@ -65,7 +65,7 @@ from benchmarks.reports.report import Report, Skipped
 from benchmarks.reports.stats import percentile
 from benchmarks.scenarios.measure import tlsorigin
 from benchmarks.scenarios.measure.timing import measure
-from pool import Backend, ConfigError, Sandbox, Template, load_backend
+from pool import Backend, ConfigError, EgressControl, Sandbox, Template, load_backend
 from pool.egress import EgressSettings, NetworkPolicy, Phase, summarise
 from pool.results import ExecResult
 
@@ -150,9 +150,9 @@ def _measure(
 ) -> tuple[dict[str, Outcome], dict[str, Any]]:
     snapshot = backend.build(TEMPLATE)
     no_proxy = None
-    if backend.capabilities.egress_control != "proxy":
+    if backend.capabilities.egress_control != EgressControl.PROXY:
         control = backend.capabilities.egress_control
-        no_proxy = Skipped(f"the {backend.name} backend has no egress proxy here (egress_control {control!r})")
+        no_proxy = Skipped(f"the {backend.name} backend has no egress proxy here (egress_control {str(control)!r})")
     plain, net = backend.create(snapshot), backend.create(snapshot)
     try:
         reps = cfg.repetitions

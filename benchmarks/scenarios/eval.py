@@ -37,6 +37,7 @@ from benchmarks.episodes.evaluation import EvalSettings, Evaluation, plan_episod
 from benchmarks.episodes.ledger import Ledger, LedgerWriteError
 from benchmarks.episodes.outage import HealthProbe, OutageError
 from benchmarks.episodes.routing import RoutedSupply, Supply
+from benchmarks.episodes.settings import EpisodeSettings
 from benchmarks.episodes.suites import Suite, image_sources, select_tasks
 from benchmarks.episodes.supply import open_sandbox_supply
 from benchmarks.job import Job, ScenarioStoppedError
@@ -202,24 +203,15 @@ def report(
 
 
 def eval_settings(config: DictConfig) -> EvalSettings:
-    """The runner's settings from the config."""
+    """The runner's settings from the config: the episode settings as typed, the rest derived."""
     env = config.env
+    episode = {item.name: config[item.name] for item in dataclasses.fields(EpisodeSettings)}
     return EvalSettings(
+        **episode,
         env_id=env.value if hasattr(env, "value") else str(env),
-        episodes_per_task=config.episodes_per_task,
-        seed=config.seed,
         concurrency=config.pool.size,
-        max_steps=config.max_steps,
-        step_timeout_s=config.step_timeout_s,
-        max_action_bytes=config.max_action_bytes,
-        episode_timeout_s=config.episode_timeout_s,
-        max_attempts=config.max_attempts,
-        success_threshold=config.success_threshold,
         verification=_verification(config),
         network=network_setting(config),
-        outage_timeout_s=config.outage_timeout_s,
-        outage_backoff_max_s=config.outage_backoff_max_s,
-        checkpoint_every=config.checkpoint_every,
     )
 
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pool.backends import load_backend
+from pool.contract import ReapsRuns
 from pool.errors import ConfigError, SnapgymError
 
 
@@ -47,12 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             print(f"reaped the leftovers of {backend.reap_orphans()} run(s) whose process is gone")
             return 0
-        reap_run = getattr(backend, "reap_run", None)
-        if reap_run is None:
+        if not isinstance(backend, ReapsRuns):
             print(f"pool.backends.reap: the {args.backend} backend cannot list its sandboxes by run; "
                   "run it without --run on the machine that ran it", file=sys.stderr)  # fmt: skip
             return 2
-        found: list[str] = reap_run(args.run, dry_run=args.dry_run)
+        found = backend.reap_run(args.run, dry_run=args.dry_run)
         verb = "would destroy" if args.dry_run else "destroyed"
         for sandbox_id in found:
             print(sandbox_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pool.contract import Sandbox
+from pool.contract import RunsBeside, Sandbox
 
 Result = TypeVar("Result")
 
@@ -26,7 +26,7 @@ def run_beside(sandbox: Sandbox, function: Callable[..., Result], *args: Any, **
     Raises:
         Whatever the function raises; for a lease, also LeaseLostError when its host died.
     """
-    beside: Callable[..., Result] | None = getattr(sandbox, "run_beside", None)
-    if beside is None:
-        return function(sandbox, *args, **kwargs)
-    return beside(function, args, kwargs)
+    if isinstance(sandbox, RunsBeside):
+        result: Result = sandbox.run_beside(function, args, kwargs)
+        return result
+    return function(sandbox, *args, **kwargs)

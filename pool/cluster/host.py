@@ -23,7 +23,7 @@ from pool.capabilities import Capabilities
 from pool.changes import Changes
 from pool.cluster.fastpath import FastPathServer
 from pool.cluster.orphans import exit_when_orphaned
-from pool.contract import Backend, Sandbox
+from pool.contract import Backend, ReapsLabelled, Sandbox
 from pool.errors import HostBrokenError, LeaseLostError, SandboxError, SnapgymError
 from pool.network.audit import NetworkLog
 from pool.network.policy import NetworkPolicy, Phase
@@ -122,8 +122,7 @@ class SandboxHost:
     def reap_labelled(self, labels: Mapping[str, str]) -> int:
         """End every sandbox carrying ``labels`` that this host's backend can list (a cloud backend's:
         another host's, which died); how many. 0 where the backend cannot list by label."""
-        reap = getattr(self.backend, "reap_labelled", None)
-        return int(reap(labels)) if callable(reap) else 0
+        return int(self.backend.reap_labelled(labels)) if isinstance(self.backend, ReapsLabelled) else 0
 
     def open(self, snapshot_id: str, n: int) -> list[int]:
         """Start ``n`` sandboxes at a snapshot this host knows; returns their slots."""
