@@ -51,6 +51,7 @@ from pool.egress.service import EgressService
 from pool.egress.settings import EgressSettings
 from pool.errors import BackendError, ConfigError, SnapshotNotFoundError
 from pool.labels import OWNER, check_labels, new_owner, owner_closed
+from pool.resources import DEFAULT_TIMEOUT_S
 from pool.snapshots import Snapshot
 from pool.templates import Template
 
@@ -98,7 +99,7 @@ class DockerBackend:
         pids_limit: int | None = 1024,
         disk_limit_mb: int | None = None,
         max_output_bytes: int = MIB,
-        default_timeout_s: float | None = 600.0,
+        default_timeout_s: float | None = DEFAULT_TIMEOUT_S,
         prewarm: bool = True,
         image_prefix: str = "snapgym",
         prefer_prebuilt: bool = True,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pool.backends.docker.containers import Limits
 from pool.errors import ConfigError
-from pool.resources import Resources
+from pool.resources import DEFAULT_TIMEOUT_S, Resources
 
 MIB = 1 << 20
 _PREFIX = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
@@ -29,7 +29,7 @@ class DockerSettings:
     pids_limit: int | None = 1024
     disk_limit_mb: int | None = None
     max_output_bytes: int = MIB
-    default_timeout_s: float | None = 600.0
+    default_timeout_s: float | None = DEFAULT_TIMEOUT_S
     prewarm: bool = True
     image_prefix: str = "snapgym"
     prefer_prebuilt: bool = True

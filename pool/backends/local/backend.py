@@ -40,6 +40,7 @@ from pool.errors import (
     SnapshotCorruptError,
 )
 from pool.labels import OWNER, check_labels, new_owner
+from pool.resources import DEFAULT_TIMEOUT_S
 from pool.snapshots import Snapshot
 from pool.templates import HOST_BASE, Template
 
@@ -107,7 +108,7 @@ class LocalBackend:
         disk_limit_mb: int = 1024,
         max_snapshot_mb: int | None = None,
         max_output_bytes: int = MIB,
-        default_timeout_s: float | None = 600.0,
+        default_timeout_s: float | None = DEFAULT_TIMEOUT_S,
         rootless: bool | None = None,
         id_offset: int = 100000,
         prewarm: bool = True,
