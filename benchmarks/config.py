@@ -4,9 +4,12 @@ Every YAML file under ``configs/`` names one of these schemas first in its
 defaults list, so Hydra checks names and types of every key while composing,
 before any sandbox starts. The ``backend`` group is the exception: a backend's
 options are its constructor's keyword arguments, so its YAML is plain and
-:func:`check_backend_options` checks it against that signature. Hydra's ``+key=value`` slips past that check, and
-a required key (``???``) is only noticed when read, so the runner also calls
-``reject_unknown_keys`` and ``require_values`` before it starts anything.
+:func:`check_backend_options` checks it against that signature; the cloud
+backends' YAMLs take the options they share, with their defaults, from
+``backend/cloud/options`` (``pool.backends.remote.options.RemoteOptions``).
+Hydra's ``+key=value`` slips past that check, and a required key (``???``) is
+only noticed when read, so the runner also calls ``reject_unknown_keys`` and
+``require_values`` before it starts anything.
 
 The schemas are plain (mutable) dataclasses, not the frozen ones the style
 guide asks for: OmegaConf marks a frozen dataclass read-only, which would
@@ -174,6 +177,9 @@ def register_configs() -> None:
     store.store(group="agent", name="replay_schema", node=schemas.ReplayAgentConfig)
     store.store(group="agent", name="llm_schema", node=schemas.LLMAgentConfig)
     store.store(group="agent", name="installed_schema", node=schemas.InstalledAgentConfig)
+    from pool.backends.remote.options import RemoteOptions  # no provider SDK: it is imported only when used
+
+    store.store(group="backend/cloud", name="options", node=RemoteOptions.defaults())
 
 
 def check_backend_options(cfg: DictConfig) -> None:

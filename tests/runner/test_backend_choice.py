@@ -91,3 +91,26 @@ def test_an_environment_labels_its_sandboxes(backend: LocalBackend) -> None:
         env.close()
     with pytest.raises(ConfigError, match="label key"):
         envs.ShellEnv("log-error-count", backend=backend, labels={"no spaces": "x"})
+
+
+@pytest.mark.parametrize("name", ["e2b", "daytona", "modal"])
+def test_a_cloud_backends_config_is_its_constructors_options_with_the_shared_defaults(name: str) -> None:
+    """configs/backend/<cloud>.yaml restates no shared default: every option is a key (so backend.<key>=...
+    overrides it), the shared ones hold RemoteOptions' defaults, and an override reaches them."""
+    from omegaconf import OmegaConf
+
+    from benchmarks.cli import compose_config
+    from benchmarks.config import register_configs
+    from pool.backends import backend_options
+    from pool.backends.remote.options import RemoteOptions
+
+    register_configs()
+    composed = OmegaConf.to_container(compose_config([f"backend={name}"]).backend)
+    assert isinstance(composed, dict) and composed.pop("name") == name
+    options = backend_options(name)
+    assert set(composed) <= set(options) - {"api_key", "token_id", "token_secret"}
+    shared = RemoteOptions.defaults()
+    assert {key: composed[key] for key in shared} == shared
+    assert all(options[key].default == default for key, default in shared.items())
+    overridden = compose_config([f"backend={name}", "backend.prewarm=false", "backend.max_creates_per_s=null"])
+    assert overridden.backend.prewarm is False and overridden.backend.max_creates_per_s is None

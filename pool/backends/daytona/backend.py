@@ -18,7 +18,8 @@ from typing import Any
 import daytona
 
 from pool.backends.daytona.provider import DaytonaProvider
-from pool.backends.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
+from pool.backends.remote.backend import RemoteBackend, cloud_capabilities
+from pool.backends.remote.options import RemoteOptions, with_remote_options
 from pool.capabilities import Capabilities
 from pool.errors import ConfigError
 
@@ -34,6 +35,7 @@ class DaytonaBackend(RemoteBackend):
 
     name = NAME
 
+    @with_remote_options
     def __init__(
         self,
         *,
@@ -41,16 +43,7 @@ class DaytonaBackend(RemoteBackend):
         api_url: str | None = None,
         target: str | None = None,
         base_snapshot: str | None = None,
-        sandbox_timeout_s: int = 3600,
-        request_timeout_s: float = 60.0,
-        default_timeout_s: float = 600.0,
-        max_output_bytes: int = 1 << 20,
-        prewarm: bool = True,
-        max_workers: int = 8,
-        max_creates_per_s: float | None = 5.0,
-        create_burst: int = 10,
-        create_retries: int = 4,
-        rate_limit_file: str | None = None,
+        **options: Any,
     ) -> None:
         """
         Args:
@@ -59,34 +52,23 @@ class DaytonaBackend(RemoteBackend):
             target: the region (default ``DAYTONA_TARGET``, else the organisation's default).
             base_snapshot: the Daytona snapshot builds start from (snapgym's ``host`` base; None: the
                 organisation's default snapshot).
-            sandbox_timeout_s: each sandbox's hard lifetime (TTL) and idle stop at Daytona, rounded up to
-                minutes; ephemeral sandboxes are deleted when they stop.
-            request_timeout_s: how long a create (until the sandbox has started) or an API call may take.
-            default_timeout_s: a command's timeout when ``exec`` is given none.
-            max_output_bytes: a command's output cap per stream when ``exec`` is given none.
-            prewarm: keep a spare sandbox per sandbox, so that restore is a hand-off.
-            max_workers: threads for background creates and deletes.
-            max_creates_per_s: sandbox creations per second, on average, for every process on this
-                machine that uses the same account and endpoint (None: unpaced).
-            create_burst: creations allowed at once before the pace applies.
-            create_retries: how often a create Daytona refused for now (429, 5xx) is tried again.
-            rate_limit_file: where the shared pace is kept (default: a file per account and endpoint).
+            **options: the options every cloud backend takes (:class:`~pool.backends.remote.options.RemoteOptions`);
+                ``sandbox_timeout_s`` is both the TTL and the idle stop, and ephemeral sandboxes are deleted
+                when they stop.
         """
         key = api_key or os.environ.get("DAYTONA_API_KEY")
         if not key:
             raise ConfigError(_MISSING_KEY)
-        settings = RemoteSettings(
-            sandbox_timeout_s, request_timeout_s, default_timeout_s, max_output_bytes, prewarm, max_workers,
-            max_creates_per_s, create_burst, create_retries, rate_limit_file,
-        )  # fmt: skip
+        settings = RemoteOptions(**options)
         url = api_url or os.environ.get("DAYTONA_API_URL")
         config = daytona.DaytonaConfig(
             api_key=key, api_url=url, target=target or os.environ.get("DAYTONA_TARGET"), use_deprecated_polling=False
         )
         self.base_snapshot = base_snapshot
         provider = DaytonaProvider(
-            config, base_snapshot=base_snapshot, lifetime_s=sandbox_timeout_s, request_timeout_s=request_timeout_s
-        )
+            config, base_snapshot=base_snapshot, lifetime_s=settings.sandbox_timeout_s,
+            request_timeout_s=settings.request_timeout_s,
+        )  # fmt: skip
         super().__init__(provider, settings, account=f"{key}|{url or 'daytona-cloud'}")
 
     @classmethod

@@ -24,9 +24,8 @@ import daytona
 from pool.backends.daytona.errors import provider_errors
 from pool.backends.daytona.network import provider_network
 from pool.backends.remote.capped import capped_script
-from pool.backends.remote.provider import Listed, RawResult
+from pool.backends.remote.provider import CreateRequest, Listed, RawResult
 from pool.network.policy import NetworkPolicy
-from pool.resources import Resources
 
 SESSION = "snapgym"
 
@@ -45,26 +44,18 @@ class DaytonaProvider:
         self._sessions: set[str] = set()
         self._lock = threading.Lock()
 
-    def create(
-        self,
-        source: str | None,
-        labels: Mapping[str, str],
-        *,
-        idempotency_key: str,
-        internet: bool = False,
-        resources: Resources | None = None,
-    ) -> Any:
-        name = f"sg-{idempotency_key}"
+    def create(self, request: CreateRequest) -> Any:
+        name = f"sg-{request.idempotency_key}"
         params = daytona.CreateSandboxFromSnapshotParams(
-            snapshot=source or self.base_snapshot,
+            snapshot=request.source or self.base_snapshot,
             name=name,
-            labels=dict(labels),
-            network_block_all=not internet,
+            labels=dict(request.labels),
+            network_block_all=not request.internet,
             auto_stop_interval=self.lifetime_min,  # idle minutes, then stopped, and being ephemeral, deleted
             ttl_minutes=self.lifetime_min,  # and never longer than the lifetime
             ephemeral=True,
         )
-        with provider_errors(f"creating a sandbox from {source or 'the base snapshot'}"):
+        with provider_errors(f"creating a sandbox from {request.source or 'the base snapshot'}"):
             try:
                 return self.client.create(params, timeout=self.request_timeout_s)
             except daytona.DaytonaConflictError:  # a retry of a create whose answer was lost

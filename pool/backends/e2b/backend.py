@@ -23,7 +23,7 @@ SIGKILL leaves nothing running past it; ``reap_orphans`` kills what a run whose
 process is gone left. Credentials come from ``E2B_API_KEY`` (or ``api_key``)
 and never enter a sandbox.
 
-Verification is strict only (:mod:`pool.backends.e2b.verify`). Network policies map onto
+Verification is strict only (:mod:`pool.backends.remote.verify`). Network policies map onto
 E2B's egress filter (:mod:`pool.backends.e2b.network`), without an audit of the attempts.
 Not yet (``Capabilities`` says so): resource limits (E2B fixes them per template),
 image and Dockerfile bases other than ``FROM snapgym/host``.
@@ -35,7 +35,8 @@ import os
 from typing import Any
 
 from pool.backends.e2b.provider import E2BProvider
-from pool.backends.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
+from pool.backends.remote.backend import RemoteBackend, cloud_capabilities
+from pool.backends.remote.options import RemoteOptions, with_remote_options
 from pool.capabilities import Capabilities
 from pool.errors import ConfigError
 
@@ -51,6 +52,7 @@ class E2BBackend(RemoteBackend):
 
     name = NAME
 
+    @with_remote_options
     def __init__(
         self,
         *,
@@ -59,16 +61,7 @@ class E2BBackend(RemoteBackend):
         api_url: str | None = None,
         sandbox_url: str | None = None,
         base_template: str = "base",
-        sandbox_timeout_s: int = 3600,
-        request_timeout_s: float = 60.0,
-        default_timeout_s: float = 600.0,
-        max_output_bytes: int = 1 << 20,
-        prewarm: bool = True,
-        max_workers: int = 8,
-        max_creates_per_s: float | None = 5.0,
-        create_burst: int = 10,
-        create_retries: int = 4,
-        rate_limit_file: str | None = None,
+        **options: Any,
     ) -> None:
         """
         Args:
@@ -77,34 +70,18 @@ class E2BBackend(RemoteBackend):
             api_url: the control plane's URL, overriding ``domain`` (a stand-in server, a proxy).
             sandbox_url: where sandboxes' envd answers, overriding ``domain``.
             base_template: the E2B template that builds start from (snapgym's ``host`` base).
-            sandbox_timeout_s: each E2B sandbox's lifetime at the provider: it is killed then even
-                if this process died without a word. An episode longer than it needs a larger one.
-            request_timeout_s: the SDK's timeout for each API call.
-            default_timeout_s: a command's timeout when ``exec`` is given none.
-            max_output_bytes: a command's output cap per stream when ``exec`` is given none.
-            prewarm: keep a spare E2B sandbox per sandbox, so that restore is a hand-off.
-            max_workers: threads for background creates and kills.
-            max_creates_per_s: sandbox creations per second, on average, for every process on this
-                machine that uses the same account and endpoint (None: unpaced). E2B refuses bursts.
-            create_burst: creations allowed at once before the pace applies.
-            create_retries: how often a create the provider refused for now (429, 5xx: after the SDK's
-                own retries) is tried again, with backoff and the same idempotency key.
-            rate_limit_file: where the shared pace is kept (default: a file per account and endpoint
-                under the user's runtime folder).
+            **options: the options every cloud backend takes (:class:`~pool.backends.remote.options.RemoteOptions`).
         """
         key = api_key or os.environ.get("E2B_API_KEY")
         if not key:
             raise ConfigError(_MISSING_KEY)
-        settings = RemoteSettings(
-            sandbox_timeout_s, request_timeout_s, default_timeout_s, max_output_bytes, prewarm, max_workers,
-            max_creates_per_s, create_burst, create_retries, rate_limit_file,
-        )  # fmt: skip
-        api: dict[str, Any] = {"api_key": key, "request_timeout": request_timeout_s}
+        settings = RemoteOptions(**options)
+        api: dict[str, Any] = {"api_key": key, "request_timeout": settings.request_timeout_s}
         for option, value in (("domain", domain), ("api_url", api_url), ("sandbox_url", sandbox_url)):
             if value is not None:
                 api[option] = value
         self.base_template = base_template
-        provider = E2BProvider(api, base_template=base_template, lifetime_s=sandbox_timeout_s)
+        provider = E2BProvider(api, base_template=base_template, lifetime_s=settings.sandbox_timeout_s)
         super().__init__(provider, settings, account=f"{key}|{api_url or domain or 'e2b.app'}")
 
     @classmethod

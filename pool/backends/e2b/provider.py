@@ -10,9 +10,8 @@ import e2b
 
 from pool.backends.e2b.errors import provider_errors
 from pool.backends.e2b.network import provider_network
-from pool.backends.remote.provider import Listed, RawResult
+from pool.backends.remote.provider import CreateRequest, Listed, RawResult
 from pool.network.policy import NetworkPolicy
-from pool.resources import Resources
 
 ROOT = "root"
 """Every command and file operation runs as the sandbox's root, as on the other backends."""
@@ -55,23 +54,15 @@ class E2BProvider:
         self.base_template = base_template
         self.lifetime_s = lifetime_s
 
-    def create(
-        self,
-        source: str | None,
-        labels: Mapping[str, str],
-        *,
-        idempotency_key: str,
-        internet: bool = False,
-        resources: Resources | None = None,
-    ) -> Any:
-        template = source or self.base_template
+    def create(self, request: CreateRequest) -> Any:
+        template = request.source or self.base_template
         with provider_errors(f"creating a sandbox from {template}"):
             return e2b.Sandbox.create(
                 template=template,
                 timeout=self.lifetime_s,
-                metadata=dict(labels),
-                allow_internet_access=internet,
-                idempotency_key=idempotency_key,
+                metadata=dict(request.labels),
+                allow_internet_access=request.internet,
+                idempotency_key=request.idempotency_key,
                 **self.api,
             )
 

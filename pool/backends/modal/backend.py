@@ -25,7 +25,8 @@ from modal_proto import api_pb2
 
 from pool.backends.modal.errors import provider_errors
 from pool.backends.modal.provider import ModalProvider
-from pool.backends.remote.backend import RemoteBackend, RemoteSettings, cloud_capabilities
+from pool.backends.remote.backend import RemoteBackend, cloud_capabilities
+from pool.backends.remote.options import RemoteOptions, with_remote_options
 from pool.capabilities import Capabilities
 from pool.errors import ConfigError
 
@@ -56,6 +57,7 @@ class ModalBackend(RemoteBackend):
 
     name = NAME
 
+    @with_remote_options
     def __init__(
         self,
         *,
@@ -66,16 +68,7 @@ class ModalBackend(RemoteBackend):
         base_image: str = "debian_slim",
         gpu: str | None = None,
         registry_file: str | None = None,
-        sandbox_timeout_s: int = 3600,
-        request_timeout_s: float = 60.0,
-        default_timeout_s: float = 600.0,
-        max_output_bytes: int = 1 << 20,
-        prewarm: bool = True,
-        max_workers: int = 8,
-        max_creates_per_s: float | None = 5.0,
-        create_burst: int = 10,
-        create_retries: int = 4,
-        rate_limit_file: str | None = None,
+        **options: Any,
     ) -> None:
         """
         Args:
@@ -89,34 +82,20 @@ class ModalBackend(RemoteBackend):
             gpu: the GPU type for a task that asks for GPUs without naming a type (e.g. ``A10G``).
             registry_file: where the image ids of built templates are remembered on this machine
                 (default: under ``~/.cache/snapgym``); Modal images have no names to find them by.
-            sandbox_timeout_s: each sandbox's lifetime at Modal (``timeout``).
-            request_timeout_s: bounds each exec call beyond the command's own timeout.
-            default_timeout_s: a command's timeout when ``exec`` is given none.
-            max_output_bytes: a command's output cap per stream when ``exec`` is given none.
-            prewarm: keep a spare sandbox per sandbox, so that restore is a hand-off.
-            max_workers: threads for background creates and terminations.
-            max_creates_per_s: sandbox creations per second, on average, for every process on this
-                machine that uses the same account (None: unpaced). Modal answers bursts with
-                RESOURCE_EXHAUSTED.
-            create_burst: creations allowed at once before the pace applies.
-            create_retries: how often a create Modal refused for now is tried again.
-            rate_limit_file: where the shared pace is kept (default: a file per account).
+            **options: the options every cloud backend takes (:class:`~pool.backends.remote.options.RemoteOptions`).
         """
         token_id = token_id or os.environ.get("MODAL_TOKEN_ID")
         token_secret = token_secret or os.environ.get("MODAL_TOKEN_SECRET")
         server_url = server_url or os.environ.get("MODAL_SERVER_URL")
         if not (token_id and token_secret) and not Path("~/.modal.toml").expanduser().is_file():
             raise ConfigError(_MISSING_TOKEN)
-        settings = RemoteSettings(
-            sandbox_timeout_s, request_timeout_s, default_timeout_s, max_output_bytes, prewarm, max_workers,
-            max_creates_per_s, create_burst, create_retries, rate_limit_file,
-        )  # fmt: skip
+        settings = RemoteOptions(**options)
         self._client = _client(token_id, token_secret, server_url)
         account = f"{token_id or 'modal.toml'}|{server_url or 'modal'}"
         registry = Path(registry_file) if registry_file else _default_registry(account)
         self.base_image = base_image
         provider = ModalProvider(
-            self._client, app_name=app_name, base_image=base_image, lifetime_s=sandbox_timeout_s, gpu=gpu,
+            self._client, app_name=app_name, base_image=base_image, lifetime_s=settings.sandbox_timeout_s, gpu=gpu,
             registry=registry,
         )  # fmt: skip
         super().__init__(provider, settings, account=account)

@@ -1,4 +1,5 @@
-"""The Modal SDK's exceptions translated into snapgym's error tree, at the boundary."""
+"""The Modal SDK's exceptions translated into snapgym's error tree, at the boundary
+(the rules: :mod:`pool.backends.remote.errors`)."""
 
 from __future__ import annotations
 
@@ -8,41 +9,30 @@ from collections.abc import Iterator
 
 import modal.exception as mx
 
-from pool.errors import (
-    BackendError,
-    ConfigError,
-    FileOperationError,
-    ProviderBusyError,
-    SandboxCrashedError,
-    UnsupportedError,
-)
+from pool import errors as sg
+from pool.backends.remote.errors import Rule, translated
+
+RULES = (
+    Rule(mx.AuthError, sg.ConfigError, "Modal refused the token while {what} ({exc}); check MODAL_TOKEN_ID and "
+         "MODAL_TOKEN_SECRET (or the backend's token_id/token_secret options)"),
+    Rule((mx.ResourceExhaustedError, mx.ServiceError, mx.ConnectionError), sg.ProviderBusyError,
+         "Modal refused for now while {what}: {exc}"),
+    Rule(mx.SandboxFilesystemNotFoundError, sg.FileOperationError, "{what}: no such file ({exc})",
+         errno=errno.ENOENT),
+    Rule(mx.SandboxFilesystemIsADirectoryError, sg.FileOperationError, "{what}: a directory ({exc})",
+         errno=errno.EISDIR),
+    Rule(mx.SandboxFilesystemError, sg.FileOperationError, "{what}: {exc}", errno=errno.EIO),
+    Rule((mx.NotFoundError, mx.SandboxTerminatedError, mx.SandboxTimeoutError), sg.SandboxCrashedError,
+         "the Modal sandbox is gone while {what} ({exc})", file_errno=errno.ENOENT),
+    Rule(mx.UnimplementedError, sg.UnsupportedError, "this Modal server does not offer what {what} needs ({exc})"),
+    Rule(mx.InvalidError, sg.ConfigError, "Modal refused the request while {what}: {exc}"),
+    Rule(mx.Error, sg.BackendError, "Modal failed while {what}: {kind}: {exc}"),
+)  # fmt: skip
+"""In the order they are tried: the more specific exceptions first."""
 
 
 @contextlib.contextmanager
 def provider_errors(what: str, *, file_operation: bool = False) -> Iterator[None]:
     """Translate the SDK's exceptions raised while doing ``what``."""
-    try:
+    with translated(RULES, what, file_operation=file_operation):
         yield
-    except mx.AuthError as exc:
-        raise ConfigError(
-            f"Modal refused the token while {what} ({exc}); check MODAL_TOKEN_ID and MODAL_TOKEN_SECRET "
-            "(or the backend's token_id/token_secret options)"
-        ) from None
-    except (mx.ResourceExhaustedError, mx.ServiceError, mx.ConnectionError) as exc:
-        raise ProviderBusyError(f"Modal refused for now while {what}: {exc}") from None
-    except mx.SandboxFilesystemNotFoundError as exc:
-        raise FileOperationError(errno.ENOENT, f"{what}: no such file ({exc})") from None
-    except mx.SandboxFilesystemIsADirectoryError as exc:
-        raise FileOperationError(errno.EISDIR, f"{what}: a directory ({exc})") from None
-    except mx.SandboxFilesystemError as exc:
-        raise FileOperationError(errno.EIO, f"{what}: {exc}") from None
-    except (mx.NotFoundError, mx.SandboxTerminatedError, mx.SandboxTimeoutError) as exc:
-        if file_operation:
-            raise FileOperationError(errno.ENOENT, f"{what}: {exc}") from None
-        raise SandboxCrashedError(f"the Modal sandbox is gone while {what} ({exc})") from None
-    except mx.UnimplementedError as exc:
-        raise UnsupportedError(f"this Modal server does not offer what {what} needs ({exc})") from None
-    except mx.InvalidError as exc:
-        raise ConfigError(f"Modal refused the request while {what}: {exc}") from None
-    except mx.Error as exc:
-        raise BackendError(f"Modal failed while {what}: {type(exc).__name__}: {exc}") from None

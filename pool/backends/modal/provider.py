@@ -28,7 +28,7 @@ import modal.exception as mx
 from pool.backends.modal.errors import provider_errors
 from pool.backends.modal.network import outbound_policy
 from pool.backends.remote.capped import capped_script, cut
-from pool.backends.remote.provider import Listed, RawResult
+from pool.backends.remote.provider import CreateRequest, Listed, RawResult
 from pool.errors import UnsupportedError
 from pool.network.policy import NetworkPolicy
 from pool.resources import Resources
@@ -54,26 +54,19 @@ class ModalProvider:
         with provider_errors(f"looking up the app {app_name}"):
             self.app = modal.App.lookup(app_name, create_if_missing=True, client=client)
 
-    def create(
-        self,
-        source: str | None,
-        labels: Mapping[str, str],
-        *,
-        idempotency_key: str,
-        internet: bool = False,
-        resources: Resources | None = None,
-    ) -> Any:
-        name = f"sg-{idempotency_key}"
-        with provider_errors(f"creating a sandbox from {source or self._base_image}"):
-            image = self._image(source or self._base_image)
+    def create(self, request: CreateRequest) -> Any:
+        name = f"sg-{request.idempotency_key}"
+        source = request.source or self._base_image
+        with provider_errors(f"creating a sandbox from {source}"):
+            image = self._image(source)
             try:
                 sandbox = modal.Sandbox.create(
                     "sleep", "infinity", app=self.app, name=name, image=image, timeout=self.lifetime_s,
-                    block_network=not internet, gpu=self._gpu(resources), client=self.client,
+                    block_network=not request.internet, gpu=self._gpu(request.resources), client=self.client,
                 )  # fmt: skip
             except mx.AlreadyExistsError:  # a retry of a create whose answer was lost
                 sandbox = modal.Sandbox.from_name(self.app_name, name, client=self.client)
-            sandbox.set_tags(dict(labels))
+            sandbox.set_tags(dict(request.labels))
         return sandbox
 
     def sandbox_id(self, remote: Any) -> str:

@@ -44,24 +44,30 @@ class Listed:
     labels: Mapping[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class CreateRequest:
+    """One sandbox a provider is asked to create."""
+
+    source: str | None
+    """A provider snapshot or template (what :meth:`Provider.make_snapshot` returns); None: the provider's base."""
+    labels: Mapping[str, str]
+    """The sandbox's metadata (the caller's labels and ``snapgym.owner``)."""
+    idempotency_key: str
+    """The same on every retry of one create, so a create whose answer was lost is not made twice."""
+    internet: bool = False
+    """Network from the start (a build's ``public`` policy); else none until a policy is set."""
+    resources: Resources | None = None
+    """What the sandbox needs, where the provider sets it per sandbox (GPUs)."""
+
+
 class Provider(Protocol):
     """One cloud provider, through its SDK (see the module docstring)."""
 
     name: str
     """The backend's name (``e2b``, ``daytona``)."""
 
-    def create(
-        self,
-        source: str | None,
-        labels: Mapping[str, str],
-        *,
-        idempotency_key: str,
-        internet: bool = False,
-        resources: Resources | None = None,
-    ) -> Any:
-        """A started sandbox from a provider snapshot or template (``None``: the provider's base), with
-        ``labels`` as its metadata and the backend's lifetime; no network unless ``internet`` (a build's
-        public policy); ``resources`` where the provider sets them per sandbox (GPUs)."""
+    def create(self, request: CreateRequest) -> Any:
+        """A started sandbox as ``request`` describes it, with the backend's lifetime."""
 
     def sandbox_id(self, remote: Any) -> str:
         """The provider's id of a sandbox."""

@@ -21,9 +21,10 @@ import shlex
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pool.backends.remote import verify
+from pool.backends.remote.link import Link, Started
 from pool.backends.remote.provider import RawResult
 from pool.changes import MAX_PATHS, Changes
 from pool.errors import (
@@ -38,9 +39,6 @@ from pool.network.policy import NetworkPolicy, Phase
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
-
-if TYPE_CHECKING:
-    from pool.backends.remote.backend import RemoteBackend, Started
 
 MAX_COMMAND_BYTES = 128 << 10
 _STDIN_DIR = "/tmp/.snapgym-stdin"
@@ -64,10 +62,12 @@ left behind to stop, trace or kill every new process cannot keep the step from r
 class RemoteSandbox:
     """A sandbox whose current state is one provider sandbox."""
 
-    def __init__(self, backend: RemoteBackend, started: Started, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
-        self._backend = backend
-        self._provider = backend.provider
-        self._id = f"{backend.name}-{uuid.uuid4().hex[:12]}"
+    def __init__(self, link: Link, started: Started, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
+        """A sandbox whose first provider sandbox is ``started`` (at ``snapshot``); ``link`` is its way to
+        the provider, the pace and the backend's threads, with the options it runs with."""
+        self._link = link
+        self._provider = link.provider
+        self._id = f"{link.name}-{uuid.uuid4().hex[:12]}"
         self._remote: Any | None = started.remote
         self._since_ticks = started.since_ticks
         self._snapshot = snapshot
@@ -153,8 +153,8 @@ class RemoteSandbox:
             raise CommandRejectedError(f"command is {size} bytes, over {MAX_COMMAND_BYTES}; pass data with stdin")
         if "\0" in command:
             raise CommandRejectedError("command contains a NUL byte")
-        timeout = timeout_s if timeout_s is not None else self._backend.default_timeout_s
-        cap = max_output_bytes if max_output_bytes is not None else self._backend.max_output_bytes
+        timeout = timeout_s if timeout_s is not None else self._link.options.default_timeout_s
+        cap = max_output_bytes if max_output_bytes is not None else self._link.options.max_output_bytes
         source = "/dev/null"
         if stdin:
             source = f"{_STDIN_DIR}/{uuid.uuid4().hex}"
@@ -168,7 +168,7 @@ class RemoteSandbox:
             wrapped,
             cwd=cwd or self._snapshot.workdir,
             env={**self._snapshot.env, **(env or {})},
-            timeout_s=timeout + self._backend.request_timeout_s,
+            timeout_s=timeout + self._link.options.request_timeout_s,
             cap=cap,
         )
         elapsed = time.monotonic() - started
@@ -208,17 +208,17 @@ class RemoteSandbox:
 
     def snapshot(self) -> Snapshot:
         """Freeze the current state into a provider snapshot and record it."""
-        return self._backend.snapshot_of(self._live(), parent=self._snapshot)
+        return self._link.snapshot_of(self._live(), parent=self._snapshot)
 
     def restore(self, snapshot: Snapshot | None = None) -> None:
         """Hand over to a fresh provider sandbox at ``snapshot`` (default: the last start); the old one is killed."""
         self._check_open()
         target = snapshot or self._snapshot
-        self._backend.check_snapshot(target)
+        self._link.check(target)
         old, self._remote = self._remote, None
         if old is not None:
-            self._backend.kill_later(old)
-        self._hand_over(self._take_spare(target) or self._backend.start(target, self._labels))
+            self._link.kill_later(old)
+        self._hand_over(self._take_spare(target) or self._link.start(target, self._labels))
         self._snapshot = target
         self._sealed = None
         self._prepare_spare(target)
@@ -233,16 +233,16 @@ class RemoteSandbox:
         """
         self._check_open()
         if plan.mode is not VerifyMode.STRICT:
-            raise UnsupportedError(f"the {self._backend.name} backend verifies in strict mode only")
+            raise UnsupportedError(f"the {self._link.name} backend verifies in strict mode only")
         if self._sealed is not None:
             raise UnsupportedError("the verifier's turn has begun already; restore() first")
         known_good = plan.known_good or self._snapshot
-        self._backend.check_snapshot(known_good)
+        self._link.check(known_good)
         outputs = verify.collect_outputs(self, plan)
         agent, self._remote = self._remote, None
         if agent is not None:
             self._provider.kill(agent)  # the agent's machine, and every process in it, ends first
-        self._hand_over(self._take_spare(known_good) or self._backend.start(known_good, self._labels))
+        self._hand_over(self._take_spare(known_good) or self._link.start(known_good, self._labels))
         self._sealed = VerifyMode.STRICT
         self._prepare_spare(self._snapshot)
         return verify.install(self, plan, outputs)
@@ -270,7 +270,7 @@ class RemoteSandbox:
         Raises:
             UnsupportedError: always.
         """
-        raise UnsupportedError(f"{self._backend.name}: no persistent shell session; run commands with exec()")
+        raise UnsupportedError(f"{self._link.name}: no persistent shell session; run commands with exec()")
 
     def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
         """Not available: only a command in the sandbox could list them, and the agent could forge
@@ -280,7 +280,7 @@ class RemoteSandbox:
             UnsupportedError: always.
         """
         raise UnsupportedError(
-            f"{self._backend.name}: no end-state diff the agent could not forge (the provider lists no "
+            f"{self._link.name}: no end-state diff the agent could not forge (the provider lists no "
             "changes outside the sandbox); capabilities.changes is 'none'"
         )
 
@@ -295,9 +295,9 @@ class RemoteSandbox:
         self._closed = True
         remote, self._remote = self._remote, None
         if remote is not None:
-            self._backend.kill_later(remote)
+            self._link.kill_later(remote)
         self._drop_spare()
-        self._backend.forget(self)
+        self._link.forget(self._id)
 
     def __enter__(self) -> RemoteSandbox:
         return self
@@ -308,10 +308,10 @@ class RemoteSandbox:
     # -- spares ---------------------------------------------------------------
 
     def _prepare_spare(self, snapshot: Snapshot) -> None:
-        if not self._backend.prewarm or self._closed:
+        if not self._link.options.prewarm or self._closed:
             return
         self._drop_spare()
-        self._spare = (snapshot.id, time.monotonic(), self._backend.start_later(snapshot, self._labels))
+        self._spare = (snapshot.id, time.monotonic(), self._link.start_later(snapshot, self._labels))
 
     def _take_spare(self, snapshot: Snapshot) -> Started | None:
         """The spare, when it is of ``snapshot`` and young enough: a spare that waited through most of
@@ -320,7 +320,7 @@ class RemoteSandbox:
         if spare is None:
             return None
         snapshot_id, made_at, future = spare
-        if snapshot_id != snapshot.id or time.monotonic() - made_at > self._backend.spare_max_age_s:
+        if snapshot_id != snapshot.id or time.monotonic() - made_at > self._link.spare_max_age_s:
             self._discard(future)
             return None
         try:
@@ -336,7 +336,7 @@ class RemoteSandbox:
     def _discard(self, future: concurrent.futures.Future[Started]) -> None:
         def kill(done: concurrent.futures.Future[Started]) -> None:
             with contextlib.suppress(Exception):
-                self._backend.kill_later(done.result().remote)
+                self._link.kill_later(done.result().remote)
 
         future.add_done_callback(kill)
 
@@ -350,7 +350,7 @@ class RemoteSandbox:
 
     @property
     def since_ticks(self) -> int:
-        """When the current provider sandbox was handed over (see :class:`~pool.backends.remote.backend.Started`)."""
+        """When the current provider sandbox was handed over (see :class:`~pool.backends.remote.link.Started`)."""
         return self._since_ticks
 
     def _hand_over(self, started: Started) -> None:

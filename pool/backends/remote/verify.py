@@ -39,14 +39,12 @@ import posixpath
 import shlex
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pool.backends.remote.provider import RawResult
 from pool.errors import BackendError, FileOperationError, SandboxCrashedError, SandboxError
+from pool.results import ExecResult
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode, outermost
-
-if TYPE_CHECKING:
-    from pool.backends.remote.sandbox import RemoteSandbox
 
 MAX_OUTPUTS_BYTES = 512 << 20
 """The largest archive of outputs carried to the verifier."""
@@ -90,6 +88,30 @@ echo "size $(stat -c %s {archive})"
 """Archives the outputs that are folders (not links); GNU tar's 1 (a file changed as it was read) is no failure."""
 
 
+class VerifiedSandbox(Protocol):
+    """What verification uses of a cloud sandbox (:class:`~pool.backends.remote.sandbox.RemoteSandbox`)."""
+
+    @property
+    def is_alive(self) -> bool:
+        """True while the current provider sandbox answers."""
+
+    @property
+    def since_ticks(self) -> int:
+        """When the current provider sandbox was handed over, in its clock ticks since boot."""
+
+    def run_direct(self, command: str, *, timeout_s: float, cwd: str = "/") -> RawResult:
+        """Run ``command`` as the backend's own step (no wrapper, the provider's own timeout)."""
+
+    def exec(self, command: str, *, timeout_s: float | None = None, cwd: str | None = None) -> ExecResult:
+        """Run ``command`` as root; a non-zero exit is data."""
+
+    def read_file(self, path: str) -> bytes:
+        """Bytes of a regular file."""
+
+    def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
+        """Write a file as root, creating parent directories."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outputs:
     """What was carried out of the agent's sandbox."""
@@ -102,7 +124,7 @@ class Outputs:
     notes: tuple[str, ...] = ()
 
 
-def collect_outputs(sandbox: RemoteSandbox, plan: VerificationPlan) -> Outputs:
+def collect_outputs(sandbox: VerifiedSandbox, plan: VerificationPlan) -> Outputs:
     """In the agent's sandbox: stop the episode's processes, then archive the outputs that are folders."""
     outputs = outermost(plan.outputs)
     cause: Exception | None = None
@@ -120,7 +142,7 @@ def collect_outputs(sandbox: RemoteSandbox, plan: VerificationPlan) -> Outputs:
     return Outputs(b"", (), outputs, (note,))
 
 
-def _collect(sandbox: RemoteSandbox, outputs: tuple[str, ...]) -> Outputs | str:
+def _collect(sandbox: VerifiedSandbox, outputs: tuple[str, ...]) -> Outputs | str:
     """The outputs, or why the sandbox did not give them up."""
     stopped = sandbox.run_direct(_STOP_EPISODE.format(since=sandbox.since_ticks), timeout_s=STOP_TIMEOUT_S)
     if stopped.lost or stopped.exit_code != 0:
@@ -147,7 +169,7 @@ def _collect(sandbox: RemoteSandbox, outputs: tuple[str, ...]) -> Outputs | str:
     return Outputs(sandbox.read_file(archive), carried, missing)
 
 
-def install(sandbox: RemoteSandbox, plan: VerificationPlan, outputs: Outputs) -> VerificationReport:
+def install(sandbox: VerifiedSandbox, plan: VerificationPlan, outputs: Outputs) -> VerificationReport:
     """In the verifier's fresh sandbox: the outputs, the tests, fresh private folders, and the link audit."""
     private = (plan.tests_path, *plan.private_dirs)
     fresh = " ".join(shlex.quote(path) for path in (*outermost(plan.outputs), *private))
@@ -176,7 +198,7 @@ def _why(result: RawResult) -> str:
     return f"exit {result.exit_code}: {(result.stderr or result.stdout)[-300:].strip()}"
 
 
-def _put_tests(sandbox: RemoteSandbox, plan: VerificationPlan) -> None:
+def _put_tests(sandbox: VerifiedSandbox, plan: VerificationPlan) -> None:
     root = Path(plan.tests_dir)
     if not root.is_dir():
         raise FileOperationError(errno.ENOENT, f"the task's tests folder {root} is missing", str(root))
@@ -188,7 +210,7 @@ def _put_tests(sandbox: RemoteSandbox, plan: VerificationPlan) -> None:
 
 
 def _remove_escaping_links(
-    sandbox: RemoteSandbox, outputs: tuple[str, ...], private: tuple[str, ...]
+    sandbox: VerifiedSandbox, outputs: tuple[str, ...], private: tuple[str, ...]
 ) -> tuple[str, ...]:
     if not outputs:
         return ()
@@ -203,7 +225,7 @@ def _remove_escaping_links(
     return tuple(line for line in result.splitlines() if line)
 
 
-def _run(sandbox: RemoteSandbox, command: str, what: str) -> str:
+def _run(sandbox: VerifiedSandbox, command: str, what: str) -> str:
     result = sandbox.exec(command, timeout_s=600, cwd="/")
     if not result.ok:
         raise SandboxError(f"{what} in the verifier's sandbox failed: {result.stderr[-500:]}")
