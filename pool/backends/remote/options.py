@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pool.errors import ConfigError
+from pool.resources import DEFAULT_TIMEOUT_S
 
 Init = TypeVar("Init", bound=Callable[..., None])
 
@@ -33,7 +34,7 @@ class RemoteOptions:
     request_timeout_s: float = 60.0
     """How long one call to the provider may take (a create until the sandbox has started; an exec beyond
     the command's own timeout)."""
-    default_timeout_s: float = 600.0
+    default_timeout_s: float = DEFAULT_TIMEOUT_S
     """A command's timeout when ``exec`` is given none."""
     max_output_bytes: int = 1 << 20
     """A command's output cap per stream when ``exec`` is given none."""
