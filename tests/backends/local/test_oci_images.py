@@ -28,12 +28,12 @@ from pool.backends.local.oci.settings import RegistrySettings
 from pool.backends.local.store.catalogue import BaseRecord, SnapshotStore
 from pool.build.digest import combine
 from pool.errors import ConfigError, ImageError, SnapshotCorruptError
+from tests.support.needs import needs, skip_missing
 from tests.support.oci_fixtures import DebianImages, Registry, free_port, missing_tools, push, tiny_image
 
 pytest_plugins = ["tests.support.oci_fixtures"]
 
-if missing_tools():
-    pytest.skip(f"needs {', '.join(missing_tools())}", allow_module_level=True)
+pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -210,10 +210,10 @@ ROOTLESS_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to an unprivileged user")
+@needs(os.geteuid() != 0, "needs root to switch to an unprivileged user")
 def test_rootless_sandbox_sees_whiteouts(debian_images: DebianImages) -> None:
     if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is not installed")
+        skip_missing("setpriv (util-linux) is not installed")
     home = Path(tempfile.mkdtemp(prefix="snapgym-oci-rootless-"))  # pytest's tmp_path is root's alone
     try:
         home.chmod(0o777)
