@@ -1,6 +1,8 @@
 """Shared fixtures: one local backend per test session, over a temporary store, and
-``any_backend``: every backend this machine can run, for the tests of the contract. And which
-tests are ``slow`` (:data:`SLOW`): the default run leaves them out, ``-m slow`` runs them."""
+``any_backend``: the backend matrix (:func:`tests.support.backends.backend_params`), for the tests
+of the contract. Which tests are ``slow`` (:data:`SLOW`): the default run leaves them out, ``-m slow``
+runs them. And the ``needs`` mark (:mod:`tests.support.needs`): a test that needs something this
+machine lacks skips, or fails under ``SNAPGYM_REQUIRE_ALL=1``."""
 
 from __future__ import annotations
 
@@ -12,6 +14,21 @@ import pytest
 
 from pool import Backend, LocalBackend, Snapshot, load_backend
 from tests.support.backends import BACKEND_OPTIONS, LIMITS, WORKSPACE_TEMPLATE, backend_params
+from tests.support.needs import MARKER, check_needs
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(reason, required=None): needs something this machine may lack (reason: None when it has it); "
+        "skips, or fails under SNAPGYM_REQUIRE_ALL=1 (tests/support/needs.py)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip (or fail, where required) a test whose ``needs`` mark is unmet, before its fixtures start."""
+    check_needs(item)
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +49,7 @@ def snap(backend: LocalBackend) -> Snapshot:
 
 @pytest.fixture(scope="session", params=backend_params())
 def any_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    """Each backend this machine can run, with the test limits."""
+    """Each backend of the matrix, with the test limits (one this machine cannot run skips)."""
     name = str(request.param)
     if name == "local":
         yield request.getfixturevalue("backend")

@@ -29,6 +29,7 @@ from benchmarks.agents.installed import INSTRUCTION_FILE, LOGS_DIR, collect_logs
 from benchmarks.episodes.episodefiles import write_agent_files
 from pool import Backend, Sandbox, Snapshot
 from tests.support.model_fixtures import KEY_VARIABLE, NAME, StandInModel
+from tests.support.needs import skip_missing
 from tests.support.net_fixtures import TestInternet
 from tests.support.runner_fixtures import SOLVE, Run, run_benchmark
 
@@ -72,9 +73,9 @@ def npm_registry() -> None:
     try:
         done = subprocess.run(["npm", "view", CLAUDE_CODE, "version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"npm cannot reach its registry here ({exc}); Claude Code cannot be installed")
+        skip_missing(f"npm cannot reach its registry here ({exc}); Claude Code cannot be installed")
     if done.returncode != 0:
-        pytest.skip(f"npm cannot reach its registry here: {done.stderr.strip()[-300:]}")
+        skip_missing(f"npm cannot reach its registry here: {done.stderr.strip()[-300:]}")
 
 
 @pytest.fixture()

@@ -46,6 +46,7 @@ from pool.backends.e2b import E2BBackend
 from pool.contract import Backend
 from pool.verification import VerifyMode
 from tests.backends.cloud.e2b.standin import E2BStandin
+from tests.support.backends import backend_params
 
 BACKENDS: dict[str, dict[str, Any]] = {
     "local": {"memory_limit_mb": 256, "pids_limit": 128, "disk_limit_mb": 64},
@@ -187,7 +188,7 @@ class Arena:
             box["error"] = exc
 
 
-@pytest.fixture(scope="session", params=list(BACKENDS))
+@pytest.fixture(scope="session", params=backend_params(only=BACKENDS, standins=("e2b",)))
 def arena(request: pytest.FixtureRequest, store_dir: Path) -> Iterator[Arena]:
     name = str(request.param)
     with contextlib.ExitStack() as stack:

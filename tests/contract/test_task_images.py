@@ -25,6 +25,8 @@ import pytest
 import envs
 from pool import Backend, LocalBackend, available_backends, load_backend
 from pool.backends.local.oci.settings import RegistrySettings
+from tests.support.backends import backend_params, need_backend
+from tests.support.needs import needs
 from tests.support.oci_fixtures import (
     DebianImages,
     Entry,
@@ -39,8 +41,7 @@ from tests.support.oci_fixtures import (
 
 pytest_plugins = ["tests.support.oci_fixtures"]
 
-if missing_tools():
-    pytest.skip(f"needs {', '.join(missing_tools())}", allow_module_level=True)
+pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 
 PACKAGE = "snapgym-hello"
 ANSWER_LINES = 2000  # about 70 KB of solve.sh: more than the default 64 KiB action limit
@@ -182,14 +183,6 @@ def write_tb2_task(root: Path, images: TaskImages) -> Path:
     return task
 
 
-def _backend_names() -> list[object]:
-    params: list[object] = []
-    for name, reason in available_backends().items():
-        marks = [pytest.mark.skip(reason=reason)] if reason else []
-        params.append(pytest.param(name, marks=[*marks, *([pytest.mark.docker] if name == "docker" else [])]))
-    return params
-
-
 @pytest.fixture(scope="module")
 def image_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One local store for the module: the Debian layer is unpacked once."""
@@ -207,7 +200,7 @@ def local_backend(images: TaskImages, store: Path) -> LocalBackend:
     )
 
 
-@pytest.fixture(scope="module", params=_backend_names())
+@pytest.fixture(scope="module", params=backend_params())
 def image_backend(request: pytest.FixtureRequest, task_images: TaskImages, image_store: Path) -> Iterator[Backend]:
     """Each backend, able to reach the test registry (plain HTTP on 127.0.0.1)."""
     if request.param == "local":
@@ -246,8 +239,7 @@ def test_the_same_image_gives_the_same_files_on_every_backend(
     task_images: TaskImages, tmp_path: Path, image_store: Path
 ) -> None:
     """The start state built from the task's image holds the same files on the local and the Docker backend."""
-    if available_backends()["docker"] is not None:
-        pytest.skip(f"needs the Docker backend: {available_backends()['docker']}")
+    need_backend("docker")
     task = envs.load_task(write_tb2_task(tmp_path, task_images))
     digests = {}
     local = local_backend(task_images, image_store)

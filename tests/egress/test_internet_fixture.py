@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.needs import skip_missing
 from tests.support.net_fixtures import (
     NamespaceUnavailable,
     TestInternet,
@@ -136,13 +137,13 @@ def test_installer_runs_through_the_upstream_proxy(internet: TestInternet, tmp_p
 def test_teardown_leaves_nothing_even_when_the_test_fails(tmp_path: Path) -> None:
     reason = namespaces_usable()
     if reason is not None:
-        pytest.skip(reason)
+        skip_missing(reason)
     try:
         with pytest.raises(KeyError), open_internet(tmp_path) as net:
             assert net.namespace in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
             raise KeyError("a failing test")
     except NamespaceUnavailable as exc:
-        pytest.skip(f"cannot make a network namespace here: {exc}")
+        skip_missing(f"cannot make a network namespace here: {exc}")
     assert net.namespace not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-j", "link"], capture_output=True, text=True).stdout
     assert net.host_link not in {link["ifname"] for link in json.loads(links)}

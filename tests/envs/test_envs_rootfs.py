@@ -11,6 +11,7 @@ import pytest
 from envs import ShellEnv
 from pool import LocalBackend
 from tests.backends.local.test_rootfs_base import _minimal_rootfs
+from tests.support.needs import skip_missing
 
 
 def test_dockerfile_over_a_mapped_rootfs(
@@ -18,7 +19,7 @@ def test_dockerfile_over_a_mapped_rootfs(
 ) -> None:
     """FROM tiny/image + bases={...: tarball}: COPY and RUN land, and the shell works without bash."""
     if shutil.which("ldd") is None or shutil.which("base64") is None or shutil.which("chmod") is None:
-        pytest.skip("ldd, base64 or chmod is not installed")
+        skip_missing("ldd, base64 or chmod is not installed")
     tools = ("sh", "cat", "ls", "echo", "mkdir", "rm", "base64", "chmod")
     monkeypatch.setattr("tests.backends.local.test_rootfs_base.TOOLS", tools)
     tree = tmp_path / "tree"

@@ -13,11 +13,11 @@ import gymnasium as gym
 import pytest
 
 import envs
-from pool import ConfigError, LocalBackend, available_backends
+from pool import ConfigError, LocalBackend
+from tests.support.backends import backend_missing
 
 REPO = Path(__file__).resolve().parents[2]
-DOCKER = available_backends()["docker"]
-needs_docker = pytest.mark.skipif(DOCKER is not None, reason=f"the Docker backend cannot run here: {DOCKER}")
+needs_docker = backend_missing("docker")
 
 
 def _run(*overrides: str) -> subprocess.CompletedProcess[str]:

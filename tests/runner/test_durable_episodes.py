@@ -37,8 +37,8 @@ from pool.errors import ConfigError
 from pool.labels import RUN
 from tests.envs.test_envs_infra import kill_init_from_the_host
 from tests.runner.test_runner_ledger import evaluate
+from tests.support.backends import need_backend
 from tests.support.chat_server import ChatRequest, ChatServer
-from tests.support.docker_fixtures import engine_or_skip
 from tests.support.runner_fixtures import REPO, TASK, run_benchmark
 
 pytest_plugins = ["tests.support.chat_server", "tests.support.runner_fixtures"]
@@ -164,7 +164,7 @@ def test_an_episode_killed_at_step_30_goes_on_from_step_30_and_ends_as_the_unint
 def test_a_docker_episode_goes_on_from_the_checkpoint_its_killed_runner_left(tmp_path: Path) -> None:
     """On Docker a checkpoint is an image: the killed runner's stays (it carries the run), the resume goes on
     from it and adopts the run's leftovers, and no checkpoint image of the run is left once it ended."""
-    engine_or_skip()
+    need_backend("docker")
     name = f"durable-{secrets.token_hex(4)}"
     run_dir = tmp_path / name
     actions = write_actions(tmp_path / "actions.jsonl", shell_script())
@@ -323,7 +323,7 @@ def kill_the_container(env: Any) -> None:
 def test_a_docker_episode_left_unscored_keeps_its_checkpoints_for_the_runs_resume(tmp_path: Path) -> None:
     """A run that ends with an episode unscored by its infrastructure (its attempts spent) keeps that
     episode's checkpoint images past its backend's close; the resume goes on from them and removes them."""
-    engine_or_skip()
+    need_backend("docker")
     from pool.backends.docker import DockerBackend
 
     name = f"durable-{secrets.token_hex(4)}"

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.episodes.ledger import LEDGER_FILE, Ledger, LedgerCorruptError, LedgerWriteError, read_records
+from tests.support.needs import skip_missing
 
 REPO = Path(__file__).resolve().parents[2]
 TRIVIAL = REPO / "benchmarks" / "tasks" / "trivial"
@@ -39,7 +40,7 @@ def tmpfs(path: Path, size: str) -> Iterator[Path]:
         text=True,
     )
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs for a real full disk: {done.stderr.strip()}")
+        skip_missing(f"cannot mount a tmpfs for a real full disk: {done.stderr.strip()}")
     try:
         yield path
     finally:

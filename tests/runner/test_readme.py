@@ -75,9 +75,9 @@ def expand_sweeps(arguments: list[str]) -> list[list[str]]:
 @pytest.mark.parametrize("code", python_params())
 def test_python_block_runs_as_written(code: str, tmp_path: Path) -> None:
     if 'backend="docker"' in code:
-        from tests.support.docker_fixtures import engine_or_skip
+        from tests.support.backends import need_backend
 
-        engine_or_skip()
+        need_backend("docker")
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=540, check=False
     )

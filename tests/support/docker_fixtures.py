@@ -21,24 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from pool.backends.docker import DockerBackend
+from tests.support.needs import skip_missing
 
 PREFIX = f"snapgym-test-{os.getpid()}"
 LIMITS: dict[str, Any] = {"memory_limit_mb": 256, "pids_limit": 64, "image_prefix": PREFIX}
 TOOLS = ("sh", "cat", "ls", "echo", "mkdir", "id", "rm", "sleep", "env")
-
-
-def engine_or_skip() -> None:
-    """Skip the module when no engine answers (fail instead where CI requires the docker backend)."""
-    reason = DockerBackend.unavailable_reason()
-    if reason is None:
-        return
-    required = os.environ.get("SNAPGYM_REQUIRE_BACKENDS", "").split(",")
-    if "docker" in required:
-        pytest.fail(f"the docker backend is required here but cannot run: {reason}")
-    pytest.skip(f"no Docker engine: {reason}", allow_module_level=True)
 
 
 def remove_prefix(prefix: str) -> None:
@@ -67,7 +55,7 @@ def minimal_rootfs(dest: Path) -> None:
     for tool in TOOLS:
         binary = shutil.which(tool)
         if binary is None:
-            pytest.skip(f"{tool} is not installed")
+            skip_missing(f"{tool} is not installed")
         real = os.path.realpath(binary)
         for path in [real, *_libraries(real)]:
             target = dest / path.lstrip("/")
@@ -96,7 +84,7 @@ def rootfs_tarball(folder: Path) -> Path:
 
 def _libraries(binary: str) -> list[str]:
     if shutil.which("ldd") is None:
-        pytest.skip("ldd is not installed")
+        skip_missing("ldd is not installed")
     out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
     libs = []
     for line in out.splitlines():

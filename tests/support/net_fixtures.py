@@ -41,6 +41,7 @@ import pytest
 
 from pool import Backend, load_backend
 from tests.support.backends import BACKEND_OPTIONS, LIMITS
+from tests.support.needs import skip_missing
 from tests.support.testca import TestCA
 
 SERVER = Path(__file__).with_name("internet_server.py")
@@ -415,12 +416,12 @@ def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestInternet]
     """A fake internet for the module's tests (skipped where network namespaces cannot be made)."""
     reason = namespaces_usable()
     if reason is not None:
-        pytest.skip(reason)
+        skip_missing(reason)
     with contextlib.ExitStack() as stack:
         try:
             net = stack.enter_context(open_internet(tmp_path_factory.mktemp("internet")))
         except NamespaceUnavailable as exc:
-            pytest.skip(f"cannot make a network namespace here: {exc}")
+            skip_missing(f"cannot make a network namespace here: {exc}")
         yield net
 
 
@@ -440,7 +441,7 @@ def proxied_backend(name: str, store: Path, egress: Mapping[str, Any]) -> Iterat
     backend = open_backend(name, store, egress)
     try:
         if backend.capabilities.egress_control != "proxy":
-            pytest.skip(f"the {name} backend has no egress proxy here")
+            skip_missing(f"the {name} backend has no egress proxy here")
         yield backend
     finally:
         backend.close()

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.needs import skip_missing
+
 TOOLS = ("skopeo", "umoci", "docker-registry", "openssl")
 CACHE_DIR = Path("/var/cache/snapgym-tests")
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -153,10 +155,10 @@ def make_htpasswd(path: Path, user: str, password: str) -> Path:
         try:
             import crypt
         except ImportError:
-            pytest.skip("no crypt module (Python 3.13+) to make a bcrypt htpasswd entry")
+            skip_missing("no crypt module (Python 3.13+) to make a bcrypt htpasswd entry")
         hashed = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))  # cheap: a test
     if not hashed or not hashed.startswith("$2"):
-        pytest.skip("this libc's crypt() cannot make bcrypt hashes")
+        skip_missing("this libc's crypt() cannot make bcrypt hashes")
     path.write_text(f"{user}:{hashed}\n")
     return path
 
@@ -340,7 +342,7 @@ def debian_rootfs() -> Path:
         )
         if done.returncode != 0:
             partial.unlink(missing_ok=True)
-            pytest.skip(f"cannot build the Debian test image with mmdebstrap: {done.stderr.strip()[-1000:]}")
+            skip_missing(f"cannot build the Debian test image with mmdebstrap: {done.stderr.strip()[-1000:]}")
         os.replace(partial, target)
     return target
 
@@ -378,7 +380,7 @@ def debian_layout(rootfs: Path, scratch: Path) -> Layout:
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     """A plain-HTTP registry without authentication."""
     if missing := missing_tools():
-        pytest.skip(f"needs {', '.join(missing)}")
+        skip_missing(f"needs {', '.join(missing)}")
     reg = start_registry(tmp_path_factory.mktemp("registry"))
     yield reg
     reg.stop()
@@ -388,7 +390,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 def mirror_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     """A second plain-HTTP registry, used as a mirror."""
     if missing := missing_tools():
-        pytest.skip(f"needs {', '.join(missing)}")
+        skip_missing(f"needs {', '.join(missing)}")
     reg = start_registry(tmp_path_factory.mktemp("mirror"))
     yield reg
     reg.stop()
@@ -398,7 +400,7 @@ def mirror_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Regist
 def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     """A TLS registry (certificate from a test CA, see ``ca_dir``) that wants USER/PASSWORD."""
     if missing := missing_tools():
-        pytest.skip(f"needs {', '.join(missing)}")
+        skip_missing(f"needs {', '.join(missing)}")
     folder = tmp_path_factory.mktemp("auth-registry")
     htpasswd = make_htpasswd(folder / "htpasswd", USER, PASSWORD)
     reg = start_registry(folder / "registry", tls=make_ca(folder / "tls"), htpasswd=htpasswd)
@@ -410,7 +412,7 @@ def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry
 def debian_images(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> DebianImages:
     """The Debian images (built from Debian packages), pushed to ``registry``."""
     if shutil.which("mmdebstrap") is None:
-        pytest.skip("needs mmdebstrap")
+        skip_missing("needs mmdebstrap")
     layout = debian_layout(debian_rootfs(), tmp_path_factory.mktemp("debian-layout"))
     return DebianImages(
         layout=layout,

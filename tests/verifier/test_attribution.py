@@ -18,6 +18,7 @@ import envs
 from pool import LocalBackend
 from pool.backends.local.daemon import Op
 from tests.support.envs_fixtures import SOLVE, TASK
+from tests.support.needs import skip_missing
 
 SABOTAGE = {
     "destroy /logs": "rm -rf /logs; echo x > /logs; chmod 000 /logs",
@@ -70,7 +71,7 @@ def test_an_init_the_agents_memory_use_killed_ends_the_episode_scored(backend: L
     so that the agent's memory bomb kills it; strict verification still scores the outputs.
     """
     if os.geteuid() != 0:
-        pytest.skip("memory cgroups (and so OOM kills inside the sandbox) need host root")
+        skip_missing("memory cgroups (and so OOM kills inside the sandbox) need host root")
     shell = envs.ShellEnv(TASK, backend=backend, verification="strict")
     try:
         shell.reset()
@@ -93,7 +94,7 @@ def test_a_sandbox_whose_files_hold_its_memory_counts_as_out_of_memory(tmp_path:
     for lack of memory is the agent's doing (SandboxOutOfMemoryError, then scored), not an infrastructure
     failure; a restore gives the memory back."""
     if os.geteuid() != 0:
-        pytest.skip("memory cgroups need host root")
+        skip_missing("memory cgroups need host root")
     with LocalBackend(store_dir=tmp_path, memory_limit_mb=128, disk_limit_mb=1024) as backend:
         from pool import Template
 

@@ -5,7 +5,7 @@ tasks (one solved, one whose actions print HTML and script, one the replay file 
 an agent error), and the llm agent against the chat stand-in (``chat_server``) as a hostile model
 whose message and action carry markup. The viewer runs as its command line does, in a subprocess.
 The browser is Debian's chromium with its chromedriver; where they or selenium are missing the
-tests skip, except under CI, which must have them.
+tests skip, except under CI (``CI`` or ``SNAPGYM_REQUIRE_ALL=1``), which must have them.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from benchmarks import view
 from benchmarks.episodes.ledger import RESULT, read_records
 from benchmarks.viewer import RunReader
 from tests.support.chat_server import ChatRequest, ChatServer
+from tests.support.needs import skip_missing
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -71,9 +72,7 @@ def browser() -> Iterator[Any]:
     """A headless Chromium driven through /usr/bin/chromedriver (never Selenium Manager: no internet)."""
     missing = browser_missing()
     if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the viewer's browser tests: {missing}")
-        pytest.skip(missing)
+        skip_missing(missing, required=True if os.environ.get("CI") else None)  # CI must run the browser tests
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

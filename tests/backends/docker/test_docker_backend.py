@@ -35,10 +35,10 @@ from pool.errors import HostBrokenError
 from pool.labels import OWNER, RUN
 from pool.testing import check_backend
 from pool.verification import VerificationPlan, VerifyMode
-from tests.support.docker_fixtures import PREFIX, EngineProxy, backend, engine_or_skip, remove_prefix, rootfs_tarball
+from tests.support.backends import backend_missing
+from tests.support.docker_fixtures import PREFIX, EngineProxy, backend, remove_prefix, rootfs_tarball
 
-pytestmark = pytest.mark.docker
-engine_or_skip()
+pytestmark = [pytest.mark.docker, backend_missing("docker")]
 
 WORKSPACE = Template(
     name="docker-tests-workspace",

@@ -8,13 +8,9 @@ import sys
 import pytest
 
 from envs.tasks import builtin_task_ids
-from pool import available_backends
+from tests.support.backends import backend_missing
 
-DOCKER = available_backends()["docker"]
-pytestmark = [
-    pytest.mark.docker,
-    pytest.mark.skipif(DOCKER is not None, reason=f"the Docker backend cannot run here: {DOCKER}"),
-]
+pytestmark = [pytest.mark.docker, backend_missing("docker")]
 
 
 def test_every_builtin_task_checks_out_on_docker() -> None:

@@ -13,6 +13,7 @@ import pytest
 from pool.backends.local.oci.fetch import ImageFetcher
 from pool.backends.local.oci.settings import Credentials, RegistrySettings
 from pool.errors import ConfigError, ImageError
+from tests.support.needs import needs, skip_missing
 from tests.support.oci_fixtures import (
     PASSWORD,
     USER,
@@ -26,8 +27,7 @@ from tests.support.oci_fixtures import (
 
 pytest_plugins = ["tests.support.oci_fixtures"]
 
-if missing_tools():
-    pytest.skip(f"needs {', '.join(missing_tools())}", allow_module_level=True)
+pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 
 
 def plain(*registries: Registry, **options: object) -> RegistrySettings:
@@ -169,7 +169,7 @@ def test_local_sources_oci_layout_and_docker_archive(tmp_path: Path) -> None:
 @pytest.mark.docker
 def test_docker_daemon_source(tmp_path: Path) -> None:
     if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        pytest.skip("no Docker engine reachable")
+        skip_missing("no Docker engine reachable")
     layout = tiny_image(tmp_path, "daemon")
     name = f"snapgym-oci-test:{uuid.uuid4().hex[:12]}"
     subprocess.run(["skopeo", "--insecure-policy", "copy", "--quiet", layout.ref("latest"), f"docker-daemon:{name}"],

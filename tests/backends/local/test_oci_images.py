@@ -1,9 +1,8 @@
 """OCI images as local-backend bases: store layers in overlayfs format, shared, cached, and seen by sandboxes.
 
 The images are built from Debian packages (see ``oci_fixtures``) and served by a
-real registry on 127.0.0.1. Sandboxes start from a Snapshot made straight from
-the image's base record, so these tests need no change to LocalBackend; the one
-test that builds a Template over an image skips until LocalBackend._base is wired.
+real registry on 127.0.0.1. Most sandboxes start from a Snapshot made straight from
+the image's base record; one test builds a Template over an image, as users do.
 """
 
 from __future__ import annotations
@@ -28,12 +27,12 @@ from pool.backends.local.oci.settings import RegistrySettings
 from pool.backends.local.store.catalogue import BaseRecord, SnapshotStore
 from pool.build.digest import combine
 from pool.errors import ConfigError, ImageError, SnapshotCorruptError
+from tests.support.needs import needs, skip_missing
 from tests.support.oci_fixtures import DebianImages, Registry, free_port, missing_tools, push, tiny_image
 
 pytest_plugins = ["tests.support.oci_fixtures"]
 
-if missing_tools():
-    pytest.skip(f"needs {', '.join(missing_tools())}", allow_module_level=True)
+pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -210,10 +209,10 @@ ROOTLESS_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to an unprivileged user")
+@needs(os.geteuid() != 0, "needs root to switch to an unprivileged user")
 def test_rootless_sandbox_sees_whiteouts(debian_images: DebianImages) -> None:
     if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is not installed")
+        skip_missing("setpriv (util-linux) is not installed")
     home = Path(tempfile.mkdtemp(prefix="snapgym-oci-rootless-"))  # pytest's tmp_path is root's alone
     try:
         home.chmod(0o777)
@@ -238,15 +237,10 @@ def test_rootless_sandbox_sees_whiteouts(debian_images: DebianImages) -> None:
 
 
 def test_template_over_an_image_builds(oci_backend: LocalBackend, debian_images: DebianImages) -> None:
-    """Needs LocalBackend._base wired to image_base (an ``oci:`` source needs no registry settings)."""
+    """A Template whose base is an image builds on it (an ``oci:`` source needs no registry settings)."""
     source = f"oci:{debian_images.layout.path}:whiteouts"
     template = Template(name="oci-wired", base=source, setup=["echo built > /srv/built"])
-    try:
-        snap = oci_backend.build(template)
-    except (ConfigError, ImageError) as exc:
-        if "not wired" in str(exc) or "neither 'host' nor an existing root filesystem" in str(exc):
-            pytest.skip(f"LocalBackend._base does not take images yet: {exc}")
-        raise
+    snap = oci_backend.build(template)
     with oci_backend.create(snap) as sandbox:
         r = sandbox.exec("cat /srv/built /etc/snapgym-release; test -e /etc/issue || echo issue-deleted")
         assert r.stdout == "built\nwhiteouts\nissue-deleted\n"

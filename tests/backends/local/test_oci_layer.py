@@ -17,6 +17,7 @@ import pytest
 
 from pool.backends.local.oci.layer import unpack_layer
 from pool.errors import ImageError
+from tests.support.needs import skip_missing
 from tests.support.oci_fixtures import Entry, write_tar
 
 D, L, S = tarfile.DIRTYPE, tarfile.LNKTYPE, tarfile.SYMTYPE
@@ -43,7 +44,7 @@ def is_whiteout(path: Path) -> bool:
 @pytest.mark.parametrize("rootless", [False, True], ids=["root", "rootless"])
 def test_whiteouts_and_opaque_folders(tmp_path: Path, rootless: bool) -> None:
     if not rootless and not IS_ROOT:
-        pytest.skip("trusted.* xattrs need root")
+        skip_missing("trusted.* xattrs need root")
     tree = unpack(
         tmp_path,
         [

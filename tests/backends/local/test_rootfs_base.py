@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pool import ConfigError, LocalBackend, Template
+from tests.support.needs import skip_missing
 
 TOOLS = ("sh", "cat", "ls", "echo", "mkdir", "id", "rm")
 
@@ -20,7 +21,7 @@ def _minimal_rootfs(dest: Path) -> None:
     for tool in TOOLS:
         binary = shutil.which(tool)
         if binary is None:
-            pytest.skip(f"{tool} is not installed")
+            skip_missing(f"{tool} is not installed")
         real = os.path.realpath(binary)
         for path in [real, *_libraries(real)]:
             target = dest / path.lstrip("/")
@@ -49,7 +50,7 @@ def _libraries(binary: str) -> list[str]:
 
 def test_tarball_base_builds_and_runs(tmp_path: Path, backend: LocalBackend) -> None:
     if shutil.which("ldd") is None:
-        pytest.skip("ldd is not installed")
+        skip_missing("ldd is not installed")
     tree = tmp_path / "tree"
     _minimal_rootfs(tree)
     tarball = tmp_path / "rootfs.tar"

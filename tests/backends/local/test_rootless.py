@@ -10,7 +10,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-import pytest
+from tests.support.needs import needs, skip_missing
 
 ROOT = Path(__file__).resolve().parents[3]
 USER = "65534:65534"  # nobody
@@ -57,13 +57,13 @@ def _interpreter_for_nobody() -> str | None:
     return None
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to an unprivileged user")
+@needs(os.geteuid() != 0, "needs root to switch to an unprivileged user")
 def test_unprivileged_user_passes_check_backend() -> None:
     if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is not installed")
+        skip_missing("setpriv (util-linux) is not installed")
     python = _interpreter_for_nobody()
     if python is None:
-        pytest.skip("no Python 3.11+ interpreter the unprivileged user can run")
+        skip_missing("no Python 3.11+ interpreter the unprivileged user can run")
     tmp_path = Path(tempfile.mkdtemp(prefix="snapgym-rootless-"))  # pytest's tmp dirs are root-only
     os.chmod(tmp_path, 0o777)
     script = tmp_path / "rootless.py"
@@ -106,7 +106,7 @@ def test_without_user_namespaces_the_error_names_the_setting(tmp_path: Path) -> 
     # A user namespace whose own user.max_user_namespaces is 0: the kernel
     # refuses every user namespace below it, as on a host where they are off.
     if shutil.which("unshare") is None:
-        pytest.skip("unshare (util-linux) is not installed")
+        skip_missing("unshare (util-linux) is not installed")
     script = tmp_path / "refused.py"
     script.write_text(REFUSED_SCRIPT.format(root=str(ROOT), store=str(tmp_path / "store")))
     shell = f"echo 0 > /proc/sys/user/max_user_namespaces && exec {sys.executable} {script}"

@@ -9,6 +9,7 @@ import pytest
 
 from pool import LocalBackend, LocalSandbox, Snapshot, Template
 from pool.verification import VerificationPlan, VerifyMode
+from tests.support.needs import skip_missing
 
 APP = Template(
     name="tests-verify-shared",
@@ -91,9 +92,9 @@ def test_the_agents_processes_cannot_signal_or_trace_the_verifier(
     """A watcher the agent left running attacks every process that appears; none of the verifier's is hurt."""
     isolation = backend.capabilities.verifier_isolation
     if attack.startswith("kill") and isolation != "signals+ptrace":
-        pytest.skip(f"this kernel's Landlock does not scope signals (verifier_isolation={isolation!r})")
+        skip_missing(f"this kernel's Landlock does not scope signals (verifier_isolation={isolation!r})")
     if isolation == "none":
-        pytest.skip("this kernel has no Landlock: shared verifiers are not protected from the agent's processes")
+        skip_missing("this kernel has no Landlock: shared verifiers are not protected from the agent's processes")
     act = {
         "kill -STOP": "os.kill(pid, signal.SIGSTOP)",
         "kill -KILL": "os.kill(pid, signal.SIGKILL)",

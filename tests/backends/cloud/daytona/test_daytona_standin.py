@@ -16,9 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
-pytest.importorskip("daytona", reason="the daytona SDK (0.226) is not installed")
+from tests.support.needs import import_or_skip
 
-from daytona import (
+import_or_skip("daytona", "the daytona SDK (0.226) is not installed")
+
+from daytona import (  # noqa: E402
     CreateSandboxFromSnapshotParams,
     Daytona,
     DaytonaAuthenticationError,
@@ -37,7 +39,7 @@ from daytona import (
     SessionExecuteRequest,
 )
 
-from tests.backends.cloud.daytona.standin import API_KEY_MARKER, DEFAULT_SNAPSHOT, DaytonaStandin
+from tests.backends.cloud.daytona.standin import API_KEY_MARKER, DEFAULT_SNAPSHOT, DaytonaStandin  # noqa: E402
 
 pytest_plugins = ["tests.backends.cloud.daytona.standin"]
 
