@@ -5,9 +5,9 @@ from __future__ import annotations
 import ssl
 
 from pool.egress.cache.authority import StoreAuthority
-from pool.egress.cache.origin import client_context
 from pool.egress.cache.settings import CacheMode, CacheSettings
 from pool.egress.cache.store import CacheStore
+from pool.egress.cache.tls import client_context
 
 
 class DownloadCache:

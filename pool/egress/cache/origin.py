@@ -104,12 +104,3 @@ class Origin:
         if self._route is not None:
             close(self._route.writer)
         self._route, self._peer = None, None
-
-
-def client_context(extra_ca_files: tuple[str, ...]) -> ssl.SSLContext:
-    """TLS client context for origins: the system's CAs plus ``extra_ca_files``, HTTP/1.1 only."""
-    context = ssl.create_default_context()
-    for path in extra_ca_files:
-        context.load_verify_locations(cafile=path)
-    context.set_alpn_protocols(["http/1.1"])
-    return context
