@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
+from pool.build.dockerlines import LITERAL_DOLLAR, apt_packages, expand, instructions
 from pool.build.filesteps import mkdir_step, write_file_steps
 from pool.build.hostpackages import missing_host_packages
 from pool.build.hostview import DEFAULT_PATH
@@ -51,7 +52,6 @@ from pool.errors import DockerfileError, HostPackagesMissingError
 from pool.templates import HOST_BASE, HOST_IMAGE, DockerBuild
 
 BUILD_BIN = "/.snapgym-build/bin"
-_LITERAL_DOLLAR = "\x00snapgym-dollar\x00"
 _HOST_READ_ONLY = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _IGNORED = {"CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "STOPSIGNAL", "VOLUME"}
 _APT_SHIM = """#!/bin/sh
@@ -183,8 +183,8 @@ class _Translator:
         return self.workdir or "/"
 
     def run(self, text: str, extra_runs: Sequence[str]) -> DockerfilePlan:
-        instructions = _instructions(text) + [(0, "RUN", command) for command in extra_runs]
-        for self.line, keyword, rest in instructions:
+        steps = instructions(text) + [(0, "RUN", command) for command in extra_runs]
+        for self.line, keyword, rest in steps:
             handler = getattr(self, f"do_{keyword.lower()}", None)
             if keyword in _IGNORED:
                 self.notes.append(f"line {self.line}: {keyword} ignored (episodes start no service by themselves)")
@@ -234,7 +234,7 @@ class _Translator:
         # Variables expand with the values from before this line, as Docker does
         # (in `ENV a=1 b=$a`, b gets the old a), and `\$` stays a literal dollar.
         before = {**self.args, **self.env}
-        protected = rest.replace("\\$", _LITERAL_DOLLAR)
+        protected = rest.replace("\\$", LITERAL_DOLLAR)
         words = shlex.split(protected)
         if not words:
             self.fail("ENV needs a name and a value")
@@ -242,13 +242,13 @@ class _Translator:
             if len(words) < 2:
                 self.fail(f"ENV {words[0]} has no value")
             value = protected.split(None, 1)[1]
-            self.env[words[0]] = _expand(value, before).replace(_LITERAL_DOLLAR, "$")
+            self.env[words[0]] = expand(value, before).replace(LITERAL_DOLLAR, "$")
             return
         for word in words:
             name, sep, value = word.partition("=")
             if not sep or not name:
                 self.fail(f"ENV {word!r} has no value: write NAME=value")
-            self.env[name] = _expand(value, before).replace(_LITERAL_DOLLAR, "$")
+            self.env[name] = expand(value, before).replace(LITERAL_DOLLAR, "$")
 
     def do_workdir(self, rest: str) -> None:
         target = self.expand(rest.strip())
@@ -432,7 +432,7 @@ class _Translator:
         return [self.expand(w) for w in words]
 
     def expand(self, text: str) -> str:
-        return _expand(text, {**self.args, **self.env})
+        return expand(text, {**self.args, **self.env})
 
     def _shims(self) -> str:
         steps = [*write_file_steps(f"{BUILD_BIN}/apt-get", _APT_SHIM.encode(), mode=0o755)]
@@ -444,83 +444,3 @@ class _Translator:
     def fail(self, why: str) -> NoReturn:
         where = f"{self.path}:{self.line}" if self.line else f"{self.path} (verifier setup)"
         raise DockerfileError(f"{where}: {why}")
-
-
-_VARIABLE = re.compile(r"\\\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-+])(.*?))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _expand(text: str, values: Mapping[str, str]) -> str:
-    """Docker's variable substitution: $VAR, ${VAR}, ${VAR:-default}, ${VAR:+alt}, \\$."""
-
-    def one(match: re.Match[str]) -> str:
-        if match.group(0) == "\\$":
-            return "$"
-        name = match.group(1) or match.group(4)
-        value = values.get(name)
-        if match.group(2) == "-":
-            return value if value else match.group(3)
-        if match.group(2) == "+":
-            return match.group(3) if value else ""
-        return value or ""
-
-    return _VARIABLE.sub(one, text)
-
-
-def _instructions(text: str) -> list[tuple[int, str, str]]:
-    """(line number, KEYWORD, arguments) with continuations joined and comments dropped."""
-    result: list[tuple[int, str, str]] = []
-    buffer: list[str] = []
-    start = 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        stripped = raw.strip()
-        if stripped.startswith("#") or (not stripped and buffer):
-            continue
-        if not buffer:
-            start = number
-        if stripped.endswith("\\"):
-            buffer.append(stripped[:-1])
-            continue
-        buffer.append(stripped)
-        joined = " ".join(part.strip() for part in buffer).strip()
-        buffer = []
-        if joined:
-            keyword, _, rest = joined.partition(" ")
-            result.append((start, keyword.upper(), rest.strip()))
-    if buffer:
-        keyword, _, rest = " ".join(buffer).strip().partition(" ")
-        result.append((start, keyword.upper(), rest.strip()))
-    return result
-
-
-_SEPARATORS = {"&&", "||", ";", "|", "&"}
-
-
-def apt_packages(command: str) -> list[str]:
-    """Package names given to ``apt-get install`` / ``apt install`` in a shell command."""
-    try:
-        lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|")
-        lexer.whitespace_split = True
-        tokens = list(lexer)
-    except ValueError:
-        return []
-    packages: list[str] = []
-    for index, token in enumerate(tokens):
-        if token not in ("apt-get", "apt") or index + 1 >= len(tokens):
-            continue
-        rest = []
-        for word in tokens[index + 1 :]:
-            if word in _SEPARATORS:
-                break
-            rest.append(word)
-        if "install" not in rest:
-            continue
-        after = rest[rest.index("install") + 1 :]
-        skip_next = False
-        for word in after:
-            if skip_next:
-                skip_next = False
-            elif word in ("-o", "-t", "--target-release"):
-                skip_next = True
-            elif not word.startswith("-"):
-                packages.append(re.split(r"[=:]", word, maxsplit=1)[0])
-    return packages
