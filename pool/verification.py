@@ -36,7 +36,7 @@ Two modes:
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,3 +150,59 @@ class VerificationReport:
     (shown empty)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """Anything else the verifier should know, e.g. a protection this machine lacks."""
+
+
+MAX_LINK_HOPS = 40
+"""Links followed in one resolution before giving up, as the kernel does (ELOOP)."""
+
+
+def protected_tops(plan: VerificationPlan) -> frozenset[str]:
+    """The top-level folders no link in the outputs may lead through (names, no slash).
+
+    ``/proc``, ``/sys``, and the top-level folder of the tests folder and of each private
+    directory (``/logs`` for ``/logs/verifier``): a link to ``/logs`` would reach the reward
+    channel through the path the verifier appends. The C audit of the local and Docker
+    backends (``pool/backends/csrc/linkaudit.c``) protects the same places.
+    """
+    return frozenset({"proc", "sys", *(p.strip("/").split("/")[0] for p in (plan.tests_path, *plan.private_dirs))})
+
+
+def leads_into(
+    link: str, target: str, protected: Iterable[str], links: Mapping[str, str | None]
+) -> bool | tuple[str, ...]:
+    """Whether following the link at ``link`` (an absolute path) to ``target`` passes through a protected folder.
+
+    The link is followed as the kernel would from the verifier's root (at most
+    :data:`MAX_LINK_HOPS` links; components that do not exist are taken as written), as in
+    ``pool/backends/csrc/linkaudit.c``. ``links`` says what is known of the sandbox: a path's link
+    target, or None when it is no link (or missing). When the answer needs a path it does not
+    know, the paths to look up are returned instead (that one and those after it on the way, as
+    written), to call again with them known.
+    """
+    tops = frozenset(protected)
+    at = [] if target.startswith("/") else [p for p in link.split("/")[:-1] if p]
+    todo = [p for p in target.split("/") if p]
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            at = at[:-1]
+            continue
+        at.append(part)
+        if at[0] in tops:
+            return True
+        path = "/" + "/".join(at)
+        if path not in links:
+            rest = [c for c in todo if c not in (".", "..")] if ".." not in todo else []
+            return (path, *("/" + "/".join(at + rest[: i + 1]) for i in range(len(rest))))
+        followed = links[path]
+        if followed is None:
+            continue
+        hops += 1
+        if hops > MAX_LINK_HOPS:
+            return False
+        at = [] if followed.startswith("/") else at[:-1]
+        todo = [p for p in followed.split("/") if p] + todo
+    return False

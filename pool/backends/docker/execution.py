@@ -19,13 +19,14 @@ import struct
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pool.backends.docker import helper
 from pool.backends.docker.catalog import env_list
 from pool.backends.docker.engine import engine_errors
 from pool.errors import CommandRejectedError, SandboxCrashedError
+from pool.results import CappedBuffer
 
 MAX_COMMAND_BYTES = 128 * 1024 - 1
 """execve() refuses a single argument or variable longer than this (MAX_ARG_STRLEN)."""
@@ -36,34 +37,11 @@ _READ_SIZE = 1 << 16
 
 
 @dataclass(slots=True)
-class Capped:
-    """Bytes up to a cap, and whether anything past it was dropped."""
-
-    cap: int
-    chunks: list[bytes] = field(default_factory=list)
-    size: int = 0
-    truncated: bool = False
-
-    def add(self, data: bytes) -> None:
-        """Keep what fits under the cap, drop the rest."""
-        room = self.cap - self.size
-        if len(data) > room:
-            data, self.truncated = data[: max(room, 0)], True
-        if data:
-            self.chunks.append(data)
-            self.size += len(data)
-
-    def value(self) -> bytes:
-        """The kept bytes."""
-        return b"".join(self.chunks)
-
-
-@dataclass(slots=True)
 class Outcome:
     """What came back from one exec through the helper."""
 
-    stdout: Capped
-    stderr: Capped
+    stdout: CappedBuffer
+    stderr: CappedBuffer
     status: tuple[int, bool, bool, bool] | None = None
     """(exit code, timed out, stdout truncated, stderr truncated), or None when the helper died."""
     helper_pid: str | None = None
@@ -140,7 +118,7 @@ def run(
                 ) from None
             raise
     sock: socket.socket = getattr(attached, "_sock", attached)
-    outcome = Outcome(Capped(cap), Capped(cap))
+    outcome = Outcome(CappedBuffer(cap), CappedBuffer(cap))
     writer = _feed_stdin(sock, stdin) if stdin is not None else None
     deadline = started + timeout_s + HOST_GRACE_S if timeout_s else None
     try:
@@ -182,7 +160,7 @@ def run_helper(api: Any, container: str, args: list[str], *, stdin: bytes | None
         writer = _feed_stdin(sock, stdin) if stdin is not None else None
         streams: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
         try:
-            for kind, payload in _docker_frames(sock, None, Outcome(Capped(0), Capped(0))):
+            for kind, payload in _docker_frames(sock, None, Outcome(CappedBuffer(0), CappedBuffer(0))):
                 streams.get(kind, streams[2]).extend(payload)
         finally:
             if writer is not None:

@@ -16,10 +16,11 @@
  *   helper remove PATH...       remove each path, never following links
  *   helper mkdirs PATH          mkdir -p
  *   helper audit                read NUL-terminated records on stdin: "T/tests" the tests folder,
- *                               "P/logs/verifier" a private directory (its top-level folder counts),
- *                               "W/dir" a tree to walk, "C/path" one path to check; remove every
- *                               symbolic link among them that leads into a private place, /proc or
- *                               /sys, and print "path\x1ftarget\0" for each
+ *                               "P/logs/verifier" a private directory (for both, the top-level
+ *                               folder counts), "W/dir" a tree to walk, "C/path" one path to check;
+ *                               remove every symbolic link among them that leads into a private
+ *                               place, /proc or /sys (../csrc/linkaudit.c, the same audit as the
+ *                               local backend's), and print "path\x1ftarget\0" for each
  *
  * Static, so it runs in any image (no libc needed there). Nothing here trusts the sandbox's files.
  */
@@ -43,8 +44,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "linkaudit.h"
+#include "proctree.h"
+
 #define DRAIN_MS 50
-#define MAX_PIDS 65536
 
 static long long now_ms(void) {
     struct timespec ts;
@@ -100,63 +103,7 @@ static _Noreturn void run_init(void) {
     }
 }
 
-/* ------------------------------------------------------- process trees */
-
-static int parent_of(const char *pid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%s/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t k = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (k <= 0) return -1;
-    buf[k] = 0;
-    char *rp = strrchr(buf, ')'); /* the command name may hold spaces and parens */
-    char state;
-    int ppid;
-    if (!rp || sscanf(rp + 2, "%c %d", &state, &ppid) != 2) return -1;
-    return state == 'Z' || state == 'X' ? -1 : ppid; /* a zombie is dead already: only its parent can reap it */
-}
-
-/* Every descendant of root, through the parent links in /proc. */
-static int descendants(pid_t root, pid_t *out, int max) {
-    static pid_t pids[MAX_PIDS], ppids[MAX_PIDS];
-    int n = 0;
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < MAX_PIDS) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        int ppid = parent_of(e->d_name);
-        if (ppid < 0) continue;
-        pids[n] = atoi(e->d_name);
-        ppids[n++] = ppid;
-    }
-    closedir(d);
-    int count = 0;
-    out[count++] = root;
-    for (int head = 0; head < count; head++)
-        for (int i = 0; i < n && count < max; i++)
-            if (ppids[i] == out[head]) out[count++] = pids[i];
-    for (int i = 1; i < count; i++) out[i - 1] = out[i];
-    return count - 1;
-}
-
-/* Kill every descendant of root until none is left (new children of dying ones come back to
- * root, a subreaper, and are found in the next round). */
-static void kill_tree(pid_t root, int reap) {
-    static pid_t found[MAX_PIDS];
-    for (int round = 0; round < 2000; round++) {
-        int n = descendants(root, found, MAX_PIDS);
-        for (int i = 0; i < n; i++) kill(found[i], SIGKILL);
-        if (reap)
-            while (waitpid(-1, NULL, WNOHANG) > 0) {}
-        if (n == 0) {
-            if (!reap || (waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD)) return;
-        }
-        usleep(1000);
-    }
-}
+/* The process trees (descendants, kill_tree) are ../csrc/proctree.c, shared with the local backend. */
 
 /* ----------------------------------------------------------------- run */
 
@@ -334,175 +281,31 @@ static int run_folders(const char *op, int argc, char **argv) {
 
 /* --------------------------------------------------------------- audit */
 
-typedef struct {
-    char **part;
-    int n, cap;
-} parts_t;
+/* The audit itself (which links lead where the verifier's private places are): csrc/linkaudit.c. */
 
-static void parts_push(parts_t *p, const char *s, size_t len) {
-    if (p->n == p->cap) {
-        p->cap = p->cap ? 2 * p->cap : 16;
-        p->part = realloc(p->part, sizeof *p->part * (size_t)p->cap);
-        if (!p->part) _exit(4);
-    }
-    p->part[p->n] = strndup(s, len);
-    if (!p->part[p->n]) _exit(4);
-    p->n++;
+void linkaudit_fail(const char *what) {
+    fprintf(stderr, "snapgym: link audit: %s\n", what);
+    _exit(4);
 }
 
-static void parts_pop(parts_t *p) {
-    if (p->n > 0) free(p->part[--p->n]);
-}
-
-static void parts_free(parts_t *p) {
-    while (p->n) parts_pop(p);
-    free(p->part);
-    p->part = NULL;
-    p->cap = 0;
-}
-
-static void parts_split(parts_t *p, const char *path) {
-    for (const char *s = path; *s;) {
-        while (*s == '/') s++;
-        const char *e = strchr(s, '/');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        if (len) parts_push(p, s, len);
-        s += len;
-    }
-}
-
-static parts_t privates[64];
-static int depths[64];
-static int nprivates;
-
-/* /proc, /sys, the tests folder, or the top-level folder of a private directory (/logs). */
-static int is_protected(parts_t *at) {
-    if (at->n == 0) return 0;
-    if (strcmp(at->part[0], "proc") == 0 || strcmp(at->part[0], "sys") == 0) return 1;
-    for (int i = 0; i < nprivates; i++) {
-        parts_t *prot = &privates[i];
-        int depth = depths[i];
-        int hit = at->n >= depth;
-        for (int j = 0; hit && j < depth; j++) hit = strcmp(at->part[j], prot->part[j]) == 0;
-        if (hit) return 1;
-    }
-    return 0;
-}
-
-static int walk(int rootfd, parts_t *at) {
-    int fd = dup(rootfd);
-    for (int i = 0; fd >= 0 && i < at->n; i++) {
-        int next = openat(fd, at->part[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        close(fd);
-        fd = next;
-    }
-    return fd;
-}
-
-/* Would a process following the link at dir/target pass through a protected place? Links are
- * followed as the kernel would (at most 40); missing components are taken as written. */
-static int leads_into_protected(int rootfd, parts_t *dir, const char *target) {
-    parts_t at = {0}, todo = {0};
-    if (target[0] != '/')
-        for (int i = 0; i < dir->n; i++) parts_push(&at, dir->part[i], strlen(dir->part[i]));
-    parts_split(&todo, target);
-    int hops = 0, hit = 0, first = 0;
-    while (!hit && first < todo.n) {
-        const char *c = todo.part[first++];
-        if (strcmp(c, ".") == 0) continue;
-        if (strcmp(c, "..") == 0) { parts_pop(&at); continue; }
-        parts_push(&at, c, strlen(c));
-        if ((hit = is_protected(&at))) break;
-        int fd = walk(rootfd, &at);
-        if (fd < 0) continue;
-        struct stat st;
-        char link[4096];
-        ssize_t n = -1;
-        if (fstat(fd, &st) == 0 && S_ISLNK(st.st_mode)) n = readlinkat(fd, "", link, sizeof link - 1);
-        close(fd);
-        if (n < 0) continue;
-        if (++hops > 40) break;
-        link[n] = 0;
-        parts_pop(&at);
-        if (link[0] == '/') while (at.n) parts_pop(&at);
-        parts_t rest = {0};
-        parts_split(&rest, link);
-        for (int i = first; i < todo.n; i++) parts_push(&rest, todo.part[i], strlen(todo.part[i]));
-        parts_free(&todo);
-        todo = rest;
-        first = 0;
-    }
-    parts_free(&at);
-    parts_free(&todo);
-    return hit;
-}
-
-/* Links judged to lead somewhere protected; removed only once everything was judged, so a
- * chain (a -> b -> /tests) is judged as the agent left it. */
-typedef struct { int dir; char *name; } doomed_t;
-static doomed_t *doomed;
-static int ndoomed, capdoomed;
-
-static void judge(int rootfd, int dirfd_, parts_t *dir, const char *name) {
-    char target[4096];
-    ssize_t n = readlinkat(dirfd_, name, target, sizeof target - 1);
-    if (n < 0) return;
-    target[n] = 0;
-    if (!leads_into_protected(rootfd, dir, target)) return;
-    if (ndoomed == capdoomed) {
-        capdoomed = capdoomed ? 2 * capdoomed : 16;
-        doomed = realloc(doomed, sizeof *doomed * (size_t)capdoomed);
-        if (!doomed) _exit(4);
-    }
-    doomed[ndoomed].dir = dup(dirfd_);
-    doomed[ndoomed].name = strdup(name);
-    ndoomed++;
-    for (int i = 0; i < dir->n; i++) printf("/%s", dir->part[i]);
-    printf("/%s\x1f%s", name, target);
+static void print_found(const char *path, const char *target) {
+    printf("%s\x1f%s", path, target);
     putchar(0);
 }
 
-static void audit_tree(int rootfd, const char *rel) {
+/* The tree at rel (a path from the root whose components are no links), every link in it. */
+static void audit_walk(int rootfd, const char *rel) {
     parts_t path = {0};
     parts_split(&path, rel);
-    int top = walk(rootfd, &path);
-    if (top < 0) { parts_free(&path); return; }
+    int top = open_parts(rootfd, &path);
+    parts_free(&path);
+    if (top < 0) return;
     int fd = openat(top, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     close(top);
-    if (fd < 0) { parts_free(&path); return; }
-    int cap = 64, depth = 0;
-    DIR **stack = malloc(sizeof *stack * (size_t)cap);
-    if (!stack) _exit(4);
-    stack[depth++] = fdopendir(fd);
-    while (depth > 0) {
-        DIR *d = stack[depth - 1];
-        struct dirent *e = d ? readdir(d) : NULL;
-        if (!e) {
-            if (d) closedir(d);
-            depth--;
-            if (depth > 0) parts_pop(&path);
-            continue;
-        }
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        struct stat st;
-        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
-        if (S_ISLNK(st.st_mode)) {
-            judge(rootfd, dirfd(d), &path, e->d_name);
-        } else if (S_ISDIR(st.st_mode)) {
-            int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
-            if (!sd) { if (sub >= 0) close(sub); continue; }
-            if (depth == cap) {
-                cap *= 2;
-                stack = realloc(stack, sizeof *stack * (size_t)cap);
-                if (!stack) _exit(4);
-            }
-            parts_push(&path, e->d_name, strlen(e->d_name));
-            stack[depth++] = sd;
-        }
-    }
-    free(stack);
-    parts_free(&path);
+    if (fd < 0) return;
+    int view = dup(fd);
+    if (view < 0) { close(fd); return; }
+    audit_tree(rootfd, fd, view, rel, print_found);
 }
 
 static void audit_one(int rootfd, const char *rel) {
@@ -510,13 +313,20 @@ static void audit_one(int rootfd, const char *rel) {
     parts_split(&path, rel);
     if (path.n == 0) return;
     char *name = strdup(path.part[path.n - 1]);
+    if (!name) linkaudit_fail("out of memory");
     parts_pop(&path);
-    int dir = walk(rootfd, &path);
+    int dir = open_parts(rootfd, &path);
     if (dir >= 0) {
         struct stat st;
         int real = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        char target[4096];
+        ssize_t n = -1;
         if (real >= 0 && fstatat(real, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
-            judge(rootfd, real, &path, name);
+            n = readlinkat(real, name, target, sizeof target - 1);
+        if (n >= 0) {
+            target[n] = 0;
+            judge_link(rootfd, real, &path, name, target, print_found);
+        }
         if (real >= 0) close(real);
         close(dir);
     }
@@ -545,23 +355,19 @@ static int run_audit(void) {
     int rootfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
     size_t len;
     char *input = read_stdin(&len);
-    /* privates first, whatever the order of the records */
+    /* the private places first, whatever the order of the records */
     for (size_t at = 0; at < len; at += strlen(input + at) + 1)
-        if ((input[at] == 'P' || input[at] == 'T') && nprivates < 64) {
-            parts_split(&privates[nprivates], input + at + 1);
-            depths[nprivates] = input[at] == 'P' ? 1 : privates[nprivates].n;
-            nprivates++;
-        }
+        if (input[at] == 'P' || input[at] == 'T') protect(input + at + 1);
     for (size_t at = 0; at < len; at += strlen(input + at) + 1) {
-        if (input[at] == 'W') audit_tree(rootfd, input + at + 1);
+        if (input[at] == 'W') audit_walk(rootfd, input + at + 1);
         else if (input[at] == 'C') audit_one(rootfd, input + at + 1);
     }
     int rc = 0;
-    for (int i = 0; i < ndoomed; i++)
-        if (unlinkat(doomed[i].dir, doomed[i].name, 0) < 0 && errno != ENOENT) {
-            fprintf(stderr, "snapgym: cannot remove the link %s: %s\n", doomed[i].name, strerror(errno));
-            rc = 1;
-        }
+    const char *bad = remove_doomed();
+    if (bad) {
+        fprintf(stderr, "snapgym: cannot remove the link %s: %s\n", bad, strerror(errno));
+        rc = 1;
+    }
     fflush(stdout);
     return rc;
 }

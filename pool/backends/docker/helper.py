@@ -7,7 +7,8 @@ exec wait for it. The helper (``helper.c``) runs each command as a child
 subreaper, so a timeout kills everything the command started, relays its
 output capped, and ends the exec when the command ends. It is also the
 container's PID 1 (which no process inside can kill) and the verifier's link
-audit.
+audit. Its process trees and its link audit are the C it shares with the local
+backend's daemon (:mod:`pool.backends.csrc`), compiled in.
 
 Why a volume: the helper must be in every container, whatever the image (a
 static binary needs nothing from it), out of every snapshot (a commit does not
@@ -32,6 +33,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from pool.backends import csrc
 from pool.backends.docker.engine import engine_errors
 from pool.errors import BackendError, CompilerMissingError
 
@@ -45,9 +47,10 @@ _LOCK = threading.Lock()
 
 
 def tag() -> str:
-    """The helper's version: a hash of its source and compiler flags."""
+    """The helper's version: a hash of its source, the shared C and the compiler flags."""
     h = hashlib.sha256(" ".join(_CFLAGS).encode())
     h.update(SOURCE.read_bytes())
+    csrc.hash_into(h)
     return h.hexdigest()[:16]
 
 
@@ -58,6 +61,12 @@ def find_compiler() -> str | None:
         if found:
             return found
     return None
+
+
+def build_command(compiler: str, dest: Path) -> list[str]:
+    """The compiler's command line: ``helper.c`` and every ``.c`` of the shared C."""
+    shared = [str(p) for p in csrc.sources() if p.suffix == ".c"]
+    return [compiler, *_CFLAGS, f"-I{csrc.FOLDER}", "-o", str(dest), str(SOURCE), *shared]
 
 
 def compile_helper(dest: Path) -> None:
@@ -72,7 +81,7 @@ def compile_helper(dest: Path) -> None:
             "the docker backend compiles a small static helper for its containers on first use, but no C "
             "compiler was found; install one (Debian/Ubuntu: apt-get install gcc libc6-dev) or set CC"
         )
-    proc = subprocess.run([compiler, *_CFLAGS, "-o", str(dest), str(SOURCE)], capture_output=True, text=True)
+    proc = subprocess.run(build_command(compiler, dest), capture_output=True, text=True)
     if proc.returncode != 0:
         raise CompilerMissingError(
             f"compiling the docker backend's helper with {compiler} failed (a static C library is needed: "

@@ -12,34 +12,12 @@ from pool.backends.e2b.errors import provider_errors
 from pool.backends.e2b.network import provider_network
 from pool.backends.remote.provider import CreateRequest, Listed, RawResult
 from pool.network.policy import NetworkPolicy
+from pool.results import CappedBuffer
 
 ROOT = "root"
 """Every command and file operation runs as the sandbox's root, as on the other backends."""
 if logging.getLogger("httpx").level == logging.NOTSET:  # the SDK's client logs every request at INFO
     logging.getLogger("httpx").setLevel(logging.WARNING)
-
-
-class _Capped:
-    """Collects a stream's text up to a byte cap as it streams, dropping the rest."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.truncated = False
-
-    def __call__(self, text: str) -> None:
-        data = text.encode("utf-8", "surrogateescape")
-        room = self.cap - self.size
-        if len(data) > room:
-            self.truncated = True
-            data = data[: max(room, 0)]
-        if data:
-            self.parts.append(data)
-            self.size += len(data)
-
-    def text(self) -> str:
-        return b"".join(self.parts).decode("utf-8", "replace")
 
 
 class E2BProvider:
@@ -79,12 +57,12 @@ class E2BProvider:
     def run(self, remote: Any, command: str, *, cwd: str, env: Mapping[str, str], timeout_s: float,
             cap: int) -> RawResult:  # fmt: skip
         """Streams the output through capped callbacks (the client keeps at most ``cap`` per stream)."""
-        out, err = _Capped(cap), _Capped(cap)
+        out, err = CappedBuffer(cap), CappedBuffer(cap)
         exit_code, lost = 0, False
         with provider_errors("running a command"):
             try:
                 result = remote.commands.run(
-                    command, envs=dict(env), user=ROOT, cwd=cwd, on_stdout=out, on_stderr=err,
+                    command, envs=dict(env), user=ROOT, cwd=cwd, on_stdout=out.add_text, on_stderr=err.add_text,
                     timeout=timeout_s, retain_output=False,
                 )  # fmt: skip
                 exit_code = int(result.exit_code)

@@ -10,38 +10,13 @@ from __future__ import annotations
 import os
 import select
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pool.backends.local.daemon import STATUS_SIZE, decode_session_status, decode_status
+from pool.results import CappedBuffer
 
 _READ_SIZE = 1 << 16
 _DRAIN_S = 0.05
-
-
-@dataclass(slots=True)
-class CappedBuffer:
-    """Bytes up to a cap, and whether anything past it was dropped."""
-
-    cap: int
-    chunks: list[bytes] = field(default_factory=list)
-    size: int = 0
-    truncated: bool = False
-
-    def add(self, data: bytes) -> None:
-        """Keep what fits under the cap, drop the rest."""
-        room = self.cap - self.size
-        if room <= 0:
-            self.truncated = self.truncated or bool(data)
-            return
-        if len(data) > room:
-            data = data[:room]
-            self.truncated = True
-        self.chunks.append(data)
-        self.size += len(data)
-
-    def value(self) -> bytes:
-        """The kept bytes."""
-        return b"".join(self.chunks)
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from pool.backends import csrc
 from pool.errors import CompilerMissingError
 
 SOURCE_DIR = Path(__file__).with_name("sandboxd")
@@ -28,12 +29,19 @@ def find_compiler() -> str:
     )
 
 
+def build_command(compiler: str, out: Path) -> list[str]:
+    """The compiler's command line: every ``.c`` of ``sandboxd/`` and of the shared C."""
+    sources = [*sorted(SOURCE_DIR.glob("*.c")), *(p for p in csrc.sources() if p.suffix == ".c")]
+    return [compiler, *_CFLAGS, f"-I{csrc.FOLDER}", "-o", str(out), *map(str, sources)]
+
+
 def daemon_binary(cache_dir: Path) -> Path:
-    """Path of the compiled daemon for the current source, compiling if needed."""
+    """Path of the compiled daemon for the current source (its own and the shared C), compiling if needed."""
     sources = sorted(SOURCE_DIR.glob("*.[ch]"))
     h = hashlib.sha256(" ".join(_CFLAGS).encode())
     for path in sources:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
+    csrc.hash_into(h)
     tag = h.hexdigest()[:16]
     target = cache_dir / "bin" / f"snapgym-sandboxd-{tag}"
     if target.exists():
@@ -43,7 +51,7 @@ def daemon_binary(cache_dir: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / "sandboxd"
         proc = subprocess.run(
-            [compiler, *_CFLAGS, "-o", str(out), *(str(p) for p in sources if p.suffix == ".c")],
+            build_command(compiler, out),
             capture_output=True,
             text=True,
         )

@@ -12,6 +12,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
+from pool.results import CappedBuffer
+
 _SCRIPT = """cd {cwd} || exit 1
 {exports}
 out=$(mktemp /tmp/.snapgym-out.XXXXXX)
@@ -34,5 +36,6 @@ def capped_script(command: str, *, cwd: str, env: Mapping[str, str], cap: int) -
 
 def cut(stream: str, cap: int) -> tuple[str, bool]:
     """A stream of at most ``cap + 1`` bytes as (its first ``cap`` bytes, whether it had more)."""
-    data = stream.encode("utf-8", "surrogateescape")
-    return data[:cap].decode("utf-8", "replace"), len(data) > cap
+    kept = CappedBuffer(cap)
+    kept.add_text(stream)
+    return kept.text(), kept.truncated

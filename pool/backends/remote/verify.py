@@ -25,7 +25,8 @@ the end; an archive it cannot extract leaves the outputs empty, as above), the
 task's tests at ``/tests``, and fresh private folders. Then every link in the
 outputs that leads (as the kernel resolves it) into ``/tests``, a private
 folder or its top-level folder, ``/proc`` or ``/sys`` is removed and
-reported.
+reported: the same audit as the local and Docker backends' (see
+``_remove_escaping_links``).
 
 Shared mode (the verifier beside the agent's live processes) is not offered:
 nothing inside one provider sandbox would keep them from the reward.
@@ -35,16 +36,26 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import os
 import posixpath
 import shlex
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
 from pool.backends.remote.provider import RawResult
 from pool.errors import BackendError, FileOperationError, SandboxCrashedError, SandboxError
 from pool.results import ExecResult
-from pool.verification import VerificationPlan, VerificationReport, VerifyMode, outermost
+from pool.verification import (
+    MAX_LINK_HOPS,
+    VerificationPlan,
+    VerificationReport,
+    VerifyMode,
+    leads_into,
+    outermost,
+    protected_tops,
+)
 
 MAX_OUTPUTS_BYTES = 512 << 20
 """The largest archive of outputs carried to the verifier."""
@@ -186,7 +197,7 @@ def install(sandbox: VerifiedSandbox, plan: VerificationPlan, outputs: Outputs) 
             notes = (*notes, f"the outputs' archive could not be unpacked: {unpacked.stderr[-300:].strip()}")
             carried, missing = (), outermost(plan.outputs)
     _put_tests(sandbox, plan)
-    removed = _remove_escaping_links(sandbox, carried, private)
+    removed = _remove_escaping_links(sandbox, carried, plan)
     return VerificationReport(
         VerifyMode.STRICT, removed_links=removed, missing_outputs=tuple(missing), notes=tuple(notes)
     )
@@ -209,20 +220,71 @@ def _put_tests(sandbox: VerifiedSandbox, plan: VerificationPlan) -> None:
         sandbox.write_file(target, source.read_bytes(), mode=source.stat().st_mode & 0o777)
 
 
+_LIST_LINKS = (
+    "while IFS= read -r -d '' out; do find \"$out\" -type l -print0; done | "
+    'while IFS= read -r -d \'\' link; do printf \'%s\\0%s\\0\' "$link" "$(readlink -- "$link")"; done'
+)
+"""Every link under the given outputs, with its target: ``path\\0target\\0`` each."""
+_LOOK_UP = (
+    "while IFS= read -r -d '' path; do if [ -L \"$path\" ]; then "
+    'printf \'%s\\0%s\\0\' "$path" "$(readlink -- "$path")"; else printf \'%s\\0\\0\' "$path"; fi; done'
+)
+"""For each given path: ``path\\0target\\0`` (an empty target: no link there)."""
+_REMOVE = "while IFS= read -r -d '' link; do rm -f -- \"$link\" || exit 1; done"
+_MAX_ROUNDS = 2 * MAX_LINK_HOPS + 2
+
+
 def _remove_escaping_links(
-    sandbox: VerifiedSandbox, outputs: tuple[str, ...], private: tuple[str, ...]
+    sandbox: VerifiedSandbox, outputs: tuple[str, ...], plan: VerificationPlan
 ) -> tuple[str, ...]:
+    """The link audit of the local and Docker backends, for a sandbox that cannot run their C.
+
+    A provider's sandbox may be of any architecture and need not hold a C library, so the
+    resolution runs here (:func:`pool.verification.leads_into`, the same semantics as
+    ``pool/backends/csrc/linkaudit.c``) over what a few shell commands in the sandbox say:
+    the links in the outputs first, then, round by round, whether the paths the links pass
+    through are links. Every link is judged before any is removed (a chain judged as left).
+    """
     if not outputs:
         return ()
-    guarded = {*private, *("/" + p.strip("/").split("/")[0] for p in private), "/proc", "/sys"}
-    patterns = "|".join(f"{shlex.quote(g)}|{shlex.quote(g)}/*" for g in sorted(guarded))
-    script = (
-        f"find {' '.join(shlex.quote(o) for o in outputs)} -xdev -type l -print0 | "
-        "while IFS= read -r -d '' link; do target=$(readlink -f -- \"$link\"); "
-        f'case "$target" in {patterns}) rm -f -- "$link"; printf \'%s\\n\' "$link";; esac; done'
-    )
-    result = _run(sandbox, f"bash -c {shlex.quote(script)}", "removing links into the verifier's paths")
-    return tuple(line for line in result.splitlines() if line)
+    found = _pairs(_bash(sandbox, _LIST_LINKS, outputs, "listing the links in the outputs"))
+    known: dict[str, str | None] = dict(found)
+    protected = protected_tops(plan)
+    verdicts: dict[str, bool] = {}
+    for _ in range(_MAX_ROUNDS):
+        wanted: set[str] = set()
+        for link, target in found:
+            if link not in verdicts:
+                answer = leads_into(link, target, protected, known)
+                if isinstance(answer, bool):
+                    verdicts[link] = answer
+                else:
+                    wanted.update(answer)
+        if not wanted:
+            break
+        looked = _bash(sandbox, _LOOK_UP, sorted(wanted), "resolving the links in the outputs")
+        known.update((path, target or None) for path, target in _pairs(looked))
+        known.update((path, None) for path in wanted if path not in known)
+    doomed = [(link, target) for link, target in found if verdicts.get(link, True)]  # unresolved: removed
+    if doomed:
+        _bash(sandbox, _REMOVE, [link for link, _ in doomed], "removing links into the verifier's paths")
+    return tuple(f"{link} -> {target}" for link, target in doomed)
+
+
+def _pairs(output: str) -> list[tuple[str, str]]:
+    fields = output.split("\0")
+    return [(fields[i], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
+
+
+def _bash(sandbox: VerifiedSandbox, script: str, paths: Iterable[str], what: str) -> str:
+    """Run ``script`` with ``paths`` on its stdin, NUL-separated; its stdout. Both travel as files, byte
+    for byte (``os.fsencode``/``os.fsdecode``): a name that is not UTF-8 stays the name it is."""
+    stem = f"{_ARCHIVE_DIR}/{uuid.uuid4().hex}"
+    sandbox.write_file(f"{stem}.in", b"".join(os.fsencode(p) + b"\0" for p in paths), mode=0o600)
+    _run(sandbox, f"mkdir -p {_ARCHIVE_DIR} && bash -c {shlex.quote(script)} < {stem}.in > {stem}.out", what)
+    out = sandbox.read_file(f"{stem}.out")
+    _run(sandbox, f"rm -f {stem}.in {stem}.out", what)
+    return os.fsdecode(out)
 
 
 def _run(sandbox: VerifiedSandbox, command: str, what: str) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 from pool.backends.local import capture
 from pool.contract import SHELL_STATE_FILE as STATE_FILE
+from pool.results import CappedBuffer
 
 COMMAND = f"""\
 printf 'R\\n' >&3
@@ -71,7 +72,7 @@ class ShellSession:
         packet = _HEADER.pack(timeout_ms, len(command) + 1) + command + b"\0"
         if not self._send(packet, host_deadline_s):  # the sandbox side is gone or stopped: no step can start
             self.close()
-            return capture.StepCaptured(capture.CappedBuffer(cap), capture.CappedBuffer(cap), None)
+            return capture.StepCaptured(CappedBuffer(cap), CappedBuffer(cap), None)
         got = capture.collect_step(self._out, self._err, self._status, cap=cap, deadline_s=host_deadline_s)
         if got.status is None or not got.status[3] or not got.streams_open:
             self.close()

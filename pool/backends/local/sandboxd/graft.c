@@ -31,211 +31,31 @@ static FILE *report;
 void set_report(FILE *to) { report = to; }
 static int names;
 
-/* ---------------------------------------------------------- resolution */
-
-typedef struct {
-    char **part;
-    int n, cap;
-} parts_t;
-
-static void parts_push(parts_t *p, const char *s, size_t len) {
-    if (p->n == p->cap) {
-        p->cap = p->cap ? 2 * p->cap : 16;
-        p->part = realloc(p->part, sizeof *p->part * p->cap);
-        if (!p->part) child_fail("out of memory");
-    }
-    p->part[p->n] = strndup(s, len);
-    if (!p->part[p->n]) child_fail("out of memory");
-    p->n++;
-}
-
-static void parts_pop(parts_t *p) {
-    if (p->n > 0) free(p->part[--p->n]);
-}
-
-static void parts_free(parts_t *p) {
-    while (p->n) parts_pop(p);
-    free(p->part);
-    p->part = NULL;
-    p->cap = 0;
-}
-
-/* Split path into its components, in order. */
-static void parts_split(parts_t *p, const char *path) {
-    for (const char *s = path; *s;) {
-        while (*s == '/') s++;
-        const char *e = strchr(s, '/');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        if (len) parts_push(p, s, len);
-        s += len;
-    }
-}
-
-/* The verifier's private places: where no link in the outputs may lead. */
-static int is_protected(msg_t *cfg, parts_t *at) {
-    if (at->n == 0) return 0;
-    if (strcmp(at->part[0], "proc") == 0 || strcmp(at->part[0], "sys") == 0) return 1;
-    for (uint32_t i = 0; i < cfg->nfields; i++) {
-        const char *k = cfg->key[i], *v = cfg->val[i];
-        if (strcmp(k, "private") != 0 && strcmp(k, "tests_at") != 0) continue;
-        /* a private dir's top-level folder (e.g. /logs) as a whole; /tests itself */
-        parts_t prot = {0};
-        parts_split(&prot, v);
-        int depth = strcmp(k, "private") == 0 ? 1 : prot.n;
-        int hit = prot.n > 0 && at->n >= depth;
-        for (int j = 0; hit && j < depth; j++) hit = strcmp(at->part[j], prot.part[j]) == 0;
-        parts_free(&prot);
-        if (hit) return 1;
-    }
-    return 0;
-}
-
-/* Open the path at (components from the root) without following its last
- * component; -1 if it does not exist. */
-static int walk(int rootfd, parts_t *at) {
-    int fd = dup(rootfd);
-    for (int i = 0; fd >= 0 && i < at->n; i++) {
-        int next = openat(fd, at->part[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        close(fd);
-        fd = next;
-    }
-    return fd;
-}
-
-/* Would a process in the verifier's root, following the link at dir/target,
- * pass through a protected place? Links are followed as the kernel would
- * (at most 40); components that do not exist are taken as written. */
-static int leads_into_protected(msg_t *cfg, int rootfd, parts_t *dir, const char *target) {
-    parts_t at = {0}, todo = {0};
-    if (target[0] != '/')
-        for (int i = 0; i < dir->n; i++) parts_push(&at, dir->part[i], strlen(dir->part[i]));
-    parts_split(&todo, target);
-    int hops = 0, hit = 0, first = 0; /* todo is consumed from index `first` */
-    while (!hit && first < todo.n) {
-        const char *c = todo.part[first++];
-        if (strcmp(c, ".") == 0) continue;
-        if (strcmp(c, "..") == 0) { parts_pop(&at); continue; }
-        parts_push(&at, c, strlen(c));
-        if ((hit = is_protected(cfg, &at))) break;
-        int fd = walk(rootfd, &at);
-        if (fd < 0) continue; /* missing: the rest is taken literally */
-        struct stat st;
-        char link[4096];
-        ssize_t n = -1;
-        if (fstat(fd, &st) == 0 && S_ISLNK(st.st_mode)) n = readlinkat(fd, "", link, sizeof link - 1);
-        close(fd);
-        if (n < 0) continue;
-        if (++hops > 40) break;
-        link[n] = 0;
-        parts_pop(&at);
-        if (link[0] == '/') while (at.n) parts_pop(&at);
-        /* the link's components go before what is left to do */
-        parts_t rest = {0};
-        parts_split(&rest, link);
-        for (int i = first; i < todo.n; i++) parts_push(&rest, todo.part[i], strlen(todo.part[i]));
-        parts_free(&todo);
-        todo = rest;
-        first = 0;
-    }
-    parts_free(&at);
-    parts_free(&todo);
-    return hit;
-}
-
 /* ------------------------------------------------------------ the audit */
 
-/* Links found to lead somewhere protected; removed only once every output was
- * walked, so a chain (a -> b -> /tests) is judged as the agent left it. */
-typedef struct { int dir; char *name; } doomed_t;
-static doomed_t *doomed;
-static int ndoomed, capdoomed;
+/* Which links lead where: ../../csrc/linkaudit.c, the same audit as the Docker helper's. */
 
-static void doom_link(int view_dir, parts_t *dir, const char *name, const char *target) {
-    if (ndoomed == capdoomed) {
-        capdoomed = capdoomed ? 2 * capdoomed : 16;
-        doomed = realloc(doomed, sizeof *doomed * capdoomed);
-        if (!doomed) child_fail("out of memory");
-    }
-    doomed[ndoomed].dir = dup(view_dir);
-    doomed[ndoomed].name = strdup(name);
-    if (doomed[ndoomed].dir < 0 || !doomed[ndoomed].name) child_fail("remember a link to remove");
-    ndoomed++;
-    fputs("removed=", report);
-    for (int i = 0; i < dir->n; i++) fprintf(report, "/%s", dir->part[i]);
-    fprintf(report, "/%s\x1f%s\n", name, target);
-}
+void linkaudit_fail(const char *what) { child_fail("%s", what); }
 
-void remove_doomed(void) {
-    for (int i = 0; i < ndoomed; i++) {
-        if (unlinkat(doomed[i].dir, doomed[i].name, 0) < 0 && errno != ENOENT)
-            child_fail("remove the link %s", doomed[i].name);
-        close(doomed[i].dir);
-        free(doomed[i].name);
-    }
-    ndoomed = 0;
+static void report_removed(const char *path, const char *target) {
+    fprintf(report, "removed=%s\x1f%s\n", path, target);
 }
 
 /* Walk what the agent wrote under the output (one of its layers, fd by fd,
  * never following links) beside the same directory in the verifier's view,
- * and remove the links that lead into protected places. */
+ * and doom the links that lead into protected places: /proc, /sys, and the
+ * top-level folders of the tests and the private directories. */
 void audit_links(msg_t *cfg, int rootfd, int a, const char *rel) {
-    typedef struct { DIR *agent; int view; } frame_t;
-    int cap = 64, depth = 0;
-    frame_t *stack = malloc(sizeof *stack * cap);
-    parts_t path = {0};
-    parts_split(&path, rel);
+    unprotect_all();
+    for (uint32_t i = 0; i < cfg->nfields; i++)
+        if (strcmp(cfg->key[i], "private") == 0 || strcmp(cfg->key[i], "tests_at") == 0) protect(cfg->val[i]);
     int v = open_beneath(rootfd, *rel ? rel : ".", O_RDONLY | O_DIRECTORY);
-    if (!stack || a < 0 || v < 0) {
-        if (a >= 0) close(a);
-        if (v >= 0) close(v);
-        free(stack);
-        parts_free(&path);
-        return;
-    }
-    stack[depth++] = (frame_t){fdopendir(a), v};
-    while (depth > 0) {
-        frame_t *top = &stack[depth - 1];
-        struct dirent *e = top->agent ? readdir(top->agent) : NULL;
-        if (!e) {
-            if (top->agent) closedir(top->agent);
-            close(top->view);
-            depth--;
-            if (depth > 0) parts_pop(&path);
-            continue;
-        }
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        int afd = dirfd(top->agent);
-        struct stat st;
-        if (fstatat(afd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
-        if (S_ISLNK(st.st_mode)) {
-            char target[4096], shown[4096];
-            ssize_t n = readlinkat(afd, e->d_name, target, sizeof target - 1);
-            if (n < 0) continue;
-            target[n] = 0;
-            /* The verifier sees this layer's link only if no layer above replaced it. */
-            ssize_t k = readlinkat(top->view, e->d_name, shown, sizeof shown - 1);
-            if (k != n || memcmp(shown, target, n) != 0) continue;
-            if (leads_into_protected(cfg, rootfd, &path, target)) doom_link(top->view, &path, e->d_name, target);
-        } else if (S_ISDIR(st.st_mode)) {
-            int sa = openat(afd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            int sv = openat(top->view, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            DIR *sd = sa >= 0 ? fdopendir(sa) : NULL;
-            if (!sd || sv < 0) {
-                if (sd) closedir(sd); else if (sa >= 0) close(sa);
-                if (sv >= 0) close(sv);
-                continue;
-            }
-            if (depth == cap) {
-                cap *= 2;
-                stack = realloc(stack, sizeof *stack * cap);
-                if (!stack) child_fail("out of memory");
-            }
-            parts_push(&path, e->d_name, strlen(e->d_name));
-            stack[depth++] = (frame_t){sd, sv};
-        }
-    }
-    free(stack);
-    parts_free(&path);
+    audit_tree(rootfd, a, v, rel, report_removed);
+}
+
+void remove_links(void) {
+    const char *bad = remove_doomed();
+    if (bad) child_fail("remove the link %s", bad);
 }
 
 /* ------------------------------------------------------------- mounting */
@@ -389,7 +209,7 @@ void graft_verifier(msg_t *cfg, pid_t init, const char *stage, int fail_fd) {
     }
     for (int i = 0; i < ngrafts; i++)
         for (int j = 0; j < grafts[i].nagent; j++) audit_links(cfg, rootfd, grafts[i].agent[j], grafts[i].out + 1);
-    remove_doomed();
+    remove_links();
     if (tests_mount >= 0) {
         mkdirs_owned("", tests_at + 1, uid);
         if (attach_mount(tests_mount, AT_FDCWD, tests_at) < 0) child_fail("attach the tests at %s", tests_at);

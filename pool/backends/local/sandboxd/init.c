@@ -3,61 +3,8 @@
 
 /* ------------------------------------------------------------- reaper */
 
-/* State and parent pid of a process, from /proc/PID/stat. */
-int read_proc_stat(const char *pid, char *state, int *ppid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%s/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t k = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (k <= 0) return -1;
-    buf[k] = 0;
-    char *rp = strrchr(buf, ')'); /* the command name may hold spaces and parens */
-    if (!rp || sscanf(rp + 2, "%c %d", state, ppid) != 2) return -1;
-    return 0;
-}
-
-/* Every process an exec started, found through the parent links in /proc:
- * the reaper is a child subreaper, so orphans (setsid, double fork) come back
- * to it and stay in the tree. */
-static int collect_descendants(pid_t self, pid_t *out, int max) {
-    static pid_t pids[65536], ppids[65536];
-    int n = 0;
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 65536) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        char state;
-        int ppid;
-        if (read_proc_stat(e->d_name, &state, &ppid) < 0) continue;
-        pids[n] = atoi(e->d_name);
-        ppids[n] = ppid;
-        n++;
-    }
-    closedir(d);
-    int count = 0;
-    out[count++] = self;
-    for (int head = 0; head < count; head++)
-        for (int i = 0; i < n && count < max; i++)
-            if (ppids[i] == out[head]) out[count++] = pids[i];
-    for (int i = 1; i < count; i++) out[i - 1] = out[i];
-    return count - 1;
-}
-
-static void kill_tree(pid_t self) {
-    static pid_t found[65536];
-    for (int round = 0; round < 1000; round++) {
-        int n = collect_descendants(self, found, 65536);
-        for (int i = 0; i < n; i++) kill(found[i], SIGKILL);
-        while (waitpid(-1, NULL, WNOHANG) > 0) {}
-        if (n == 0) {
-            if (waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD) return;
-            usleep(1000);
-        }
-    }
-}
+/* read_proc_stat(), descendants() and kill_tree(): ../../csrc/proctree.c, shared with the
+ * Docker helper. */
 
 int exit_code_of(int status) {
     if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -133,11 +80,11 @@ void run_reaper(msg_t *m) {
         sigtimedwait(&chld, NULL, &ts);
     }
     if (timed_out) {
-        kill_tree(getpid());
+        kill_tree(getpid(), 1);
         write_status(st, 128 + SIGKILL, 1, 0);
         _exit(0);
     }
-    if (reap_all) kill_tree(getpid());
+    if (reap_all) kill_tree(getpid(), 1);
     write_status(st, exit_code_of(status), 0, 0);
     close(st);
     /* Background processes the command left running live on: init adopts and

@@ -68,6 +68,9 @@
 #include <unistd.h>
 #include <linux/capability.h>
 
+#include "linkaudit.h" /* ../../csrc: shared with the Docker helper */
+#include "proctree.h"
+
 enum {
     OP_CREATE = 1, OP_RESTORE = 2, OP_EXEC = 3, OP_CLOSE = 4, OP_READ = 5,
     OP_WRITE = 6, OP_FREEZE = 7, OP_THAW = 8, OP_PING = 9, OP_SEAL = 10,
@@ -146,10 +149,10 @@ extern launch_t launch;
 void graft_verifier(msg_t *cfg, pid_t init, const char *stage, int fail_fd) __attribute__((noreturn));
 void set_failure_fd(int fd); /* where child_fail sends its "e<message>" */
 /* Find the links one of the agent's layers (an open directory at rel) has that lead a process in
- * the view at rootfd into /tests, a private directory, /proc or /sys; remove_doomed() removes them
- * through the view. Both write "removed=" lines to the report set with set_report(). */
+ * the view at rootfd into /tests, a private directory, /proc or /sys; remove_links() removes them
+ * through the view. audit_links writes "removed=" lines to the report set with set_report(). */
 void audit_links(msg_t *cfg, int rootfd, int agent_dir, const char *rel);
-void remove_doomed(void);
+void remove_links(void);
 void set_report(FILE *to);
 
 /* shared.c: a shared verifier's mount namespace beside the agent's live processes. */
@@ -191,7 +194,6 @@ int install_seccomp(void);
 void init_loop(int sock) __attribute__((noreturn));
 void run_reaper(msg_t *m) __attribute__((noreturn));
 void run_file_op(msg_t *m) __attribute__((noreturn));
-int read_proc_stat(const char *pid, char *state, int *ppid); /* from /proc/PID/stat */
 int exit_code_of(int status);                                /* 128 + signal for a killed process */
 void become_killable(void);                                  /* give up init's OOM immunity */
 

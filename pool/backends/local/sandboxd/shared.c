@@ -622,7 +622,7 @@ int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, 
         audit_links(cfg, rootfd, openat(agent_upper, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), e->d_name);
     }
     if (live) closedir(live);
-    remove_doomed();
+    remove_links();
     if (fclose(report) != 0) return fail(err, errlen, "write the verification report");
     set_report(NULL);
     return 0;
