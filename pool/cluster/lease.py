@@ -20,7 +20,7 @@ from typing import Any
 from pool.changes import MAX_PATHS, Changes
 from pool.cluster import raycalls
 from pool.cluster.fastpath import FastPathClient
-from pool.cluster.manager import LeaseGrant
+from pool.cluster.slots import LeaseGrant
 from pool.errors import HostBrokenError, LeaseLostError, SandboxClosedError, SandboxError
 from pool.network.audit import NetworkLog
 from pool.network.policy import NetworkPolicy, Phase

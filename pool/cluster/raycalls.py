@@ -38,3 +38,24 @@ def actor_class(cls: type, **options: Any) -> Any:
 
     remote: Any = ray.remote
     return remote(**options)(cls)
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an error from an actor call, without Ray's remote traceback."""
+    from pool.errors import SnapgymError
+
+    cause = cause_of(exc)
+    if cause is not exc and not isinstance(cause, SnapgymError):
+        return f"{type(cause).__name__} in a pool host"
+    message = str(cause).splitlines()[0] if str(cause) else ""
+    return f"{type(cause).__name__}: {message}"
+
+
+def is_host_failure(exc: BaseException) -> bool:
+    """Whether an actor call failed because the host itself is dead or broken."""
+    from ray.exceptions import RayActorError
+
+    from pool.errors import HostBrokenError
+
+    # ConnectionError: the host's fast-path socket closed (its process died).
+    return isinstance(exc, RayActorError | ConnectionError) or isinstance(cause_of(exc), HostBrokenError)
