@@ -86,19 +86,8 @@ class Builder:
         self._fetcher: ImageFetcher | None = None
 
     def build(self, template: Template, open_sandbox: OpenSandbox) -> Snapshot:
-        """Build (or find in the store) the snapshot of a template.
-
-        A stored snapshot and the base are checked against their digests before
-        use (once per process); one whose layer was deleted is built again.
-
-        Raises:
-            BuildError: a setup step or the healthcheck failed; the message
-                holds the step and its output.
-            SnapshotCorruptError: a stored layer or record differs from its
-                digest; the message names the layer, the path and what to delete.
-            SnapshotTooLargeError: the setup left more than ``max_snapshot_mb``.
-            StoreFullError: the store's filesystem is full.
-        """
+        """:meth:`LocalBackend.build <pool.backends.local.backend.LocalBackend.build>`, with
+        ``open_sandbox`` opening the build's sandbox (its errors are listed there)."""
         require_supported(template.resources, backend=BACKEND_NAME, gpu=False)
         recipe = self._recipe(template)
         base = self._base(recipe.base)
