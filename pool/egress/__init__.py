@@ -14,12 +14,9 @@ Modules:
   extra CAs, trusted networks, the download cache).
 - :mod:`~pool.egress.addresses`: what is refused whatever the policy (non-global addresses, Ray's ports).
 - :mod:`~pool.egress.proxy`: the proxy (asyncio, one event loop thread per process): ``EgressProxy``
-  and its per-sandbox ``Gate`` (:mod:`~pool.egress.gate`); a connection is served by
-  :mod:`~pool.egress.session` (request head :mod:`~pool.egress.head`, body :mod:`~pool.egress.body`,
-  destination :mod:`~pool.egress.route`, first tunnel bytes :mod:`~pool.egress.opening` and
-  :mod:`~pool.egress.sni`, byte relay :mod:`~pool.egress.relay`) within :mod:`~pool.egress.limits`.
-  While the download cache is on, a judged connection is served by :mod:`~pool.egress.cached` instead
-  (steps both share: :mod:`~pool.egress.steps`).
+  and its per-sandbox ``Gate`` (:mod:`~pool.egress.gate`); each client connection is served by
+  :mod:`~pool.egress.connection` (request head, body, destination, tunnel checks, relay, and the
+  cached variant while the download cache is on) within :mod:`~pool.egress.limits`.
 - :mod:`~pool.egress.cache`: verify-time downloads that replay offline (record/replay behind the proxy).
 - :mod:`~pool.network.audit`: the records (``Connection``, ``NetworkLog``).
 - :mod:`~pool.egress.gatekeeper`, :mod:`~pool.egress.service`: how a backend attaches the proxy to its sandboxes.

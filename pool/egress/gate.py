@@ -18,12 +18,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pool.egress.attempt import Attempt
+from pool.egress.connection.attempt import Attempt
+from pool.egress.connection.relay import reply, shut
+from pool.egress.connection.route import Network
+from pool.egress.connection.session import serve
 from pool.egress.limits import ProxyLimits
 from pool.egress.loop import LoopThread
-from pool.egress.relay import reply, shut
-from pool.egress.route import Network
-from pool.egress.session import serve
 from pool.egress.settings import EgressSettings
 from pool.errors import BackendError
 from pool.network.audit import DENIED, Connection

@@ -10,7 +10,7 @@ client sends can say otherwise.
 
 The client is assumed hostile. Every request is judged on the address the proxy
 itself resolved and connects to (:mod:`pool.egress.addresses`), TLS and HTTP
-sent through a tunnel must name the tunnel's host (:mod:`pool.egress.opening`),
+sent through a tunnel must name the tunnel's host (:mod:`pool.egress.connection.opening`),
 every wait is bounded, each gate's connections and records are capped
 (:class:`~pool.egress.limits.ProxyLimits`), and a gate's records are its own.
 

@@ -19,12 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from pool.egress.addresses import refusal
+from pool.egress.connection.route import upstream_authorization
+from pool.egress.connection.sni import Truncated, server_name
 from pool.egress.gate import Gate
 from pool.egress.limits import ProxyLimits
 from pool.egress.proxy import EgressProxy
-from pool.egress.route import upstream_authorization
 from pool.egress.settings import EgressSettings
-from pool.egress.sni import Truncated, server_name
 from pool.errors import BackendError, ConfigError
 from pool.network.audit import Connection
 from pool.network.policy import NetworkPolicy, Phase

@@ -11,11 +11,11 @@ from http import HTTPStatus
 
 import h11
 
-from pool.egress.attempt import Attempt
 from pool.egress.cache.downloads import DownloadCache
 from pool.egress.cache.http import Peer
 from pool.egress.cache.origin import Origin, OriginFailed
-from pool.egress.head import Authority
+from pool.egress.connection.attempt import Attempt
+from pool.egress.connection.head import Authority
 from pool.egress.limits import ProxyLimits
 
 _PRECEDENCE = ("hit", "passed", "stored", "miss")

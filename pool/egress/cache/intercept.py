@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable
 
 import h11
 
-from pool.egress.attempt import Attempt
 from pool.egress.cache.downloads import DownloadCache
 from pool.egress.cache.exchange import ClientFailed, Context, answer
 from pool.egress.cache.http import Peer, text_headers, values
@@ -26,9 +25,10 @@ from pool.egress.cache.origin import Origin, OriginSpec
 from pool.egress.cache.record import record
 from pool.egress.cache.replay import replay
 from pool.egress.cache.streams import PlainStream, Stream, TLSStream
-from pool.egress.head import Authority, host_of, parse_authority
+from pool.egress.connection.attempt import Attempt
+from pool.egress.connection.head import Authority, host_of, parse_authority
+from pool.egress.connection.route import Route
 from pool.egress.limits import ProxyLimits
-from pool.egress.route import Route
 from pool.network.audit import DENIED
 
 __all__ = ["Context", "origin_for", "serve_request", "serve_tunnel"]

@@ -17,8 +17,8 @@ import h11
 
 from pool.egress.cache.http import Peer, encoded
 from pool.egress.cache.streams import PlainStream, TLSStream
-from pool.egress.relay import close
-from pool.egress.route import Refused, Route, Unreachable
+from pool.egress.connection.relay import close
+from pool.egress.connection.route import Refused, Route, Unreachable
 
 
 class OriginFailed(Exception):

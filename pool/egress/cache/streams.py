@@ -15,7 +15,7 @@ import ssl
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from pool.egress.relay import CHUNK_BYTES
+from pool.egress.connection.relay import CHUNK_BYTES
 
 _T = TypeVar("_T")
 

@@ -3,7 +3,7 @@
 The destination is judged exactly as without the cache (policy, addresses, a tunnel's first
 bytes naming its host) before anything is fetched or served; then the HTTP(S) it carries is
 handed to :mod:`pool.egress.cache.intercept`. A replay connects nowhere, so it judges without
-DNS (:func:`~pool.egress.route.permit_offline`).
+DNS (:func:`~pool.egress.connection.route.permit_offline`).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from pool.egress import opening
-from pool.egress.attempt import Attempt
 from pool.egress.cache import intercept
-from pool.egress.head import Authority, RequestHead
-from pool.egress.relay import close
-from pool.egress.route import Network, Refused, Route, open_route, permit_offline, upstream_authorization
-from pool.egress.steps import checked_opening, established, open_destination, refuse, relay_tunnel
+from pool.egress.connection import opening
+from pool.egress.connection.attempt import Attempt
+from pool.egress.connection.head import Authority, RequestHead
+from pool.egress.connection.relay import close
+from pool.egress.connection.route import Network, Refused, Route, open_route, permit_offline, upstream_authorization
+from pool.egress.connection.steps import checked_opening, established, open_destination, refuse, relay_tunnel
 from pool.network.audit import ALLOWED, DENIED
 from pool.network.policy import NetworkPolicy
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from pool.egress import opening
-from pool.egress.attempt import Attempt
-from pool.egress.head import Authority
-from pool.egress.relay import Activity, pipe, relay, reply, send
-from pool.egress.route import Network, Refused, Route, Unreachable, open_route
+from pool.egress.connection import opening
+from pool.egress.connection.attempt import Attempt
+from pool.egress.connection.head import Authority
+from pool.egress.connection.relay import Activity, pipe, relay, reply, send
+from pool.egress.connection.route import Network, Refused, Route, Unreachable, open_route
 from pool.network.audit import ALLOWED, DENIED, UNREACHABLE
 from pool.network.policy import NetworkPolicy
 
@@ -94,7 +94,7 @@ async def open_destination(
     *,
     tunnel: bool,
 ) -> Route | None:
-    """Connect to ``target`` as :func:`~pool.egress.route.open_route` does; None when it was refused
+    """Connect to ``target`` as :func:`~pool.egress.connection.route.open_route` does; None when it was refused
     or unreachable (the client is told so, the attempt records why)."""
     try:
         return await open_route(target, policy, network, attempt, tunnel=tunnel)

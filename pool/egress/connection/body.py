@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pool.egress.head import RequestHead
-from pool.egress.relay import CHUNK_BYTES, Activity, send
+from pool.egress.connection.head import RequestHead
+from pool.egress.connection.relay import CHUNK_BYTES, Activity, send
 
 _MAX_CHUNK_LINE = 4096
 

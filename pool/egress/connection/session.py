@@ -3,7 +3,7 @@
 A connection carries one request: ``CONNECT host:port`` opens a tunnel, an
 absolute-form request (``GET http://host/path``) is forwarded in origin form
 with ``Connection: close``. While the download cache is on, both are served by
-:mod:`pool.egress.cached` once judged. Whatever happens is written into the connection's
+:mod:`pool.egress.connection.cached` once judged. Whatever happens is written into the connection's
 :class:`Attempt`; the caller turns it into the audit record and closes the
 client connection.
 """
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 
-from pool.egress import cached
-from pool.egress.attempt import Attempt
-from pool.egress.body import Framing, copy_body, framing
-from pool.egress.head import Authority, RequestHead, host_of, parse_authority, parse_head, parse_proxy_url
-from pool.egress.relay import Activity, close, pipe, relay, reply, send
-from pool.egress.route import Network, Route, upstream_authorization
-from pool.egress.steps import established, open_destination, refuse, relay_tunnel
+from pool.egress.connection import cached
+from pool.egress.connection.attempt import Attempt
+from pool.egress.connection.body import Framing, copy_body, framing
+from pool.egress.connection.head import Authority, RequestHead, host_of, parse_authority, parse_head, parse_proxy_url
+from pool.egress.connection.relay import Activity, close, pipe, relay, reply, send
+from pool.egress.connection.route import Network, Route, upstream_authorization
+from pool.egress.connection.steps import established, open_destination, refuse, relay_tunnel
 from pool.network.audit import ALLOWED, INVALID
 from pool.network.policy import NetworkPolicy
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from pool.egress.addresses import refusal
-from pool.egress.attempt import Attempt
-from pool.egress.head import Authority
+from pool.egress.connection.attempt import Attempt
+from pool.egress.connection.head import Authority
 from pool.egress.limits import ProxyLimits
 from pool.egress.settings import EgressSettings
 from pool.network.policy import Decision, IPAddress, NetworkMode, NetworkPolicy, parse_address

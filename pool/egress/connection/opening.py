@@ -15,10 +15,10 @@ import asyncio
 import enum
 import re
 
-from pool.egress.head import Authority, host_of, is_request_line, parse_authority, parse_head
+from pool.egress.connection.head import Authority, host_of, is_request_line, parse_authority, parse_head
+from pool.egress.connection.relay import CHUNK_BYTES
+from pool.egress.connection.sni import Truncated, client_hello, is_tls_handshake, server_name
 from pool.egress.limits import ProxyLimits
-from pool.egress.relay import CHUNK_BYTES
-from pool.egress.sni import Truncated, client_hello, is_tls_handshake, server_name
 from pool.network.policy import normalise_host
 
 _TOKEN_PREFIX = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]*")
