@@ -3,10 +3,12 @@
 Every YAML file under ``configs/`` names one of these schemas first in its
 defaults list, so Hydra checks names and types of every key while composing,
 before any sandbox starts. The ``backend`` group is the exception: a backend's
-options are its constructor's keyword arguments, so its YAML is plain and
-:func:`check_backend_options` checks it against that signature; the cloud
-backends' YAMLs take the options they share, with their defaults, from
-``backend/cloud/options`` (``pool.backends.remote.options.RemoteOptions``).
+options are its constructor's keyword arguments, so :func:`check_backend_options`
+checks its YAML against that signature, and no YAML restates a default: the
+local and Docker YAMLs start from ``backend/options/<name>``, every option with
+its default read from the constructor (``pool.backends.option_defaults``); the
+cloud backends' YAMLs take the options they share from ``backend/cloud/options``
+(``pool.backends.remote.options.RemoteOptions``).
 Hydra's ``+key=value`` slips past that check, and a required key (``???``) is
 only noticed when read, so the runner also calls ``reject_unknown_keys`` and
 ``require_values`` before it starts anything.
@@ -177,9 +179,12 @@ def register_configs() -> None:
     store.store(group="agent", name="replay_schema", node=schemas.ReplayAgentConfig)
     store.store(group="agent", name="llm_schema", node=schemas.LLMAgentConfig)
     store.store(group="agent", name="installed_schema", node=schemas.InstalledAgentConfig)
+    from pool.backends import option_defaults
     from pool.backends.remote.options import RemoteOptions  # no provider SDK: it is imported only when used
 
     store.store(group="backend/cloud", name="options", node=RemoteOptions.defaults())
+    for name in ("local", "docker"):  # their SDK-free constructors are the schema (no Docker SDK is imported)
+        store.store(group="backend/options", name=name, node=option_defaults(name))
 
 
 def check_backend_options(cfg: DictConfig) -> None:

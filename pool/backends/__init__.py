@@ -14,10 +14,14 @@ valid ones.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import enum
 import functools
 import importlib
 import inspect
+import os
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -63,6 +67,52 @@ def backend_options(name: str) -> dict[str, inspect.Parameter]:
     signature = inspect.signature(backend_class(name).__init__)
     kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return {p.name: p for p in signature.parameters.values() if p.kind in kinds and p.name != "self"}
+
+
+def option_defaults(name: str) -> dict[str, Any]:
+    """Every option of a backend with its default, as plain values a config file holds.
+
+    The runner's ``configs/backend/<name>.yaml`` starts from this, so the YAML restates no default
+    and every option can be set from the command line (``backend.prewarm=false``). An option whose
+    default is None but whose type is a settings dataclass (``registry``, ``egress``) is given that
+    dataclass's fields, so one field can be set (``backend.egress.hosts=[...]``); None and an
+    all-defaults mapping mean the same to the backend.
+    """
+    cls = backend_class(name)
+    hints = typing.get_type_hints(cls.__init__)
+    defaults: dict[str, Any] = {}
+    for option, parameter in backend_options(name).items():
+        if parameter.default is inspect.Parameter.empty:
+            continue
+        settings = _settings_type(hints.get(option)) if parameter.default is None else None
+        defaults[option] = _plain(settings() if settings else parameter.default)
+    return defaults
+
+
+def _settings_type(hint: Any) -> type[Any] | None:
+    """The settings dataclass among the types an option takes (``X | Mapping | None``), if any."""
+    for member in typing.get_args(hint):
+        if isinstance(member, type) and dataclasses.is_dataclass(member):
+            return member
+    return None
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as a config file holds it: dataclasses as mappings of their given fields (a field's
+    ``config_default`` metadata, where it has one, is the form a config starts from: ``[]`` for a
+    mapping that overrides give as a list), tuples as lists, paths and enums as text."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        given = (f for f in dataclasses.fields(value) if f.init)
+        return {f.name: _plain(f.metadata.get("config_default", getattr(value, f.name))) for f in given}
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, frozenset, set)):
+        return [_plain(item) for item in value]
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
 
 
 def check_options(name: str, options: Mapping[str, Any]) -> None:

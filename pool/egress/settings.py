@@ -21,9 +21,9 @@ RAY_PORTS = (6379, 8265, 10001, 52365)
 class EgressSettings:
     """The proxy's side of the network, set per machine or run (never by a task or an agent)."""
 
-    hosts: Mapping[str, str] = field(default_factory=dict)
+    hosts: Mapping[str, str] = field(default_factory=dict, metadata={"config_default": []})
     """Name -> address, used by the proxy's resolver before DNS (like Docker's ``--add-host``).
-    :meth:`parse` also takes a list of ``"name=address"`` strings (the form Hydra overrides can add to)."""
+    :meth:`parse` also takes a list of ``"name=address"`` strings (the form runner configs start from)."""
     upstream_proxy: str | None = field(default=None, repr=False)
     """``http://[user:password@]host:port`` of a proxy every allowed connection goes through (a
     corporate proxy; credentials go to it as ``Proxy-Authorization: Basic``, never to a sandbox).
@@ -45,8 +45,8 @@ class EgressSettings:
     """Model routes (:mod:`pool.egress.models.routes`): the model endpoints an agent inside a sandbox may
     call during its turn, with a key added here. :meth:`parse` also takes a list of mappings or a
     mapping of name -> fields."""
-    networks: tuple[IPNetwork, ...] = field(default=(), compare=False, repr=False)
-    host_addresses: Mapping[str, IPAddress] = field(default_factory=dict, compare=False, repr=False)
+    networks: tuple[IPNetwork, ...] = field(default=(), init=False, compare=False, repr=False)
+    host_addresses: Mapping[str, IPAddress] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         addresses = {}

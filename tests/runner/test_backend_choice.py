@@ -114,3 +114,31 @@ def test_a_cloud_backends_config_is_its_constructors_options_with_the_shared_def
     assert all(options[key].default == default for key, default in shared.items())
     overridden = compose_config([f"backend={name}", "backend.prewarm=false", "backend.max_creates_per_s=null"])
     assert overridden.backend.prewarm is False and overridden.backend.max_creates_per_s is None
+
+
+@pytest.mark.parametrize("name", ["local", "docker"])
+def test_a_backends_config_holds_every_constructor_option_with_its_default(name: str) -> None:
+    """configs/backend/<name>.yaml restates no default: every keyword of the constructor is a key with the
+    constructor's default (so backend.prewarm=false works without ``+``), settings values are mappings of
+    their fields, and the YAML's composition hands the backend exactly what it would take by default."""
+    from omegaconf import OmegaConf
+
+    from benchmarks.cli import compose_config
+    from benchmarks.config import register_configs
+    from pool.backends import backend_options
+    from pool.backends.local.oci.settings import RegistrySettings, registry_settings
+    from pool.egress.settings import EgressSettings
+
+    register_configs()
+    composed = OmegaConf.to_container(compose_config([f"backend={name}"]).backend)
+    assert isinstance(composed, dict) and composed.pop("name") == name
+    options = backend_options(name)
+    assert set(composed) == set(options)
+    plain = {key: value for key, value in composed.items() if not isinstance(value, dict)}
+    assert all(options[key].default == value for key, value in plain.items()), plain
+    assert composed["egress"]["hosts"] == [] and composed["egress"]["cache"]["mode"] == "off"
+    overridden = compose_config([f"backend={name}", "backend.prewarm=false", 'backend.egress.hosts=["m=10.0.0.5"]'])
+    assert overridden.backend.prewarm is False and list(overridden.backend.egress.hosts) == ["m=10.0.0.5"]
+    assert EgressSettings.parse(composed["egress"]) == EgressSettings()  # the same as leaving it None
+    if name == "local":
+        assert registry_settings(composed["registry"]) == RegistrySettings()
