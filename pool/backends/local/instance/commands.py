@@ -101,15 +101,7 @@ def run(
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     st_r, st_w = os.pipe2(os.O_CLOEXEC)
-    try:
-        link.send(Op.EXEC, fields, [stdin_fd, out_w, err_w, st_w])
-    except BaseException:
-        for fd in (out_r, err_r, st_r):
-            os.close(fd)
-        raise
-    finally:
-        for fd in (stdin_fd, out_w, err_w, st_w):
-            os.close(fd)
+    _send_exec(link, fields, passed=(stdin_fd, out_w, err_w, st_w), kept=(out_r, err_r, st_r))
     deadline = started + timeout_s + HOST_GRACE_S if timeout_s else None
     got = capture.collect(out_r, err_r, st_r, cap=cap, deadline_s=deadline)
     duration = time.monotonic() - started
@@ -131,16 +123,24 @@ def open_session(link: SandboxLink, fields: Fields, env: Mapping[str, str]) -> s
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     st_r, st_w = os.pipe2(os.O_CLOEXEC)
+    _send_exec(link, fields, passed=(control_r, out_w, err_w, st_w), kept=(control_w, out_r, err_r, st_r))
+    return shellsession.ShellSession(control_w, out_r, err_r, st_r, env)
+
+
+def _send_exec(link: SandboxLink, fields: Fields, *, passed: tuple[int, ...], kept: tuple[int, ...]) -> None:
+    """Send an EXEC request handing the daemon ``passed`` (closed here either way: the daemon has its copies).
+
+    ``kept`` are the host's ends of the same pipes; when the request cannot be sent they are closed too.
+    """
     try:
-        link.send(Op.EXEC, fields, [control_r, out_w, err_w, st_w])
+        link.send(Op.EXEC, fields, list(passed))
     except BaseException:
-        for fd in (control_w, out_r, err_r, st_r):
+        for fd in kept:
             os.close(fd)
         raise
     finally:
-        for fd in (control_r, out_w, err_w, st_w):
+        for fd in passed:
             os.close(fd)
-    return shellsession.ShellSession(control_w, out_r, err_r, st_r, env)
 
 
 def run_step(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from dataclasses import dataclass
 
 from pool.errors import ImageError
 
@@ -31,10 +31,11 @@ def explain(stderr: str, *, image: str, host: str | None) -> ImageError:
     """The ImageError for skopeo's ``stderr`` when fetching ``image`` (from registry ``host``, if one)."""
     detail = _detail(stderr)
     lowered = detail.lower()
-    where = host or "the registry"
-    for words, describe in _CAUSES:
-        if any(word in lowered for word in words):
-            return ImageError(describe(image, where, detail))
+    for cause in _CAUSES:
+        if any(word in lowered for word in cause.words):
+            where = host or "the registry"
+            text = cause.message.format(image=image, where=where, detail=detail, blob=_blob(detail), offline=OFFLINE)
+            return ImageError(text)
     return ImageError(f"image {image} could not be fetched ({detail}); {OFFLINE}")
 
 
@@ -49,76 +50,63 @@ def _detail(stderr: str) -> str:
     return _PREFIX.sub("", message)
 
 
-def _corrupt(image: str, where: str, detail: str) -> str:
-    blob = _EXPECTED.search(detail) or _DIGEST.search(detail)
-    name = blob.group(1 if blob.re is _EXPECTED else 0) if blob else "a blob"
-    return (
-        f"image {image}: blob {name} as served by {where} differs from its digest ({detail}); the source's copy is "
-        f"damaged (or changed in transit): push the image to the registry again, fetch it through a mirror, {OFFLINE}"
-    )
+def _blob(detail: str) -> str:
+    """The digest of the blob a message names (the one it expected, if it says), else "a blob"."""
+    expected = _EXPECTED.search(detail)
+    if expected:
+        return expected.group(1)
+    named = _DIGEST.search(detail)
+    return named.group(0) if named else "a blob"
 
 
-def _no_daemon(image: str, where: str, detail: str) -> str:
-    return (
-        f"image {image}: no Docker engine could be reached ({detail}); docker-daemon: sources need a running engine "
-        "(DOCKER_HOST or /var/run/docker.sock): start one, or `docker save` the image elsewhere and use "
-        "'docker-archive:/path/image.tar'"
-    )
+@dataclass(frozen=True, slots=True)
+class _Cause:
+    """One kind of failure: words of skopeo's message that reveal it, and what to say then."""
+
+    words: tuple[str, ...]
+    """Lowercase fragments; the first cause one of whose words the message holds is taken."""
+    message: str
+    """A ``str.format`` template over ``image``, ``where`` (the registry), ``detail`` (skopeo's words),
+    ``blob`` (a digest it names) and ``offline`` (:data:`OFFLINE`)."""
 
 
-def _tls(image: str, where: str, detail: str) -> str:
-    return (
-        f"image {image}: the certificate of {where} is not trusted ({detail}); trust its CA with "
-        f"RegistrySettings(ca_dirs=[folder holding ca.crt]), or, for a test registry, "
-        f"RegistrySettings(insecure_registries=[{where!r}]); {OFFLINE}"
-    )
-
-
-def _plain_http(image: str, where: str, detail: str) -> str:
-    return (
-        f"image {image}: {where} speaks plain HTTP ({detail}); allow it with "
-        f"RegistrySettings(insecure_registries=[{where!r}])"
-    )
-
-
-def _platform(image: str, where: str, detail: str) -> str:
-    return (
-        f"image {image} has no variant for the requested platform ({detail}); pick one it has with "
-        "RegistrySettings(platform='linux/arm64') or similar"
-    )
-
-
-def _auth(image: str, where: str, detail: str) -> str:
-    return (
-        f"image {image}: {where} refused access ({detail}); the image may also not exist, as registries answer "
-        f"the same for both. Give credentials: RegistrySettings(credentials={{{where!r}: Credentials(user, "
-        f"password)}}) or auth_file=~/.docker/config.json after `docker login {where}`; {OFFLINE}"
-    )
-
-
-def _not_found(image: str, where: str, detail: str) -> str:
-    return (
-        f"image {image} was not found ({detail}); check its name, tag or pinned digest (a wrong "
-        f"@sha256: pin is not found too); {OFFLINE}"
-    )
-
-
-def _unreachable(image: str, where: str, detail: str) -> str:
-    return (
-        f"image {image}: {where} cannot be reached ({detail}); check the network, configure a mirror with "
-        f"RegistrySettings(mirrors={{{where!r}: ['mirror.example.com']}}), {OFFLINE}"
-    )
-
-
-_CAUSES: tuple[tuple[tuple[str, ...], Callable[[str, str, str], str]], ...] = (
-    (("digest did not match", "does not match digest", "digest mismatch", "does not match the digest"), _corrupt),
-    (("cannot connect to the docker daemon", "docker.sock"), _no_daemon),
-    (("x509", "certificate"), _tls),
-    (("http response to https client",), _plain_http),
-    (("no image found in manifest list", "choosing image instance", "choosing an image from manifest"), _platform),
-    (("unauthorized", "authentication required", "denied", "incorrect username", "invalid username"), _auth),
-    (
-        (
+_CAUSES = (
+    _Cause(
+        words=("digest did not match", "does not match digest", "digest mismatch", "does not match the digest"),
+        message="image {image}: blob {blob} as served by {where} differs from its digest ({detail}); the source's "
+        "copy is damaged (or changed in transit): push the image to the registry again, fetch it through a mirror, "
+        "{offline}",
+    ),
+    _Cause(
+        words=("cannot connect to the docker daemon", "docker.sock"),
+        message="image {image}: no Docker engine could be reached ({detail}); docker-daemon: sources need a running "
+        "engine (DOCKER_HOST or /var/run/docker.sock): start one, or `docker save` the image elsewhere and use "
+        "'docker-archive:/path/image.tar'",
+    ),
+    _Cause(
+        words=("x509", "certificate"),
+        message="image {image}: the certificate of {where} is not trusted ({detail}); trust its CA with "
+        "RegistrySettings(ca_dirs=[folder holding ca.crt]), or, for a test registry, "
+        "RegistrySettings(insecure_registries=[{where!r}]); {offline}",
+    ),
+    _Cause(
+        words=("http response to https client",),
+        message="image {image}: {where} speaks plain HTTP ({detail}); allow it with "
+        "RegistrySettings(insecure_registries=[{where!r}])",
+    ),
+    _Cause(
+        words=("no image found in manifest list", "choosing image instance", "choosing an image from manifest"),
+        message="image {image} has no variant for the requested platform ({detail}); pick one it has with "
+        "RegistrySettings(platform='linux/arm64') or similar",
+    ),
+    _Cause(
+        words=("unauthorized", "authentication required", "denied", "incorrect username", "invalid username"),
+        message="image {image}: {where} refused access ({detail}); the image may also not exist, as registries "
+        "answer the same for both. Give credentials: RegistrySettings(credentials={{{where!r}: Credentials(user, "
+        "password)}}) or auth_file=~/.docker/config.json after `docker login {where}`; {offline}",
+    ),
+    _Cause(
+        words=(
             "manifest unknown",
             "name unknown",
             "not found",
@@ -127,10 +115,11 @@ _CAUSES: tuple[tuple[tuple[str, ...], Callable[[str, str, str], str]], ...] = (
             "does not exist",
             "no such image",
         ),
-        _not_found,
+        message="image {image} was not found ({detail}); check its name, tag or pinned digest (a wrong "
+        "@sha256: pin is not found too); {offline}",
     ),
-    (
-        (
+    _Cause(
+        words=(
             "connection refused",
             "no such host",
             "i/o timeout",
@@ -142,6 +131,7 @@ _CAUSES: tuple[tuple[tuple[str, ...], Callable[[str, str, str], str]], ...] = (
             "dial tcp",
             "eof",
         ),
-        _unreachable,
+        message="image {image}: {where} cannot be reached ({detail}); check the network, configure a mirror with "
+        "RegistrySettings(mirrors={{{where!r}: ['mirror.example.com']}}), {offline}",
     ),
 )

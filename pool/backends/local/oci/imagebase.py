@@ -35,9 +35,9 @@ from typing import Any
 
 from pool.backends.local.oci.fetch import ImageConfig, ImageFetcher, LayerBlob, PulledImage
 from pool.backends.local.oci.layer import unpack_layer
-from pool.backends.local.store import durable, staging
+from pool.backends.local.store import durable
 from pool.backends.local.store.catalogue import BaseRecord, SnapshotStore
-from pool.backends.local.store.layers import shift_owners
+from pool.backends.local.store.layers import reap_orphans, shift_owners
 from pool.backends.local.store.mountpoints import mount_point_layer
 from pool.build.digest import FORMAT, combine
 
@@ -163,7 +163,4 @@ def _write(store: SnapshotStore, path: Path, data: dict[str, Any]) -> None:
 
 def _reap(store: SnapshotStore) -> None:
     """Remove record files that processes killed mid-write left (the store's reap does not know these folders)."""
-    for name in ("images", "layers"):
-        for entry in _folder(store, name).iterdir():
-            if staging.is_orphan(entry):
-                entry.unlink(missing_ok=True)
+    reap_orphans(_folder(store, "images"), _folder(store, "layers"))

@@ -243,14 +243,7 @@ class _Unpacker:
 
     def _open_dir(self, parts: tuple[str, ...], *, create: bool) -> int:
         """A descriptor of the folder at ``parts``, opened (and made, if ``create``) component by component."""
-        fd = os.dup(self.root_fd)
-        for part in parts:
-            try:
-                child = self._open_child(fd, part, create=create)
-            finally:
-                os.close(fd)
-            fd = child
-        return fd
+        return walk.descend(self.root_fd, parts, lambda fd, part: self._open_child(fd, part, create=create))
 
     def _open_child(self, fd: int, part: str, *, create: bool) -> int:
         try:

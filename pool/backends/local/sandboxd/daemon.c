@@ -53,9 +53,7 @@ static void create(msg_t *m) {
         close(sv[0]);
         close(signal_fd);
         for (int i = 0; i < count; i++) close(sandboxes[i].sock);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        unblock_signals();
         keeper_main(m, stage_root, sv[1]); /* replies to Python itself */
     }
     close(sv[1]);
@@ -127,22 +125,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "snapgym-sandboxd: mount %s: %s\n", stage_root, strerror(errno));
         return 3;
     }
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
-    signal_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    signal_fd = sigchld_fd();
     msg_t *m = msg_new();
     if (!m) return 1;
     for (;;) {
-        struct pollfd p[2] = {{control_fd, POLLIN, 0}, {signal_fd, POLLIN, 0}};
-        if (poll(p, 2, -1) < 0) continue;
-        if (p[1].revents) {
-            struct signalfd_siginfo si;
-            while (read(signal_fd, &si, sizeof si) > 0) {}
-            reap();
-        }
-        if (!p[0].revents) continue;
+        await_request(control_fd, signal_fd, reap);
         if (recv_msg(control_fd, m) < 0) break; /* the host process is gone */
         if (m->op != 0) route(m);
     }

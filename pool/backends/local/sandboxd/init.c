@@ -33,29 +33,18 @@ void run_reaper(msg_t *m) {
     int reap_all = field(m, "reap_all") != NULL;
     become_killable();
     static char *envp[MAX_FIELDS + 1];
-    int ne = 0;
-    for (uint32_t i = 0; i < m->nfields; i++)
-        if (strcmp(m->key[i], "env") == 0) envp[ne++] = m->val[i];
-    envp[ne] = NULL;
+    envp[fields_of(m, "env", envp, MAX_FIELDS)] = NULL;
 
     prctl(PR_SET_CHILD_SUBREAPER, 1);
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
+    sigset_t chld = block_sigchld();
     pid_t child = fork();
     if (child < 0) { write_status(st, -1, 0, errno); _exit(1); }
     if (child == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        unblock_signals();
         setsid();
         dup2(in, 0); dup2(out, 1); dup2(err, 2);
         syscall(SYS_close_range, 3, ~0U, 0);
-        if (cwd && *cwd && chdir(cwd) < 0) {
-            dprintf(2, "snapgym: cannot enter working directory %s: %s\n", cwd, strerror(errno));
-            _exit(126);
-        }
+        enter_cwd(cwd);
         char *argv[] = {"sh", "-c", (char *)(cmd ? cmd : ""), NULL};
         execve("/bin/sh", argv, envp);
         dprintf(2, "snapgym: cannot run /bin/sh in the sandbox: %s\n", strerror(errno));
@@ -184,23 +173,17 @@ static void signal_all(int sig, int st) {
 
 /* ---------------------------------------------------------------- init */
 
+/* init reaps every orphan of its PID namespace; the reapers report the commands' status. */
+static void reap_all_children(void) {
+    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+}
+
 void init_loop(int sock) {
     msg_t *m = msg_new();
     if (!m) _exit(1);
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
-    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    int sfd = sigchld_fd();
     for (;;) {
-        struct pollfd p[2] = {{sock, POLLIN, 0}, {sfd, POLLIN, 0}};
-        if (poll(p, 2, -1) < 0) continue;
-        if (p[1].revents) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) > 0) {}
-            while (waitpid(-1, NULL, WNOHANG) > 0) {}
-        }
-        if (!(p[0].revents)) continue;
+        await_request(sock, sfd, reap_all_children);
         if (recv_msg(sock, m) < 0) _exit(0); /* the keeper is gone */
         if (m->op == 0) continue; /* malformed */
         int need = m->op == OP_EXEC ? 4 : (m->op == OP_READ || m->op == OP_WRITE) ? 2 : 1;
@@ -214,7 +197,7 @@ void init_loop(int sock) {
         if (pid == 0) {
             close(sock);
             close(sfd);
-            sigprocmask(SIG_UNBLOCK, &chld, NULL);
+            unblock_signals(); /* init blocks only SIGCHLD */
             set_title(m->op == OP_EXEC ? "snapgym-exec" : "snapgym-file");
             if (m->op == OP_EXEC) run_reaper(m);
             else run_file_op(m);

@@ -599,9 +599,7 @@ static void shared_run(msg_t *m) {
     if (pid == 0) {
         close(daemon_sock);
         close(signal_fd);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        unblock_signals();
         shared_exec(m, config, shared_ns, shared_cgroups, shared_ncgroups);
     }
     if (pid < 0) write_status(m->fds[m->nfds - 1], -2, 0, errno);
@@ -726,11 +724,7 @@ void keeper_main(msg_t *create, const char *stage_root, int sock) {
     msg_t *m = msg_new();
     if (!config || !m) _exit(1);
     adopt_config(create);
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
-    signal_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    signal_fd = sigchld_fd();
 
     char err[4096] = "";
     if (begin(&current, config, err, sizeof err) == 0 && wait_ready(&current, err, sizeof err) == 1) {
@@ -744,8 +738,7 @@ void keeper_main(msg_t *create, const char *stage_root, int sock) {
         struct pollfd p[3] = {{daemon_sock, POLLIN, 0}, {signal_fd, POLLIN, 0}, {spare.sync, POLLIN, 0}};
         if (poll(p, spare.sync >= 0 ? 3 : 2, -1) < 0) continue;
         if (p[1].revents) {
-            struct signalfd_siginfo si;
-            while (read(signal_fd, &si, sizeof si) > 0) {}
+            drain_signalfd(signal_fd);
             reap();
         }
         if (spare.sync >= 0 && p[2].revents && advance(&spare, err, sizeof err) < 0) discard(&spare);

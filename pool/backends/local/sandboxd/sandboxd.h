@@ -201,6 +201,15 @@ void become_killable(void);                                  /* give up init's O
 void run_session(msg_t *m) __attribute__((noreturn));
 enum { STATUS_FINAL = 0, STATUS_STEP = 1 }; /* the status record's 4th field in a session */
 
+/* children.c: SIGCHLD blocked and read from a signalfd, and the start of a forked command. */
+sigset_t block_sigchld(void);   /* block SIGCHLD; returns the set holding it (for sigtimedwait) */
+int sigchld_fd(void);           /* block SIGCHLD and open a non-blocking signalfd that reports it */
+void drain_signalfd(int sfd);   /* read away the signals a signalfd holds */
+/* Wait until sock has something (a request, or its end), calling reap whenever sfd reports SIGCHLD. */
+void await_request(int sock, int sfd, void (*reap)(void));
+void unblock_signals(void);     /* a forked child's start: no signal blocked */
+void enter_cwd(const char *cwd); /* in a command's child: chdir to cwd if set, else exit 126 saying why */
+
 /* keeper.c */
 void keeper_main(msg_t *create, const char *stage_root, int daemon_sock) __attribute__((noreturn));
 

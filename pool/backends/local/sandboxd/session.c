@@ -111,34 +111,22 @@ void run_session(msg_t *m) {
     const char *cwd = field(m, "cwd");
     become_killable();
     static char *envp[MAX_FIELDS + 1];
-    int ne = 0;
-    for (uint32_t i = 0; i < m->nfields; i++)
-        if (strcmp(m->key[i], "env") == 0) envp[ne++] = m->val[i];
-    envp[ne] = NULL;
+    envp[fields_of(m, "env", envp, MAX_FIELDS)] = NULL;
 
     int in[2], steps[2];
     if (pipe2(in, O_CLOEXEC) < 0 || pipe2(steps, O_CLOEXEC) < 0) end_session(st, -2, 0, errno);
     fcntl(in[1], F_SETPIPE_SZ, SHELL_PIPE_BYTES);
     fcntl(in[1], F_SETFL, O_NONBLOCK); /* what does not fit waits for the shell to read (POLLOUT) */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
-    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    int sfd = sigchld_fd();
     pid_t shell = fork();
     if (shell < 0) end_session(st, -2, 0, errno);
     if (shell == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        unblock_signals();
         setsid();
         dup2(in[0], 0); dup2(out, 1); dup2(err, 2); dup2(steps[1], 3);
         syscall(SYS_close_range, 4, ~0U, 0);
-        if (cwd && *cwd && chdir(cwd) < 0) {
-            dprintf(2, "snapgym: cannot enter working directory %s: %s\n", cwd, strerror(errno));
-            _exit(126);
-        }
+        enter_cwd(cwd);
         /* cmd is the shell's loop, in bash; no bash here: the shell never gets ready (ENOENT) */
         char *argv[] = {"bash", "--noprofile", "--norc", "-c", (char *)(cmd ? cmd : ""), NULL};
         execve("/bin/bash", argv, envp);
@@ -193,8 +181,7 @@ void run_session(msg_t *m) {
             }
         }
         if (p[0].revents) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) > 0) {}
+            drain_signalfd(sfd);
             int status;
             pid_t r;
             while ((r = waitpid(-1, &status, WNOHANG)) > 0)

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pool.backends.local.store import durable, staging
-from pool.backends.local.store.layers import LayerStore, remove_tree
+from pool.backends.local.store import durable
+from pool.backends.local.store.layers import LayerStore, reap_orphans
 from pool.build.digest import FORMAT, combine
 from pool.errors import SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
 from pool.snapshots import Snapshot
@@ -198,12 +198,7 @@ class SnapshotStore:
     def reap(self) -> int:
         """Remove staging folders and files of dead owners anywhere in the store; how many."""
         reaped = self.layers.reap()
-        for folder in (self.records, self.bases):
-            for entry in folder.iterdir():
-                if staging.is_orphan(entry):
-                    remove_tree(entry)
-                    reaped += 1
-        return reaped
+        return reaped + reap_orphans(self.records, self.bases)
 
     @contextlib.contextmanager
     def lock(self, name: str) -> Iterator[None]:

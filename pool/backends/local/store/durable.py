@@ -30,6 +30,7 @@ from pool.errors import StoreFullError
 RECORD_MODE = 0o444
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _FSYNC_EACH_MAX = 64
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -61,37 +62,34 @@ def sync_tree(root: Path, entries: int) -> None:
     if entries > _FSYNC_EACH_MAX:
         sync_filesystem(root)
         return
-    fd = os.open(root, walk.O_DIR)
-    try:
+    with _closing(os.open(root, walk.O_DIR)) as fd:
         for node in walk.walk(fd):
             if node.fd >= 0:
                 os.fsync(node.fd)  # a directory: its entries, symlinks and device nodes included
             elif stat.S_ISREG(node.st.st_mode):
-                file_fd = walk.open_file(node)
-                try:
+                with _closing(walk.open_file(node)) as file_fd:
                     os.fsync(file_fd)
-                finally:
-                    os.close(file_fd)
-    finally:
-        os.close(fd)
 
 
 def fsync_dir(path: Path) -> None:
     """Make the entries of a directory (creations, renames) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
+    with _closing(os.open(path, _DIR)) as fd:
         os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def sync_filesystem(path: Path) -> None:
     """Flush everything written to the filesystem holding ``path`` (syncfs)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
+    with _closing(os.open(path, _DIR)) as fd:
         if _libc.syncfs(fd) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"syncfs of {path}: {os.strerror(err)}")
+
+
+@contextlib.contextmanager
+def _closing(fd: int) -> Iterator[int]:
+    """The descriptor ``fd``, closed when the block ends (``contextlib.closing`` for descriptors)."""
+    try:
+        yield fd
     finally:
         os.close(fd)
 

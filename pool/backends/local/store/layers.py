@@ -30,7 +30,7 @@ from pool.backends.local.store import durable, manifest, staging, walk
 from pool.backends.local.store.treecopy import copy_tree
 from pool.errors import SnapshotCorruptError, SnapshotError
 
-__all__ = ["LayerStore", "copy_tree", "extract_rootfs", "is_empty_dir", "remove_tree", "shift_owners"]
+__all__ = ["LayerStore", "copy_tree", "extract_rootfs", "is_empty_dir", "reap_orphans", "remove_tree", "shift_owners"]
 
 
 class LayerStore:
@@ -119,13 +119,7 @@ class LayerStore:
 
     def reap(self) -> int:
         """Remove staging folders and files whose owner is dead; how many."""
-        reaped = 0
-        for folder in (self.root, self.manifests):
-            for entry in folder.iterdir():
-                if staging.is_orphan(entry):
-                    remove_tree(entry)
-                    reaped += 1
-        return reaped
+        return reap_orphans(self.root, self.manifests)
 
     def _place(self, staged: Path, layer_id: str, entries: int) -> bool:
         """Flush the staged tree and rename it to its id; False when that id was stored meanwhile."""
@@ -244,6 +238,17 @@ def remove_tree(path: Path) -> None:
         os.close(fd)
     with contextlib.suppress(FileNotFoundError):
         os.rmdir(path)
+
+
+def reap_orphans(*folders: Path) -> int:
+    """Remove the staging entries of dead owners (see :mod:`staging`) in these folders; how many."""
+    reaped = 0
+    for folder in folders:
+        for entry in folder.iterdir():
+            if staging.is_orphan(entry):
+                remove_tree(entry)
+                reaped += 1
+    return reaped
 
 
 def _open_for_removal(path: Path) -> int:

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pool.errors import SnapshotError
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _KEEP_OPEN = 32
+_Part = TypeVar("_Part", str, bytes)
 
 
 @dataclass(slots=True)
@@ -187,10 +189,19 @@ def open_file(node: Node) -> int:
 
 def open_under(root_fd: int, rel: bytes) -> int:
     """A directory at a relative path of any length, opened component by component."""
+    return descend(root_fd, rel.split(b"/") if rel else (), lambda fd, part: os.open(part, O_DIR, dir_fd=fd))
+
+
+def descend(root_fd: int, parts: Iterable[_Part], open_child: Callable[[int, _Part], int]) -> int:
+    """The directory ``parts`` below ``root_fd``, each component opened by ``open_child(parent_fd, part)``.
+
+    Only one descriptor is held at a time: a parent is closed once its child is opened (or fails to open),
+    so a path of any depth costs one descriptor, and the caller owns the one returned.
+    """
     fd = os.dup(root_fd)
-    for part in rel.split(b"/") if rel else ():
+    for part in parts:
         try:
-            child = os.open(part, O_DIR, dir_fd=fd)
+            child = open_child(fd, part)
         finally:
             os.close(fd)
         fd = child
