@@ -93,22 +93,14 @@ class SuiteConfig:
 
 
 @dataclass
-class DirSuiteConfig:
-    """Tasks from a folder of Harbor-format task directories (``suite=dir suite.path=...``)."""
+class DirSuiteConfig(SuiteConfig):
+    """Tasks from a folder of Harbor-format task directories (``suite=dir suite.path=...``): the suite's
+    settings, with the folder required."""
 
     name: str = "dir"
     """A label for reports."""
     path: str = MISSING
     """The folder (required)."""
-    include: list[str] = field(default_factory=list)
-    """Task ids or glob patterns to keep (empty: all)."""
-    exclude: list[str] = field(default_factory=list)
-    """Task ids or glob patterns to drop."""
-    limit: int | None = None
-    """Keep only the first N tasks (sorted by id) after filtering."""
-    images: list[str] = field(default_factory=list)
-    """``IMAGE=SOURCE`` entries: get IMAGE (with or without tag) from SOURCE instead: ``host``, a root
-    filesystem path, ``docker-archive:/saved.tar``, ``oci:/layout:tag``, or a mirror's reference."""
 
 
 @dataclass

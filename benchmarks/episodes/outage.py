@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from benchmarks.episodes.settings import EpisodeSettings
 from pool.errors import SnapgymError
 
 log = logging.getLogger(__name__)
@@ -66,12 +67,12 @@ class HealthProbe(Protocol):
 class OutagePolicy:
     """How long the runner waits out an outage, and how often it probes."""
 
-    timeout_s: float = 600.0
-    """An outage longer than this trips the breaker."""
+    timeout_s: float = EpisodeSettings.outage_timeout_s
+    """An outage longer than this trips the breaker (the run's ``outage_timeout_s``)."""
     first_backoff_s: float = 0.5
     """Pause before the second probe of an outage (the first is at once)."""
-    max_backoff_s: float = 30.0
-    """The pause between probes doubles up to this."""
+    max_backoff_s: float = EpisodeSettings.outage_backoff_max_s
+    """The pause between probes doubles up to this (the run's ``outage_backoff_max_s``)."""
 
 
 @dataclass(frozen=True, slots=True)

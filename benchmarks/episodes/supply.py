@@ -86,17 +86,19 @@ class BackendSupply:
         """The supply that serves ``task``: this one (see benchmarks.episodes.routing for a run over two)."""
         return self
 
+    @property
+    def current_source(self) -> SandboxSource:
+        """``source``, read under the lock that its replacement holds."""
+        with self._lock:
+            return self.source
+
     def build(self, task: Task) -> Snapshot:
         """Build (or find) the task's snapshot (its environments find it prepared)."""
-        with self._lock:
-            source = self.source
-        return source.prepare(task.template)
+        return self.current_source.prepare(task.template)
 
     def make_env(self, env_id: str, task: Task, **options: Any) -> gym.Env[Any, str]:
         """An environment for ``task`` on this supply."""
-        with self._lock:
-            source = self.source
-        return gym.make(env_id, task=task, disable_env_checker=True, source=source, **options)
+        return _make_env(self.current_source, env_id, task, options)
 
     def check_health(self) -> str | None:
         """None when the backend serves, or a new one could be opened in its place; otherwise why not."""
@@ -169,11 +171,15 @@ class PoolSupply:
         """Bumped each time the pool is replaced."""
 
     @property
+    def current_source(self) -> SandboxSource:
+        """``source``, read under the lock that its replacement holds."""
+        with self._lock:
+            return self.source
+
+    @property
     def capabilities(self) -> Capabilities:
         """What the pool's backend does."""
-        with self._lock:
-            source = self.source
-        return source.capabilities
+        return self.current_source.capabilities
 
     def for_task(self, task: Task) -> PoolSupply:
         """The supply that serves ``task``: this one (see benchmarks.episodes.routing for a run over two)."""
@@ -181,18 +187,14 @@ class PoolSupply:
 
     def build(self, task: Task) -> Snapshot:
         """Build (or find) the task's snapshot on the pool's hosts, and keep warm sandboxes of it."""
-        with self._lock:
-            source = self.source
-        snapshot = source.prepare(task.template)
+        snapshot = self.current_source.prepare(task.template)
         with self._lock:
             self._templates[snapshot.id] = task.template
         return snapshot
 
     def make_env(self, env_id: str, task: Task, **options: Any) -> gym.Env[Any, str]:
         """An environment for ``task`` on this supply."""
-        with self._lock:
-            source = self.source
-        return gym.make(env_id, task=task, disable_env_checker=True, source=source, **options)
+        return _make_env(self.current_source, env_id, task, options)
 
     def check_health(self) -> str | None:
         """None when the pool's manager answers and has a live host; otherwise why not."""
@@ -261,6 +263,11 @@ def open_sandbox_supply(
     if kind is PoolKind.ray:
         return PoolSupply(pool_settings, backend_name=backend_name, backend_options=backend_options)
     return BackendSupply(open_backend)
+
+
+def _make_env(source: SandboxSource, env_id: str, task: Task, options: Mapping[str, Any]) -> gym.Env[Any, str]:
+    """An environment ``env_id`` for ``task`` whose sandboxes come from ``source`` (``options``: its own)."""
+    return gym.make(env_id, task=task, disable_env_checker=True, source=source, **options)
 
 
 def _open_pool(config: PoolConfig) -> SandboxPool:

@@ -437,12 +437,11 @@ def test_correct_solutions_in_other_shapes_still_score_one(task_id: str, make_en
     assert info["scored"] is True and reward == 1.0, verifier_output(info)
 
 
-def test_every_copy_of_the_verifier_kit_is_the_same() -> None:
-    copies: dict[str, set[bytes]] = {}
-    for path in sorted(BUILTIN_DIR.glob("*/tests/verifykit*.py")):
-        copies.setdefault(path.name, set()).add(path.read_bytes())
-    assert set(copies) == {"verifykit.py", "verifykit_git.py", "verifykit_http.py"}
-    assert all(len(versions) == 1 for versions in copies.values()), "edit one copy, then copy it to every task"
+def test_every_task_has_the_same_one_verifier_kit() -> None:
+    kits = sorted(BUILTIN_DIR.glob("*/tests/verifykit*.py"))
+    assert {path.name for path in kits} == {"verifykit.py"}, "the kit is one file: add to it, not beside it"
+    assert [path.parent for path in kits] == sorted(path.parent for path in BUILTIN_DIR.glob("*/tests/check.py"))
+    assert len({path.read_bytes() for path in kits}) == 1, "edit one copy, then copy it to every task"
 
 
 def test_every_attack_has_a_target_and_every_task_is_attacked() -> None:

@@ -1,7 +1,7 @@
 """Check /app/repo: branch recovered at the lost commit, main untouched and checked out, tree clean.
 
 The repo is built with fixed identities and dates, so the lost commit and main's tip are fixed
-hashes. git reads a neutralised copy of the repository (verifykit_git), never the agent's own
+hashes. git reads a neutralised copy of the repository (verifykit.Repo), never the agent's own
 configuration, hooks or index bits.
 """
 
@@ -9,14 +9,13 @@ import sys
 
 sys.path.insert(0, "/tests")
 import verifykit as vk  # noqa: E402
-import verifykit_git  # noqa: E402
 
 EXPECTED = "5d6fec857d0aee4d3986d36bf1dbc33911fc443a"  # "Add caching layer to fetcher" on experiment
 MAIN_TIP = "742dc65aeeb5dcb9e0f97b1abe17fef53bbe3ae6"
 
 
 def check():
-    repo = verifykit_git.Repo("/app/repo")
+    repo = vk.Repo("/app/repo")
     got = repo.rev("refs/heads/recovered")
     if got is None:
         raise vk.Failure("branch recovered does not exist")

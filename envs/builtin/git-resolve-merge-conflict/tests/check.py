@@ -1,7 +1,7 @@
 """Check /app/repo: a merge commit of main's and feature's tips with the specified CHANGELOG.md.
 
 The repo is built with fixed identities and dates, so the branch tips and the expected merge tree
-are fixed hashes. git reads a neutralised copy of the repository (verifykit_git), never the
+are fixed hashes. git reads a neutralised copy of the repository (verifykit.Repo), never the
 agent's own configuration, hooks or index bits.
 """
 
@@ -10,7 +10,6 @@ import sys
 
 sys.path.insert(0, "/tests")
 import verifykit as vk  # noqa: E402
-import verifykit_git  # noqa: E402
 
 MAIN_TIP = "b9cdabc3dc81a5ece72454501bbe9caf3d448377"
 FEATURE_TIP = "fd3c8346f3f78f674a6b1fa2cd9aeac917d8322c"
@@ -20,7 +19,7 @@ FORMATS_BLOB = "b53522706b329add23045a4dcd660688ea2ca7ad"  # feature's formats.p
 
 
 def check():
-    repo = verifykit_git.Repo("/app/repo")
+    repo = vk.Repo("/app/repo")
     if repo.git("symbolic-ref", "-q", "HEAD", check=False).strip() != "refs/heads/main":
         raise vk.Failure("main is not checked out")
     if vk.lstat_output("/app/repo/.git/MERGE_HEAD") is not None:

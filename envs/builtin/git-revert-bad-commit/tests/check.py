@@ -1,7 +1,7 @@
 """Check /app/repo: one new commit on main that reverts exactly the bad commit, tree clean.
 
 Expected hashes are fixed: the repo is built with fixed identities and dates. git reads a
-neutralised copy of the repository (verifykit_git), never the agent's own configuration, hooks or
+neutralised copy of the repository (verifykit.Repo), never the agent's own configuration, hooks or
 index bits; the reverted inventory.py runs only in an untrusted child.
 """
 
@@ -10,7 +10,6 @@ import sys
 
 sys.path.insert(0, "/tests")
 import verifykit as vk  # noqa: E402
-import verifykit_git  # noqa: E402
 
 ORIGINAL_TIP = "73d5d14b7cddfc5785c50f3145e1a63e29b4edbe"
 BAD_COMMIT = "f621507dcff94ea42a2d7e7ba98d84207333780f"
@@ -27,7 +26,7 @@ report([inventory.total_value(PAYLOAD), inventory.restock_plan(PAYLOAD), invento
 
 
 def check():
-    repo = verifykit_git.Repo("/app/repo")
+    repo = vk.Repo("/app/repo")
     if repo.git("symbolic-ref", "-q", "HEAD", check=False).strip() != "refs/heads/main":
         raise vk.Failure("main is not checked out")
     head = repo.rev("HEAD")

@@ -8,11 +8,9 @@ behind port 9090 must be that script.
 import hashlib
 import json
 import sys
-import time
 
 sys.path.insert(0, "/tests")
 import verifykit as vk  # noqa: E402
-import verifykit_http as http  # noqa: E402
 
 PORT = 9090
 SCRIPT = "/app/service.py"
@@ -31,7 +29,7 @@ def config():
 
 
 def get(path):
-    status, headers, data = http.request(PORT, "GET", path)
+    status, headers, data = vk.http_request(PORT, "GET", path)
     return status, data.decode("utf-8", "replace"), headers.get("server", "")
 
 
@@ -47,17 +45,7 @@ def check():
     if settings.get("SERVICE_HOST") not in ("127.0.0.1", "0.0.0.0", "localhost"):
         raise vk.Failure(f"SERVICE_HOST {settings.get('SERVICE_HOST')!r} is not reachable over 127.0.0.1")
 
-    for attempt in range(10):
-        try:
-            pids = http.listening_pids(PORT)
-            break
-        except vk.Failure:
-            if attempt == 9:
-                raise
-            time.sleep(0.2)
-    strangers = [pid for pid in pids if not http.runs_python_script(pid, SCRIPT)]
-    if strangers:
-        raise vk.Failure(f"port {PORT} is held by processes that are not python3 {SCRIPT}: {strangers}")
+    vk.require_python_service(PORT, SCRIPT)
 
     status, body, server = get("/health")
     print("GET /health ->", status, repr(body[:200]))

@@ -18,12 +18,18 @@ root), runs check() within a time budget, kills every process agent code left be
 then writes the reward, 1 or 0, in both cases. Agent code runs only through run_untrusted():
 in a child process, as a user that owns nothing (UNTRUSTED_UID), without privileges, with limits
 and a timeout, so it can neither write the reward, nor read /tests, nor signal or trace this one.
+
+Two more sections serve some tasks only. Git: Repo asks git about the agent's repository without
+running anything the repository says to run. Services: http_request(), listening_pids() and
+require_python_service() check a server the agent started, believing nothing a correct one would
+not say.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import http.client
 import json
 import os
 import resource
@@ -564,3 +570,253 @@ def _reap() -> None:
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
+
+
+# -- git: a repository the agent left -------------------------------------------------------------
+#
+# Git runs commands named in a repository's own files: core.fsmonitor, diff.external, textconv and
+# filter drivers, hooks, replace refs that swap objects, an index whose bits hide changes from
+# ``git status``. So git never sees the agent's .git: Repo copies only its objects, refs, HEAD and
+# index into a private folder (a symbolic link or special file there is a failure), gives the copy
+# a fixed configuration and runs git as root on that copy, with no system or global configuration,
+# no replace objects, hooks off. The working tree is judged against a fresh index built from HEAD,
+# so every file is hashed; nothing the agent's index says about it is believed.
+
+_GIT_COPIED = ("HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "ORIG_HEAD", "index", "packed-refs")
+_GIT_COPIED_DIRS = ("refs", "objects")
+_GIT_MAX_FILE_BYTES = 16 << 20
+_GIT_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+
+
+class Repo:
+    """A private, neutralised copy of the repository whose working tree is ``worktree``."""
+
+    def __init__(self, worktree: str, *, max_bytes: int = 64 << 20, max_entries: int = 20_000) -> None:
+        self.worktree = worktree
+        self.agent_git_dir = os.path.join(worktree, ".git")
+        st = lstat_output(self.agent_git_dir)
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            raise Failure(f"{self.agent_git_dir} is not a directory")
+        for name in ("commondir", "objects/info/alternates"):
+            if lstat_output(os.path.join(self.agent_git_dir, name)) is not None:
+                raise Failure(f"{self.agent_git_dir}/{name} borrows another repository")
+        self.git_dir = os.path.join(private_dir(), "git")
+        self._budget = [max_bytes, max_entries]
+        os.mkdir(self.git_dir)
+        for name in _GIT_COPIED:
+            self._copy(name, directory=False)
+        for name in _GIT_COPIED_DIRS:
+            self._copy(name, directory=True)
+        os.makedirs(os.path.join(self.git_dir, "refs", "heads"), exist_ok=True)
+        with open(os.path.join(self.git_dir, "config"), "w") as f:
+            f.write(_GIT_CONFIG)
+
+    def git(self, *args: str, worktree: bool = False, check: bool = True, timeout_s: float = 15) -> str:
+        """git's stdout; a non-zero exit is a Failure unless ``check`` is false (then stdout is "")."""
+        result = run_trusted(self._argv(args), cwd=self.worktree if worktree else self.git_dir,
+                             timeout_s=timeout_s, env=self._env(worktree=worktree))  # fmt: skip
+        if result.timed_out:
+            raise Failure(f"git {args[0]} did not finish within {timeout_s:g} s")
+        if result.returncode != 0:
+            if check:
+                raise Failure(f"git {' '.join(args)} failed: {result.text(500)}")
+            return ""
+        return result.stdout.decode("utf-8", "replace")
+
+    def _argv(self, args: tuple[str, ...]) -> list[str]:
+        return ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+                "-c", "core.useReplaceRefs=false", "-c", "core.untrackedCache=false", *args]  # fmt: skip
+
+    def _env(self, *, worktree: bool) -> dict[str, str]:
+        env = {
+            "GIT_DIR": self.git_dir,
+            "HOME": self.git_dir,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_ATTR_NOSYSTEM": "1",
+            "GIT_NO_REPLACE_OBJECTS": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_PAGER": "cat",
+        }
+        if worktree:
+            env["GIT_WORK_TREE"] = self.worktree
+        return env
+
+    def succeeds(self, *args: str) -> bool:
+        """Whether git exits with status 0 (for the commands that answer with it)."""
+        argv = self._argv(args)
+        result = run_trusted(argv, cwd=self.git_dir, timeout_s=15, env=self._env(worktree=False))
+        return not result.timed_out and result.returncode == 0
+
+    def rev(self, spec: str) -> str | None:
+        """The object id ``spec`` names, or None."""
+        return self.git("rev-parse", "-q", "--verify", "--end-of-options", spec, check=False).strip() or None
+
+    def worktree_changes(self) -> str:
+        """``git status`` lines for everything that differs from HEAD: staged, modified, untracked, ignored.
+
+        Empty means clean. Staged changes come from the agent's index (compared by object id
+        only); the working tree is compared with a fresh index read from HEAD.
+        """
+        if any(line.startswith("160000 ") for line in self.git("ls-files", "--stage").splitlines()):
+            return "the index holds a submodule"
+        staged = self.git("diff-index", "--cached", "--name-status", "--no-renames", "HEAD", "--")
+        if staged.strip():
+            return staged
+        for relative, st in walk_output(self.worktree, max_entries=50_000).items():
+            if stat.S_ISREG(st.st_mode) and st.st_size > _GIT_MAX_FILE_BYTES and not relative.startswith(".git/"):
+                return f"{relative} is too large to compare"
+        remove_output(os.path.join(self.git_dir, "index"))
+        self.git("read-tree", "HEAD")
+        return self.git("status", "--porcelain", "--untracked-files=all", "--ignored", "--ignore-submodules=all",
+                        worktree=True)  # fmt: skip
+
+    def _copy(self, relative: str, *, directory: bool) -> None:
+        source = os.path.join(self.agent_git_dir, relative)
+        st = lstat_output(source)
+        if st is None:
+            return
+        target = os.path.join(self.git_dir, relative)
+        if directory and stat.S_ISDIR(st.st_mode):
+            os.makedirs(target, exist_ok=True)
+            for entry, entry_st in sorted(walk_output(source, max_entries=self._budget[1]).items()):
+                if relative == "objects" and entry.split("/")[0] == "info":
+                    continue  # alternates and the like: other repositories' objects
+                self._copy_entry(os.path.join(source, entry), os.path.join(target, entry), entry_st)
+        else:
+            self._copy_entry(source, target, st)
+
+    def _copy_entry(self, source: str, target: str, st: os.stat_result) -> None:
+        if stat.S_ISDIR(st.st_mode):
+            os.makedirs(target, exist_ok=True)
+            return
+        if not stat.S_ISREG(st.st_mode):
+            raise Failure(f"{source} is not a regular file or directory")
+        self._budget[0] -= st.st_size
+        self._budget[1] -= 1
+        if self._budget[0] < 0 or self._budget[1] < 0:
+            raise Failure(f"{self.agent_git_dir} is too large to inspect")
+        data = read_output(source, max_bytes=st.st_size)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as f:
+            f.write(data)
+
+
+# -- services: a server the agent started ---------------------------------------------------------
+#
+# The service is the agent's process: it may answer anything, slowly, endlessly, or not at all, and
+# a process may call itself anything. So requests have timeouts and size caps and follow no
+# redirects, the main() budget bounds the whole conversation, and the process behind the port is
+# identified from the kernel's socket table, not from what it says.
+
+_REACHABLE_FROM_LOOPBACK = {
+    "0100007F",  # 127.0.0.1
+    "00000000",  # 0.0.0.0
+    "00000000000000000000000000000000",  # ::, dual-stack
+    "0000000000000000FFFF00000100007F",  # ::ffff:127.0.0.1
+}
+_PYTHON_OPTIONS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
+
+
+def http_request(
+    port: int, method: str, path: str, body: bytes | None = None, *, timeout_s: float = 3, max_bytes: int = 1 << 20
+) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers with lower-case names, body) of one request to 127.0.0.1:``port``."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        conn.request(method, path, body=body, headers={"Connection": "close"})
+        response = conn.getresponse()
+        data = response.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise Failure(f"{method} {path}: the answer is longer than {max_bytes} bytes")
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        raise Failure(f"{method} http://127.0.0.1:{port}{path} failed: {exc!r}") from None
+    finally:
+        conn.close()
+
+
+def listening_pids(port: int) -> list[int]:
+    """The processes holding a listening TCP socket that 127.0.0.1:``port`` reaches.
+
+    Raises Failure when nothing listens there, or when a listening socket belongs to no process
+    this checker can see (one that hides itself is not the service).
+    """
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            address, _, port_hex = fields[1].rpartition(":")
+            if fields[3] == "0A" and int(port_hex, 16) == port and address in _REACHABLE_FROM_LOOPBACK:
+                inodes.add(fields[9])
+    if not inodes:
+        raise Failure(f"nothing listens on 127.0.0.1:{port}")
+    holders: dict[str, list[int]] = {inode: [] for inode in inodes}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{name}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in holders:
+                holders[link[8:-1]].append(int(name))
+    if not all(holders.values()):
+        raise Failure(f"a socket listening on port {port} belongs to no process the checker can see")
+    return sorted({pid for pids in holders.values() for pid in pids})
+
+
+def require_python_service(port: int, script: str, *, attempts: int = 10, pause_s: float = 0.2) -> None:
+    """Wait for a listener on 127.0.0.1:``port`` (``attempts`` looks, ``pause_s`` apart), then require
+    every process behind it to be ``python3 script`` (as far as runs_python_script() can tell)."""
+    for attempt in range(attempts):
+        try:
+            pids = listening_pids(port)
+            break
+        except Failure:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(pause_s)
+    strangers = [pid for pid in pids if not runs_python_script(pid, script)]
+    if strangers:
+        raise Failure(f"port {port} is held by processes that are not python3 {script}: {strangers}")
+
+
+def runs_python_script(pid: int, script: str) -> bool:
+    """Whether process ``pid`` is a Python interpreter started on ``script`` (a path or ``-m`` module).
+
+    Read from /proc, which the process can partly rewrite (its own command line, its working
+    directory): this tells the task's service from a stand-in that does not try to look like
+    it, no more. The service's answers are checked as well.
+    """
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode("utf-8", "replace") for a in f.read(1 << 16).split(b"\0") if a]
+        exe = os.readlink(f"/proc/{pid}/exe")
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return False
+    if not os.path.basename(exe).startswith("python") or len(argv) < 2:
+        return False
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in _PYTHON_OPTIONS_WITH_VALUE:
+            next(args, None)
+        elif arg.startswith("-m"):
+            module = arg[2:] or next(args, "")
+            return os.path.join(cwd, module.replace(".", "/") + ".py") == script
+        elif arg.startswith("-c") or arg == "-":
+            return False
+        elif not arg.startswith("-"):
+            return os.path.normpath(os.path.join(cwd, arg)) == script
+    return False

@@ -9,11 +9,9 @@ import hashlib
 import json
 import secrets
 import sys
-import time
 
 sys.path.insert(0, "/tests")
 import verifykit as vk  # noqa: E402
-import verifykit_http as http  # noqa: E402
 
 PORT = 8080
 SCRIPT = "/app/kv_server.py"
@@ -21,7 +19,7 @@ KV_SERVER_SHA256 = "bf39b813c67b462be60b3bbc8986f6c94e537394a0ec18953005c6170ef9
 
 
 def call(method, path, body=None):
-    status, headers, data = http.request(PORT, method, path, body)
+    status, headers, data = vk.http_request(PORT, method, path, body)
     return status, data.decode("utf-8", "replace"), headers.get("server", "")
 
 
@@ -45,17 +43,7 @@ def keys():
 def check():
     if hashlib.sha256(vk.read_output(SCRIPT)).hexdigest() != KV_SERVER_SHA256:
         raise vk.Failure(f"{SCRIPT} was modified")
-    for attempt in range(10):
-        try:
-            pids = http.listening_pids(PORT)
-            break
-        except vk.Failure:
-            if attempt == 9:
-                raise
-            time.sleep(0.2)
-    strangers = [pid for pid in pids if not http.runs_python_script(pid, SCRIPT)]
-    if strangers:
-        raise vk.Failure(f"port {PORT} is held by processes that are not python3 {SCRIPT}: {strangers}")
+    vk.require_python_service(PORT, SCRIPT)
 
     status, body, server = call("GET", "/health")
     if (status, body) != (200, "ok") or not server.startswith("snapgym-kv/"):
