@@ -66,9 +66,10 @@ class BaseSandbox(abc.ABC):
     its three, the start snapshot and its digest, ``is_closed``, the context manager), identical
     on the Docker, local and cloud sandboxes and on a pool's lease. A function or a held value
     could share the bodies but not the public signatures, which each implementation would have to
-    repeat; inherited, they are declared once and mypy still checks every implementation against
-    the Protocol. Nothing here knows a backend: a subclass sets ``_snapshot`` and ``_closed``
-    through ``__init__`` and gives ``id``, ``close``, ``_exec`` and ``_shell``.
+    repeat; inherited, they are declared once, and each implementation still satisfies the
+    Protocol structurally (nothing checks ``isinstance(x, BaseSandbox)``). Nothing here knows a
+    backend: a subclass sets ``_snapshot`` and ``_closed`` through ``__init__`` and gives ``id``,
+    ``close``, ``_exec`` and ``_shell``.
     """
 
     def __init__(self, snapshot: Snapshot) -> None:
