@@ -72,7 +72,17 @@ class Sandbox(Protocol):
         variables until restore() (``capabilities.shell_session``; False: raises UnsupportedError)."""
 
     def read_file(self, path: str, *, max_bytes: int | None = None, follow_symlinks: bool = True) -> bytes:
-        """Bytes of a regular file in the sandbox (``follow_symlinks=False`` refuses a final link)."""
+        """Bytes of a regular file in the sandbox.
+
+        Args:
+            path: absolute, or relative to the snapshot's workdir.
+            max_bytes: refuse a larger file (EFBIG).
+            follow_symlinks: False refuses a link as the last component (ELOOP).
+
+        Raises:
+            FileOperationError: missing, a directory, not a regular file (a FIFO, say), unreadable, or
+                larger than ``max_bytes``; ``.errno`` says which.
+        """
 
     def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
         """Write a file in the sandbox, creating parent directories."""

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pool.basesandbox import BaseSandbox, ExecOptions
 from pool.changes import MAX_PATHS, Changes
 from pool.cluster import raycalls
 from pool.cluster.fastpath import FastPathClient
@@ -29,7 +30,7 @@ from pool.snapshots import Snapshot
 from pool.verification import VerificationPlan, VerificationReport
 
 
-class Lease:
+class Lease(BaseSandbox):
     """A sandbox from a :class:`SandboxPool`, until ``release()`` (or ``close()``)."""
 
     def __init__(
@@ -43,14 +44,12 @@ class Lease:
         manager_fast: FastPathClient | None = None,
         identities: dict[tuple[str, int], tuple[str, dict[str, str]]] | None = None,
     ) -> None:
+        super().__init__(snapshot)
         self._manager = manager
         self._grant = grant
         self._host = host
         self._host_fast = host_fast
         self._manager_fast = manager_fast
-        self._start = snapshot
-        self._digest = snapshot.digest
-        self._released = False
         self._lost: str | None = None
         self._failed: str | None = None
         self._host_gone = False
@@ -87,54 +86,20 @@ class Lease:
         return identity
 
     @property
-    def start_snapshot(self) -> Snapshot:
-        """The snapshot the sandbox last started from."""
-        return self._start
-
-    @property
-    def start_digest(self) -> str:
-        """Digest of that snapshot's content."""
-        return self._digest
-
-    @property
-    def is_closed(self) -> bool:
-        """True after release()."""
-        return self._released
-
-    @property
     def is_alive(self) -> bool:
         """True while the lease is held and its host answers."""
-        return not self._released and self._lost is None and self._failed is None
+        return not self._closed and self._lost is None and self._failed is None
 
     # -- the Sandbox API --------------------------------------------------------
 
-    def exec(
-        self,
-        command: str,
-        *,
-        timeout_s: float | None = None,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | bytes | None = None,
-        max_output_bytes: int | None = None,
-    ) -> ExecResult:
-        """Run a shell command in the leased sandbox; a non-zero exit is data."""
-        options = {"timeout_s": timeout_s, "cwd": cwd, "env": dict(env) if env else None, "stdin": stdin,
-                   "max_output_bytes": max_output_bytes}  # fmt: skip
-        result: ExecResult = self._call("exec", command, options)
+    def _exec(self, command: str, options: ExecOptions) -> ExecResult:
+        """:meth:`exec` in the leased sandbox, by its host."""
+        result: ExecResult = self._call("exec", command, options.keywords())
         return result
 
-    def shell(
-        self,
-        command: str,
-        *,
-        timeout_s: float | None = None,
-        env: Mapping[str, str] | None = None,
-        max_output_bytes: int | None = None,
-    ) -> ExecResult:
-        """Run a command in the leased sandbox's persistent shell (see Sandbox.shell)."""
-        options = {"timeout_s": timeout_s, "env": dict(env) if env else None, "max_output_bytes": max_output_bytes}
-        result: ExecResult = self._call("shell", command, options)
+    def _shell(self, command: str, options: ExecOptions) -> ExecResult:
+        """:meth:`shell` in the leased sandbox, by its host."""
+        result: ExecResult = self._call("shell", command, options.keywords())
         return result
 
     def run_beside(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -177,19 +142,18 @@ class Lease:
 
     def restore(self, snapshot: Snapshot | None = None) -> None:
         """Go back to a snapshot taken on this host, or in its store (default: the lease's start)."""
-        target = snapshot or self._start
+        target = snapshot or self._snapshot
         report = self._call("restore", target)
         if not report.ok:
             self._failed = report.error
             raise SandboxError(f"restore failed on the pool's host: {report.error}; release the lease")
-        self._start = target
-        self._digest = target.digest
+        self._snapshot = target
 
     def release(self) -> None:
         """Give the sandbox back; the pool restores it in the background. Idempotent."""
-        if self._released:
+        if self._closed:
             return
-        self._released = True
+        self._closed = True
         _renewer.unregister(self)
         with contextlib.suppress(Exception):  # the pool is gone: nothing to give back to
             if self._host_gone:  # let the pool check the host at once, before it hands out more of its sandboxes
@@ -201,20 +165,14 @@ class Lease:
         """Same as release()."""
         self.release()
 
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
     def __repr__(self) -> str:
-        state = "released" if self._released else ("lost" if self._lost else "held")
+        state = "released" if self._closed else ("lost" if self._lost else "held")
         return f"Lease({self.lease_id[:8]}, slot {self._grant.slot} on node {self.node_id[:8]}, {state})"
 
     # -- internals ------------------------------------------------------------
 
     def _call(self, method: str, *args: Any) -> Any:
-        if self._released:
+        if self._closed:
             raise SandboxClosedError(f"{self!r} was released; acquire a new lease from the pool")
         if self._lost is not None:
             raise LeaseLostError(f"{self!r} is lost: {self._lost}")

@@ -19,21 +19,22 @@ import daytona
 
 from pool.backends.daytona.provider import DaytonaProvider
 from pool.backends.remote.backend import RemoteBackend, cloud_capabilities
+from pool.backends.remote.credentials import Credentials
 from pool.backends.remote.options import RemoteOptions, with_remote_options
 from pool.capabilities import Capabilities
-from pool.errors import ConfigError
 
 NAME = "daytona"
-_MISSING_KEY = (
-    "DAYTONA_API_KEY is not set: export it (https://app.daytona.io, Keys) or pass the backend option api_key; "
-    "a self-hosted Daytona also needs api_url"
-)
 
 
 class DaytonaBackend(RemoteBackend):
     """Sandboxes on Daytona (https://daytona.io), or on a self-hosted Daytona, through the ``daytona`` SDK."""
 
     name = NAME
+    credentials = Credentials(
+        {"api_key": "DAYTONA_API_KEY"},
+        missing="DAYTONA_API_KEY is not set: export it (https://app.daytona.io, Keys) or pass the backend "
+        "option api_key; a self-hosted Daytona also needs api_url",
+    )
 
     @with_remote_options
     def __init__(
@@ -56,9 +57,7 @@ class DaytonaBackend(RemoteBackend):
                 ``sandbox_timeout_s`` is both the TTL and the idle stop, and ephemeral sandboxes are deleted
                 when they stop.
         """
-        key = api_key or os.environ.get("DAYTONA_API_KEY")
-        if not key:
-            raise ConfigError(_MISSING_KEY)
+        key = self.credentials.resolve({"api_key": api_key})["api_key"]
         settings = RemoteOptions(**options)
         url = api_url or os.environ.get("DAYTONA_API_URL")
         config = daytona.DaytonaConfig(
@@ -70,13 +69,6 @@ class DaytonaBackend(RemoteBackend):
             request_timeout_s=settings.request_timeout_s,
         )  # fmt: skip
         super().__init__(provider, settings, account=f"{key}|{url or 'daytona-cloud'}")
-
-    @classmethod
-    def unavailable_reason(cls, **options: Any) -> str | None:
-        """Why this backend cannot run here (no API key), or None."""
-        if not (options.get("api_key") or os.environ.get("DAYTONA_API_KEY")):
-            return _MISSING_KEY
-        return None
 
     @classmethod
     def declared_capabilities(cls) -> Capabilities:

@@ -22,7 +22,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,18 +143,17 @@ class Bases:
         fingerprint = hostview.fingerprint(self.host_view)
         identity = f"host:{fingerprint}"
         tag = f"{self._prefix}/base:host-{fingerprint[:32]}"
-        if found := self._tagged(tag, identity, is_host=True):
-            return found
-        with tempfile.TemporaryDirectory(prefix="snapgym-hostbase-") as tmp:
-            root = Path(tmp) / "root"
-            root.mkdir()
-            hostview.write_skeleton(self.host_view, root)
-            tarball = Path(tmp) / "skeleton.tar"
-            _tar_tree(root, tarball, root_owned=True)
-            self._import(tarball, tag)
-        found = self._tagged(tag, identity, is_host=True)
-        assert found is not None
-        return found
+
+        def make() -> None:
+            with tempfile.TemporaryDirectory(prefix="snapgym-hostbase-") as tmp:
+                root = Path(tmp) / "root"
+                root.mkdir()
+                hostview.write_skeleton(self.host_view, root)
+                tarball = Path(tmp) / "skeleton.tar"
+                _tar_tree(root, tarball, root_owned=True)
+                self._import(tarball, tag)
+
+        return self._tagged_or_made(tag, identity, make, is_host=True)
 
     def _rootfs(self, spec: str) -> BaseImage:
         source = Path(spec).expanduser()
@@ -166,18 +165,17 @@ class Bases:
         key = source_key(source)
         identity = f"rootfs:{key}"
         tag = f"{self._prefix}/base:rootfs-{key[:32]}"
-        if found := self._tagged(tag, identity):
-            return found
-        if source.is_dir():
-            with tempfile.TemporaryDirectory(prefix="snapgym-rootfs-") as tmp:
-                tarball = Path(tmp) / "rootfs.tar"
-                _tar_tree(source, tarball, root_owned=False)
-                self._import(tarball, tag)
-        else:
-            self._import(source, tag)
-        found = self._tagged(tag, identity)
-        assert found is not None
-        return found
+
+        def make() -> None:
+            if source.is_dir():
+                with tempfile.TemporaryDirectory(prefix="snapgym-rootfs-") as tmp:
+                    tarball = Path(tmp) / "rootfs.tar"
+                    _tar_tree(source, tarball, root_owned=False)
+                    self._import(tarball, tag)
+            else:
+                self._import(source, tag)
+
+        return self._tagged_or_made(tag, identity, make)
 
     def _archive(self, spec: str) -> BaseImage:
         path, reference = _split_source(spec.removeprefix("docker-archive:"))
@@ -198,18 +196,19 @@ class Bases:
         return BaseImage.of(chosen[0].attrs)
 
     def _oci(self, spec: str) -> BaseImage:
-        transport, rest = spec.split(":", 1)
-        path, _ = _split_source(rest)
+        path, _ = _split_source(spec.split(":", 1)[1])
         source = Path(path).expanduser()
         if not source.exists():
             raise ConfigError(f"the OCI image {path} does not exist")
         tag = f"{self._prefix}/base:oci-{hashlib.sha256(spec.encode()).hexdigest()[:16]}-{source_key(source)[:16]}"
-        if found := self._tagged(tag, None):
-            return found
+        return self._tagged_or_made(tag, None, lambda: self._copy_oci(spec, tag))
+
+    def _copy_oci(self, spec: str, tag: str) -> None:
+        """Copy the OCI image ``spec`` (``oci:`` or ``oci-archive:``) into the engine as ``tag``, with skopeo."""
         daemon_host = ["--dest-daemon-host", self._base_url] if self._base_url else []
         try:
             proc = subprocess.run(
-                ["skopeo", "copy", *daemon_host, f"{transport}:{rest}", f"docker-daemon:{tag}"],
+                ["skopeo", "copy", *daemon_host, spec, f"docker-daemon:{tag}"],
                 capture_output=True,
                 text=True,
             )
@@ -222,11 +221,19 @@ class Bases:
             raise ConfigError(
                 f"copying {spec} into the Docker engine with skopeo failed: {proc.stderr.strip()[-1500:]}"
             )
-        found = self._tagged(tag, None)
-        assert found is not None
-        return found
 
     # -- engine ---------------------------------------------------------------
+
+    def _tagged_or_made(
+        self, tag: str, identity: str | None, make: Callable[[], None], *, is_host: bool = False
+    ) -> BaseImage:
+        """The base image tagged ``tag``; when the engine has none, ``make()`` imports it under that tag first."""
+        if found := self._tagged(tag, identity, is_host=is_host):
+            return found
+        make()
+        found = self._tagged(tag, identity, is_host=is_host)
+        assert found is not None
+        return found
 
     def _tagged(self, tag: str, identity: str | None, *, is_host: bool = False) -> BaseImage | None:
         with engine_errors(f"looking up {tag}"):

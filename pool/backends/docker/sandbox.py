@@ -31,11 +31,11 @@ from pool.backends.docker import execution, files, verify
 from pool.backends.docker.catalog import SNAPSHOT
 from pool.backends.docker.changes import read_changes
 from pool.backends.docker.link import EngineLink
+from pool.basesandbox import BaseSandbox, ExecOptions
 from pool.changes import MAX_PATHS, Changes
 from pool.errors import (
     CommandRejectedError,
     ConfigError,
-    SandboxClosedError,
     SandboxCrashedError,
     SandboxError,
     SandboxOutOfMemoryError,
@@ -49,7 +49,7 @@ from pool.snapshots import Snapshot
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
 
-class DockerSandbox:
+class DockerSandbox(BaseSandbox):
     """A sandbox whose current state is one container of the engine."""
 
     def __init__(
@@ -62,14 +62,13 @@ class DockerSandbox:
         *,
         forget: Callable[[str], None] = lambda sandbox_id: None,
     ) -> None:
+        super().__init__(snapshot)
         self._link = link
         self._settings = link.settings
         self._forget = forget
         self._id = sandbox_id
         self._container: str | None = container
-        self._snapshot = snapshot
         self._labels = dict(labels)
-        self._closed = False
         self._sealed: VerifyMode | None = None
         self._spare: tuple[str, concurrent.futures.Future[str]] | None = None
         self._egress = link.egress.gatekeeper()
@@ -97,21 +96,6 @@ class DockerSandbox:
         return dict(self._labels)
 
     @property
-    def start_snapshot(self) -> Snapshot:
-        """The snapshot this sandbox last started from."""
-        return self._snapshot
-
-    @property
-    def start_digest(self) -> str:
-        """The image ID the sandbox last started from (equal digests: identical images)."""
-        return self._snapshot.digest
-
-    @property
-    def is_closed(self) -> bool:
-        """True after close()."""
-        return self._closed
-
-    @property
     def is_alive(self) -> bool:
         """True while the sandbox's container runs."""
         if self._closed or self._container is None:
@@ -125,54 +109,27 @@ class DockerSandbox:
 
     # -- commands -----------------------------------------------------------------
 
-    def exec(
-        self,
-        command: str,
-        *,
-        timeout_s: float | None = None,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | bytes | None = None,
-        max_output_bytes: int | None = None,
-    ) -> ExecResult:
-        """Run ``command`` with ``/bin/sh -c`` as the container's root.
-
-        Args:
-            command: shell source; at most 128 KiB (pass data with ``stdin``).
-            timeout_s: kill the command and everything it started after this long
-                (default: the backend's ``default_timeout_s``).
-            cwd: working directory (default: the snapshot's workdir).
-            env: variables added to the snapshot's environment (and to the proxy's, after
-                :meth:`set_network`).
-            stdin: data on standard input (default: empty).
-            max_output_bytes: cap per stream (default: the backend's).
-
-        Returns:
-            The ExecResult; a non-zero exit or a timeout is data (timeout: exit 137, ``timed_out``).
+    def _exec(self, command: str, options: ExecOptions) -> ExecResult:
+        """:meth:`exec` through the container's helper (see :mod:`.execution`), as the container's root.
 
         Raises:
-            CommandRejectedError: the command, env or cwd cannot be passed on.
-            SandboxClosedError: the sandbox was closed.
-            SandboxCrashedError: the container died; restore() brings a new one.
-            SandboxOutOfMemoryError: it died because its processes used up its memory.
+            SandboxOutOfMemoryError: the container died because its processes used up its memory.
         """
         container = self._running()
-        extra = {**self._egress.environment, **(env or {})}
-        merged = {**self._snapshot.env, **extra}
-        timeout = timeout_s if timeout_s is not None else self._settings.default_timeout_s
-        execution.check_command(command, merged, timeout_s)
-        cap = max_output_bytes if max_output_bytes is not None else self._settings.max_output_bytes
+        extra = {**self._egress.environment, **(options.env or {})}
+        execution.check_command(command, {**self._snapshot.env, **extra}, options.timeout_s)
+        stdin = options.stdin
         data = stdin.encode() if isinstance(stdin, str) else None if stdin is None else bytes(stdin)
         started = time.monotonic()
         outcome = execution.run(
             self._link.api,
             container,
             command,
-            cwd=self._resolve(cwd or self._snapshot.workdir),
+            cwd=self._resolve(options.cwd or self._snapshot.workdir),
             env=extra,
-            timeout_s=timeout,
+            timeout_s=options.timeout_or(self._settings.default_timeout_s),
             stdin=data,
-            cap=cap,
+            cap=options.cap_or(self._settings.max_output_bytes),
             reap_all=self._sealed is not None,
         )
         duration = time.monotonic() - started
@@ -211,16 +168,8 @@ class DockerSandbox:
     # -- files ----------------------------------------------------------------------
 
     def read_file(self, path: str, *, max_bytes: int | None = None, follow_symlinks: bool = True) -> bytes:
-        """The bytes of a regular file in the sandbox.
-
-        Args:
-            path: absolute, or relative to the snapshot's workdir.
-            max_bytes: refuse a larger file (EFBIG).
-            follow_symlinks: False refuses a link as the last component (ELOOP).
-
-        Raises:
-            FileOperationError: missing, a folder, not a regular file, or too large; ``.errno`` says which.
-        """
+        """The bytes of a regular file in the sandbox, through the engine's archive API (the arguments
+        and errors are :meth:`Sandbox.read_file <pool.contract.Sandbox.read_file>`'s)."""
         container = self._running()
         return files.read(
             self._link.api, container, self._resolve(path), max_bytes=max_bytes, follow_symlinks=follow_symlinks
@@ -236,19 +185,8 @@ class DockerSandbox:
         content = data.encode() if isinstance(data, str) else bytes(data)
         files.write(self._link.api, container, self._resolve(path), content, mode=mode)
 
-    def shell(
-        self,
-        command: str,
-        *,
-        timeout_s: float | None = None,
-        env: Mapping[str, str] | None = None,
-        max_output_bytes: int | None = None,
-    ) -> ExecResult:
-        """Not available here (``Capabilities.shell_session`` is False): every command is an exec().
-
-        Raises:
-            UnsupportedError: always.
-        """
+    def _shell(self, command: str, options: ExecOptions) -> ExecResult:
+        """Not available here (``Capabilities.shell_session`` is False): every command is an exec()."""
         raise UnsupportedError("docker: no persistent shell session; run commands with exec()")
 
     def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
@@ -417,21 +355,11 @@ class DockerSandbox:
 
     # -- internals ----------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxClosedError(f"sandbox {self._id} is closed; create a new one from the backend")
-
     def _running(self) -> str:
         self._check_open()
         if self._container is None:
             raise SandboxCrashedError(f"sandbox {self._id} has no container (a restore failed); restore() it again")
         return self._container
-
-    def __enter__(self) -> DockerSandbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

@@ -31,26 +31,26 @@ image and Dockerfile bases other than ``FROM snapgym/host``.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from pool.backends.e2b.provider import E2BProvider
 from pool.backends.remote.backend import RemoteBackend, cloud_capabilities
+from pool.backends.remote.credentials import Credentials
 from pool.backends.remote.options import RemoteOptions, with_remote_options
 from pool.capabilities import Capabilities
-from pool.errors import ConfigError
 
 NAME = "e2b"
-_MISSING_KEY = (
-    "E2B_API_KEY is not set: export it (https://e2b.dev/dashboard, API keys) or pass the backend option api_key; "
-    "for a self-hosted E2B also set api_url/domain"
-)
 
 
 class E2BBackend(RemoteBackend):
     """Sandboxes on E2B (https://e2b.dev), or on a self-hosted E2B, through the ``e2b`` SDK."""
 
     name = NAME
+    credentials = Credentials(
+        {"api_key": "E2B_API_KEY"},
+        missing="E2B_API_KEY is not set: export it (https://e2b.dev/dashboard, API keys) or pass the backend "
+        "option api_key; for a self-hosted E2B also set api_url/domain",
+    )
 
     @with_remote_options
     def __init__(
@@ -72,9 +72,7 @@ class E2BBackend(RemoteBackend):
             base_template: the E2B template that builds start from (snapgym's ``host`` base).
             **options: the options every cloud backend takes (:class:`~pool.backends.remote.options.RemoteOptions`).
         """
-        key = api_key or os.environ.get("E2B_API_KEY")
-        if not key:
-            raise ConfigError(_MISSING_KEY)
+        key = self.credentials.resolve({"api_key": api_key})["api_key"]
         settings = RemoteOptions(**options)
         api: dict[str, Any] = {"api_key": key, "request_timeout": settings.request_timeout_s}
         for option, value in (("domain", domain), ("api_url", api_url), ("sandbox_url", sandbox_url)):
@@ -83,13 +81,6 @@ class E2BBackend(RemoteBackend):
         self.base_template = base_template
         provider = E2BProvider(api, base_template=base_template, lifetime_s=settings.sandbox_timeout_s)
         super().__init__(provider, settings, account=f"{key}|{api_url or domain or 'e2b.app'}")
-
-    @classmethod
-    def unavailable_reason(cls, **options: Any) -> str | None:
-        """Why this backend cannot run here (no API key), or None."""
-        if not (options.get("api_key") or os.environ.get("E2B_API_KEY")):
-            return _MISSING_KEY
-        return None
 
     @classmethod
     def declared_capabilities(cls) -> Capabilities:

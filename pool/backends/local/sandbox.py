@@ -21,11 +21,11 @@ from pool.backends.local.instance.link import SandboxLink
 from pool.backends.local.runtime import Runtime
 from pool.backends.local.store import upperread
 from pool.backends.local.store.changes import read_changes
+from pool.basesandbox import BaseSandbox, ExecOptions
 from pool.changes import MAX_PATHS, Changes
 from pool.errors import (
     CommandRejectedError,
     FileOperationError,
-    SandboxClosedError,
     SandboxCrashedError,
     SandboxError,
     UnsupportedError,
@@ -37,7 +37,7 @@ from pool.snapshots import Snapshot
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
 
-class LocalSandbox:
+class LocalSandbox(BaseSandbox):
     """A sandbox in its own namespaces over a snapshot's read-only layers."""
 
     def __init__(
@@ -49,6 +49,7 @@ class LocalSandbox:
         *,
         forget: Callable[[int], None],
     ) -> None:
+        super().__init__(snapshot)
         settings = runtime.settings
         self._runtime = runtime
         self._settings = settings
@@ -58,10 +59,8 @@ class LocalSandbox:
         """The daemon's number for this sandbox."""
         self._id = f"{settings.tag}-{number}"
         self._labels = dict(labels)
-        self._snapshot = snapshot
         resources = snapshot.resources
         self._cgroup = SandboxCgroup(self._id, settings.limits(resources), settings.limited_controllers(resources))
-        self._closed = False
         self._sealed: VerifyMode | None = None
         self._private: tuple[str, ...] = ()
         """A strict verifier's private directories: they live in the writable layer."""
@@ -118,21 +117,6 @@ class LocalSandbox:
         self._labels = dict(labels)
 
     @property
-    def start_snapshot(self) -> Snapshot:
-        """The snapshot this sandbox last started from (at create or restore)."""
-        return self._snapshot
-
-    @property
-    def start_digest(self) -> str:
-        """Digest of the state this sandbox started from (equal digests: identical starts)."""
-        return self._snapshot.digest
-
-    @property
-    def is_closed(self) -> bool:
-        """True after close()."""
-        return self._closed
-
-    @property
     def is_alive(self) -> bool:
         """True while the sandbox's init runs and can take commands."""
         if self._closed or not self._runtime.daemon_is_alive:
@@ -156,55 +140,21 @@ class LocalSandbox:
 
     # -- commands -----------------------------------------------------------
 
-    def exec(
-        self,
-        command: str,
-        *,
-        timeout_s: float | None = None,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | bytes | None = None,
-        max_output_bytes: int | None = None,
-    ) -> ExecResult:
-        """Run ``command`` with ``/bin/sh -c`` as root inside the sandbox.
-
-        Args:
-            command: shell source; at most 128 KiB (pass data with ``stdin``).
-            timeout_s: kill the command and everything it started after this
-                long (default: the backend's ``default_timeout_s``).
-            cwd: working directory (default: the snapshot's workdir).
-            env: variables added to the snapshot's environment (and to the
-                proxy's, after :meth:`set_network`).
-            stdin: data on standard input (default: empty).
-            max_output_bytes: cap per stream (default: the backend's).
-
-        Returns:
-            The ExecResult; a non-zero exit or a timeout is data, not an error.
-
-        Raises:
-            CommandRejectedError: the command, env or cwd cannot be passed on.
-            SandboxClosedError: the sandbox was closed.
-            SandboxCrashedError: the sandbox died; restore() brings it back.
-        """
+    def _exec(self, command: str, options: ExecOptions) -> ExecResult:
+        """:meth:`exec` by the sandbox's daemon, as root inside the sandbox (see :mod:`.instance.commands`)."""
         self._check_open()
-        if self._egress.environment:
-            env = {**self._egress.environment, **(env or {})}
-        fields = self._exec_fields(command, timeout_s, cwd, env)
-        cap = max_output_bytes if max_output_bytes is not None else self._settings.max_output_bytes
-        timeout = timeout_s if timeout_s is not None else self._settings.default_timeout_s
+        fields = self._exec_fields(command, options.timeout_s, options.cwd, self._command_env(options.env))
         return commands.run(
-            self._link, fields, stdin, cap=cap, timeout_s=timeout, memory_limit_bytes=self._cgroup.limits.memory_bytes
+            self._link,
+            fields,
+            options.stdin,
+            cap=options.cap_or(self._settings.max_output_bytes),
+            timeout_s=options.timeout_or(self._settings.default_timeout_s),
+            memory_limit_bytes=self._cgroup.limits.memory_bytes,
         )
 
-    def shell(
-        self,
-        command: str,
-        *,
-        timeout_s: float | None = None,
-        env: Mapping[str, str] | None = None,
-        max_output_bytes: int | None = None,
-    ) -> ExecResult:
-        """Run ``command`` in the sandbox's persistent bash, as the next line typed into a terminal.
+    def _shell(self, command: str, options: ExecOptions) -> ExecResult:
+        """:meth:`shell`: the command in the sandbox's persistent bash, as the next line typed into a terminal.
 
         The shell starts at the first call (in the snapshot's workdir, with ``env``) and keeps its
         working directory, variables and functions between calls until :meth:`restore`,
@@ -222,11 +172,8 @@ class LocalSandbox:
         self._check_open()
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier; the shell is the agent's (use exec())")
-        commands.check_command(command, timeout_s)
-        if self._egress.environment:
-            env = {**self._egress.environment, **(env or {})}
-        timeout = timeout_s if timeout_s is not None else self._settings.default_timeout_s
-        cap = max_output_bytes if max_output_bytes is not None else self._settings.max_output_bytes
+        commands.check_command(command, options.timeout_s)
+        env = self._command_env(options.env)
         session = self._session
         if session is None or not session.alive or session.env != dict(env or {}):
             session = self._start_session(env or {})
@@ -234,10 +181,16 @@ class LocalSandbox:
             self._link,
             session,
             command,
-            cap=cap,
-            timeout_s=timeout,
+            cap=options.cap_or(self._settings.max_output_bytes),
+            timeout_s=options.timeout_or(self._settings.default_timeout_s),
             memory_limit_bytes=self._cgroup.limits.memory_bytes,
         )
+
+    def _command_env(self, env: Mapping[str, str] | None) -> Mapping[str, str] | None:
+        """``env`` on top of the egress proxy's variables, while the sandbox has a network policy."""
+        if self._egress.environment:
+            return {**self._egress.environment, **(env or {})}
+        return env
 
     def _start_session(self, env: Mapping[str, str]) -> shellsession.ShellSession:
         self._end_session()
@@ -291,17 +244,9 @@ class LocalSandbox:
     # -- files --------------------------------------------------------------
 
     def read_file(self, path: str, *, max_bytes: int | None = None, follow_symlinks: bool = True) -> bytes:
-        """The bytes of a regular file inside the sandbox.
-
-        Args:
-            path: absolute, or relative to the snapshot's workdir.
-            max_bytes: refuse a larger file (EFBIG).
-            follow_symlinks: False refuses a link as the last component (ELOOP).
-
-        Raises:
-            FileOperationError: missing, a directory, not a regular file (a FIFO,
-                say), unreadable, or larger than ``max_bytes``; ``.errno`` says which.
-        """
+        """The bytes of a regular file inside the sandbox, read through the daemon, or from the writable
+        layer in a strict verifier's private folders (the arguments and errors are
+        :meth:`Sandbox.read_file <pool.contract.Sandbox.read_file>`'s)."""
         self._check_open()
         resolved = self._resolve(path)
         if any(resolved.startswith(d + "/") for d in self._private):  # a strict verifier's: no process needed
@@ -469,16 +414,6 @@ class LocalSandbox:
         if self._runtime.daemon_is_alive:
             self._link.request(Op.CLOSE, [])
         self._cgroup.remove()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxClosedError(f"sandbox {self.id} is closed; create a new one from the backend")
-
-    def __enter__(self) -> LocalSandbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

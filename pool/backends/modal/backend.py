@@ -26,9 +26,9 @@ from modal_proto import api_pb2
 from pool.backends.modal.errors import provider_errors
 from pool.backends.modal.provider import ModalProvider
 from pool.backends.remote.backend import RemoteBackend, cloud_capabilities
+from pool.backends.remote.credentials import Credentials
 from pool.backends.remote.options import RemoteOptions, with_remote_options
 from pool.capabilities import Capabilities
-from pool.errors import ConfigError
 
 NAME = "modal"
 GPU_TYPES = (
@@ -46,16 +46,18 @@ GPU_TYPES = (
     "B200",
 )
 """Modal's GPU types (``gpu_types`` a task may ask for)."""
-_MISSING_TOKEN = (
-    "no Modal token: set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (modal token new), keep one in ~/.modal.toml, or pass "
-    "the backend options token_id and token_secret"
-)
 
 
 class ModalBackend(RemoteBackend):
     """Sandboxes on Modal (https://modal.com), CPU or GPU, through the ``modal`` SDK."""
 
     name = NAME
+    credentials = Credentials(
+        {"token_id": "MODAL_TOKEN_ID", "token_secret": "MODAL_TOKEN_SECRET"},
+        missing="no Modal token: set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (modal token new), keep one in "
+        "~/.modal.toml, or pass the backend options token_id and token_secret",
+        file="~/.modal.toml",
+    )
 
     @with_remote_options
     def __init__(
@@ -84,11 +86,9 @@ class ModalBackend(RemoteBackend):
                 (default: under ``~/.cache/snapgym``); Modal images have no names to find them by.
             **options: the options every cloud backend takes (:class:`~pool.backends.remote.options.RemoteOptions`).
         """
-        token_id = token_id or os.environ.get("MODAL_TOKEN_ID")
-        token_secret = token_secret or os.environ.get("MODAL_TOKEN_SECRET")
+        token = self.credentials.resolve({"token_id": token_id, "token_secret": token_secret})
+        token_id, token_secret = token["token_id"], token["token_secret"]
         server_url = server_url or os.environ.get("MODAL_SERVER_URL")
-        if not (token_id and token_secret) and not Path("~/.modal.toml").expanduser().is_file():
-            raise ConfigError(_MISSING_TOKEN)
         settings = RemoteOptions(**options)
         self._client = _client(token_id, token_secret, server_url)
         account = f"{token_id or 'modal.toml'}|{server_url or 'modal'}"
@@ -99,16 +99,6 @@ class ModalBackend(RemoteBackend):
             registry=registry,
         )  # fmt: skip
         super().__init__(provider, settings, account=account)
-
-    @classmethod
-    def unavailable_reason(cls, **options: Any) -> str | None:
-        """Why this backend cannot run here (no token), or None."""
-        has_token = (options.get("token_id") or os.environ.get("MODAL_TOKEN_ID")) and (
-            options.get("token_secret") or os.environ.get("MODAL_TOKEN_SECRET")
-        )
-        if not has_token and not Path("~/.modal.toml").expanduser().is_file():
-            return _MISSING_TOKEN
-        return None
 
     @classmethod
     def declared_capabilities(cls) -> Capabilities:

@@ -27,8 +27,9 @@ import contextlib
 import dataclasses
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
+from pool.backends.remote.credentials import Credentials
 from pool.backends.remote.link import PREFIX, Link, Started, recorded
 from pool.backends.remote.options import RemoteOptions
 from pool.backends.remote.provider import Provider
@@ -67,9 +68,11 @@ def cloud_capabilities(**fields: Any) -> Capabilities:
 
 class RemoteBackend(abc.ABC):
     """A cloud backend: a provider plus the pool's guarantees (see the module docstring). A subclass
-    gives its constructor's options, ``unavailable_reason``, ``declared_capabilities`` and ``base_identity``."""
+    gives its constructor's options, its ``credentials``, ``declared_capabilities`` and ``base_identity``."""
 
     name: str
+    credentials: ClassVar[Credentials]
+    """What signs the backend in; its constructor resolves them, ``unavailable_reason`` checks them."""
 
     def __init__(self, provider: Provider, options: RemoteOptions, *, account: str) -> None:
         """``account`` names the account and endpoint (hashed into the shared pace's file name)."""
@@ -132,6 +135,11 @@ class RemoteBackend(abc.ABC):
     def resolve_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
         """The options as given: credentials stay out of them (each process reads its environment)."""
         return dict(options)
+
+    @classmethod
+    def unavailable_reason(cls, **options: Any) -> str | None:
+        """Why this backend cannot run here (no credentials in the options or the environment), or None."""
+        return cls.credentials.unavailable_reason(options)
 
     @property
     def health(self) -> str | None:

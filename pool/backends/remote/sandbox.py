@@ -26,11 +26,11 @@ from typing import Any
 from pool.backends.remote import verify
 from pool.backends.remote.link import Link, Started
 from pool.backends.remote.provider import RawResult
+from pool.basesandbox import BaseSandbox, ExecOptions
 from pool.changes import MAX_PATHS, Changes
 from pool.errors import (
     CommandRejectedError,
     FileOperationError,
-    SandboxClosedError,
     SandboxCrashedError,
     UnsupportedError,
 )
@@ -59,20 +59,19 @@ ends the whole sandbox. Nothing but shell builtins runs after the command, so a 
 left behind to stop, trace or kill every new process cannot keep the step from returning."""
 
 
-class RemoteSandbox:
+class RemoteSandbox(BaseSandbox):
     """A sandbox whose current state is one provider sandbox."""
 
     def __init__(self, link: Link, started: Started, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
         """A sandbox whose first provider sandbox is ``started`` (at ``snapshot``); ``link`` is its way to
         the provider, the pace and the backend's threads, with the options it runs with."""
+        super().__init__(snapshot)
         self._link = link
         self._provider = link.provider
         self._id = f"{link.name}-{uuid.uuid4().hex[:12]}"
         self._remote: Any | None = started.remote
         self._since_ticks = started.since_ticks
-        self._snapshot = snapshot
         self._labels = dict(labels)
-        self._closed = False
         self._sealed: VerifyMode | None = None
         self._spare: tuple[str, float, concurrent.futures.Future[Started]] | None = None
         self._prepare_spare(snapshot)
@@ -95,21 +94,6 @@ class RemoteSandbox:
         return dict(self._labels)
 
     @property
-    def start_snapshot(self) -> Snapshot:
-        """The snapshot this sandbox last started from."""
-        return self._snapshot
-
-    @property
-    def start_digest(self) -> str:
-        """The digest of that snapshot (checked inside each provider sandbox before it is used)."""
-        return self._snapshot.digest
-
-    @property
-    def is_closed(self) -> bool:
-        """True after close()."""
-        return self._closed
-
-    @property
     def is_alive(self) -> bool:
         """True while the current provider sandbox answers."""
         if self._closed or self._remote is None:
@@ -126,39 +110,19 @@ class RemoteSandbox:
 
     # -- commands -------------------------------------------------------------
 
-    def exec(
-        self,
-        command: str,
-        *,
-        timeout_s: float | None = None,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: str | bytes | None = None,
-        max_output_bytes: int | None = None,
-    ) -> ExecResult:
-        """Run ``command`` with ``/bin/sh -c`` as root; a non-zero exit or a timeout is data.
-
-        Args:
-            command: shell source; at most 128 KiB (pass data with ``stdin``).
-            timeout_s: kill the command and what it started after this long (default: the backend's
-                ``default_timeout_s``); exit 137 and ``timed_out``.
-            cwd: working directory (default: the snapshot's workdir).
-            env: variables added to the snapshot's environment.
-            stdin: data on standard input (default: empty).
-            max_output_bytes: cap per stream (default: the backend's).
-        """
+    def _exec(self, command: str, options: ExecOptions) -> ExecResult:
+        """:meth:`exec` by the provider, under :data:`WRAPPER`; standard input travels as a file."""
         remote = self._live()
         size = len(command.encode())
         if size > MAX_COMMAND_BYTES:
             raise CommandRejectedError(f"command is {size} bytes, over {MAX_COMMAND_BYTES}; pass data with stdin")
         if "\0" in command:
             raise CommandRejectedError("command contains a NUL byte")
-        timeout = timeout_s if timeout_s is not None else self._link.options.default_timeout_s
-        cap = max_output_bytes if max_output_bytes is not None else self._link.options.max_output_bytes
+        timeout = options.timeout_or(self._link.options.default_timeout_s)
         source = "/dev/null"
-        if stdin:
+        if options.stdin:
             source = f"{_STDIN_DIR}/{uuid.uuid4().hex}"
-            self.write_file(source, stdin, mode=0o600)
+            self.write_file(source, options.stdin, mode=0o600)
         wrapped = WRAPPER.format(
             mark=uuid.uuid4().hex, timeout=f"{max(timeout, 0.001):.3f}", command=shlex.quote(command), stdin=source
         )
@@ -166,10 +130,10 @@ class RemoteSandbox:
         raw = self._provider.run(
             remote,
             wrapped,
-            cwd=cwd or self._snapshot.workdir,
-            env={**self._snapshot.env, **(env or {})},
+            cwd=options.cwd or self._snapshot.workdir,
+            env={**self._snapshot.env, **(options.env or {})},
             timeout_s=timeout + self._link.options.request_timeout_s,
-            cap=cap,
+            cap=options.cap_or(self._link.options.max_output_bytes),
         )
         elapsed = time.monotonic() - started
         exit_code = 137 if raw.lost else raw.exit_code
@@ -257,19 +221,8 @@ class RemoteSandbox:
         self._provider.set_network(self._live(), policy)
         return {}
 
-    def shell(
-        self,
-        command: str,
-        *,
-        timeout_s: float | None = None,
-        env: Mapping[str, str] | None = None,
-        max_output_bytes: int | None = None,
-    ) -> ExecResult:
-        """Not available here (``Capabilities.shell_session`` is False): every command is an exec().
-
-        Raises:
-            UnsupportedError: always.
-        """
+    def _shell(self, command: str, options: ExecOptions) -> ExecResult:
+        """Not available here (``Capabilities.shell_session`` is False): every command is an exec()."""
         raise UnsupportedError(f"{self._link.name}: no persistent shell session; run commands with exec()")
 
     def changes(self, *, max_paths: int = MAX_PATHS) -> Changes:
@@ -298,12 +251,6 @@ class RemoteSandbox:
             self._link.kill_later(remote)
         self._drop_spare()
         self._link.forget(self._id)
-
-    def __enter__(self) -> RemoteSandbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- spares ---------------------------------------------------------------
 
@@ -355,10 +302,6 @@ class RemoteSandbox:
 
     def _hand_over(self, started: Started) -> None:
         self._remote, self._since_ticks = started.remote, started.since_ticks
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxClosedError(f"sandbox {self._id} is closed")
 
     def _live(self) -> Any:
         self._check_open()
