@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pool.errors import ConfigError
@@ -54,13 +54,7 @@ class Resources:
 
     def fingerprint(self) -> dict[str, Any]:
         """The fields as JSON-ready data (part of a template's content hash)."""
-        return {
-            "cpus": self.cpus,
-            "memory_mb": self.memory_mb,
-            "storage_mb": self.storage_mb,
-            "gpus": self.gpus,
-            "gpu_types": list(self.gpu_types),
-        }
+        return {**asdict(self), "gpu_types": list(self.gpu_types)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Resources:

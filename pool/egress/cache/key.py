@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 KEY_HEADERS = (
@@ -63,15 +63,7 @@ class RequestKey:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
-        return {
-            "method": self.method,
-            "scheme": self.scheme,
-            "host": self.host,
-            "port": self.port,
-            "target": self.target,
-            "body_sha256": self.body_sha256,
-            "headers": [list(pair) for pair in self.headers],
-        }
+        return {**asdict(self), "headers": [list(pair) for pair in self.headers]}
 
 
 def key_headers(headers: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

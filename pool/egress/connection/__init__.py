@@ -8,5 +8,6 @@ its host (:mod:`~pool.egress.connection.opening`, :mod:`~pool.egress.connection.
 and the byte relay (:mod:`~pool.egress.connection.relay`), recording all of it
 in its audit record (:mod:`~pool.egress.connection.attempt`). While the download
 cache is on, a judged connection is served by :mod:`~pool.egress.connection.cached`
-instead; the steps both share are :mod:`~pool.egress.connection.steps`.
+instead; the steps both share are :mod:`~pool.egress.connection.steps`. Each step is given the
+connection it serves as a :class:`~pool.egress.connection.client.Client`.
 """

@@ -11,14 +11,16 @@ client connection.
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from pool.egress.connection import cached
 from pool.egress.connection.attempt import Attempt
 from pool.egress.connection.body import Framing, copy_body, framing
+from pool.egress.connection.client import Client
 from pool.egress.connection.head import Authority, RequestHead, host_of, parse_authority, parse_head, parse_proxy_url
-from pool.egress.connection.relay import Activity, close, pipe, relay, reply, send
+from pool.egress.connection.relay import Activity, close, send
 from pool.egress.connection.route import Network, Route, upstream_authorization
-from pool.egress.connection.steps import established, open_destination, refuse, relay_tunnel
+from pool.egress.connection.steps import established, open_destination, refuse, relay_route, relay_tunnel
 from pool.network.audit import ALLOWED, INVALID
 from pool.network.policy import NetworkPolicy
 
@@ -44,24 +46,25 @@ async def serve(
     network: Network,
 ) -> None:
     """Serve the one request of a client connection, recording it in ``attempt``."""
+    client = Client(reader, writer, attempt, policy, network)
     try:
-        head = await _read_head(reader, network)
+        head = await _read_head(client)
         attempt.kind = "connect" if head.method == "CONNECT" else "http"
         if head.method == "CONNECT":
-            await _tunnel(head, reader, writer, attempt, policy, network)
+            await _tunnel(client, head)
         else:
-            await _forward(head, reader, writer, attempt, policy, network)
+            await _forward(client, head)
     except _Invalid as exc:
         attempt.decided(INVALID, "invalid request", str(exc))
         if exc.answer:
-            body = f"snapgym egress: not a proxy request ({attempt.error})"
-            await reply(writer, 400, body, network.limits.reply_timeout_s)
+            await client.reply(400, f"snapgym egress: not a proxy request ({attempt.error})")
 
 
-async def _read_head(reader: asyncio.StreamReader, network: Network) -> RequestHead:
+async def _read_head(client: Client) -> RequestHead:
+    limits = client.network.limits
     try:
-        async with asyncio.timeout(network.limits.head_timeout_s):
-            data = await reader.readuntil(b"\r\n\r\n")
+        async with asyncio.timeout(limits.head_timeout_s):
+            data = await client.reader.readuntil(b"\r\n\r\n")
         return parse_head(data)
     except TimeoutError:
         raise _Invalid("the request head did not arrive in time") from None
@@ -70,45 +73,32 @@ async def _read_head(reader: asyncio.StreamReader, network: Network) -> RequestH
             raise _Invalid("closed before sending a request", answer=False) from None
         raise _Invalid("closed inside the request head", answer=False) from None
     except asyncio.LimitOverrunError:
-        raise _Invalid(f"request head over {network.limits.max_head_bytes} bytes") from None
+        raise _Invalid(f"request head over {limits.max_head_bytes} bytes") from None
     except ValueError as exc:
         raise _Invalid(str(exc)) from None
 
 
-async def _tunnel(
-    head: RequestHead,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    attempt: Attempt,
-    policy: NetworkPolicy,
-    network: Network,
-) -> None:
+async def _tunnel(client: Client, head: RequestHead) -> None:
     try:
         target = parse_authority(head.target)
     except ValueError as exc:
         raise _Invalid(str(exc)) from None
-    attempt.host, attempt.port = target.host, target.port
-    if network.cache is not None:
-        await cached.tunnel(target, reader, writer, attempt, policy, network)
+    client.attempt.host, client.attempt.port = target.host, target.port
+    if client.network.cache is not None:
+        await cached.tunnel(client, target)
         return
-    route = await open_destination(target, writer, attempt, policy, network, tunnel=True)
+    route = await open_destination(client, target, tunnel=True)
     if route is None:
         return
     try:
-        if await established(writer, attempt, route.rule, network):
-            await relay_tunnel(reader, writer, route, target, attempt, network)
+        if await established(client, route.rule):
+            await relay_tunnel(client, route, target)
     finally:
         close(route.writer)
 
 
-async def _forward(
-    head: RequestHead,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    attempt: Attempt,
-    policy: NetworkPolicy,
-    network: Network,
-) -> None:
+async def _forward(client: Client, head: RequestHead) -> None:
+    attempt = client.attempt
     try:
         target, path = parse_proxy_url(head.target)
         body = framing(head)
@@ -120,40 +110,29 @@ async def _forward(
     if len(hosts) > 1:
         raise _Invalid("several Host headers")
     if hosts and hosts[0] != target.host:
-        await refuse(writer, target, attempt, network, f"host-mismatch: {hosts[0]}")
+        await refuse(client, target, f"host-mismatch: {hosts[0]}")
         return
-    if network.cache is not None:
-        await cached.forward(head, target, reader, writer, attempt, policy, network)
+    if client.network.cache is not None:
+        await cached.forward(client, head, target)
         return
-    route = await open_destination(target, writer, attempt, policy, network, tunnel=False)
+    route = await open_destination(client, target, tunnel=False)
     if route is None:
         return
     try:
-        request = _origin_request(head, target, path, route, network)
+        request = _origin_request(head, target, path, route, client.network)
         attempt.decided(ALLOWED, route.rule)
-        activity = Activity()
-        up = _forward_up(request, body, reader, route, attempt, activity)
-        down = pipe(route.reader, writer, attempt.down, activity)
-        if (ended := await relay(up, down, activity, network.limits.idle_timeout_s)) is not None:
-            attempt.error = ended
+        await relay_route(client, route, functools.partial(_forward_up, client, request, body, route))
     finally:
         close(route.writer)
 
 
-async def _forward_up(
-    request: bytes,
-    body: Framing,
-    reader: asyncio.StreamReader,
-    route: Route,
-    attempt: Attempt,
-    activity: Activity,
-) -> bool:
+async def _forward_up(client: Client, request: bytes, body: Framing, route: Route, activity: Activity) -> bool:
     await send(route.writer, request, activity)
-    attempt.up(len(request))
+    client.attempt.up(len(request))
     try:
-        await copy_body(body, reader, route.writer, attempt.up, activity)
+        await copy_body(body, client.reader, route.writer, client.attempt.up, activity)
     except (ValueError, EOFError, asyncio.LimitOverrunError):
-        attempt.error = "malformed or incomplete request body"
+        client.attempt.error = "malformed or incomplete request body"
         return False
     return True  # the request is whole: wait for the answer, read nothing more from the client
 

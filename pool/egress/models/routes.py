@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -133,18 +133,7 @@ class ModelRoute:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form for reports (the variable's name, never its value)."""
-        return {
-            "name": self.name,
-            "api": self.api,
-            "upstream": self.upstream,
-            "credential_env": self.credential_env,
-            "port": self.port,
-            "paths": list(self.paths),
-            "max_calls": self.max_calls,
-            "max_request_bytes": self.max_request_bytes,
-            "timeout_s": self.timeout_s,
-            "env": dict(self.env),
-        }
+        return {**asdict(self), "paths": list(self.paths)}
 
 
 def parse_routes(value: Any) -> tuple[ModelRoute, ...]:
