@@ -24,6 +24,7 @@ import select
 import struct
 import time
 from collections.abc import Mapping
+from typing import Literal
 
 from pool.backends.local import capture
 from pool.contract import SHELL_STATE_FILE as STATE_FILE
@@ -70,16 +71,18 @@ class ShellSession:
         """
         timeout_ms = max(1, int(timeout_s * 1000)) if timeout_s else 0
         packet = _HEADER.pack(timeout_ms, len(command) + 1) + command + b"\0"
-        if not self._send(packet, host_deadline_s):  # the sandbox side is gone or stopped: no step can start
+        if self._send(packet, host_deadline_s) == "stuck":  # the sandbox side stopped: no step can start
             self.close()
             return capture.StepCaptured(CappedBuffer(cap), CappedBuffer(cap), None)
+        # sent, or the session had already ended: then its last status record (why) is in the pipe
         got = capture.collect_step(self._out, self._err, self._status, cap=cap, deadline_s=host_deadline_s)
         if got.status is None or not got.status[3] or not got.streams_open:
             self.close()
         return got
 
-    def _send(self, packet: bytes, deadline_s: float | None) -> bool:
-        """Write the whole packet, waiting for room until ``deadline_s``; False if it could not be."""
+    def _send(self, packet: bytes, deadline_s: float | None) -> Literal["sent", "gone", "stuck"]:
+        """Write the whole packet, waiting for room until ``deadline_s``: "gone" when the session
+        process has ended (its end of the pipe is closed), "stuck" when the deadline passed first."""
         view = memoryview(packet)
         poller = select.poll()
         poller.register(self._control, select.POLLOUT)
@@ -89,13 +92,13 @@ class ShellSession:
             except BlockingIOError:
                 pass
             except BrokenPipeError:
-                return False
+                return "gone"
             if view:
                 left = None if deadline_s is None else deadline_s - time.monotonic()
                 if left is not None and left <= 0:
-                    return False
+                    return "stuck"
                 poller.poll(None if left is None else int(left * 1000) + 1)
-        return True
+        return "sent"
 
     def close(self) -> None:
         """Hang up: the shell reads end of input and exits once idle. Idempotent."""

@@ -105,6 +105,19 @@ static void end_session(int st, int code, int timed_out, int err) {
     _exit(0);
 }
 
+/* The shell's input is closed: a shell that never got ready died before it read a step (no bash),
+ * which is said as its own exit says it (ENOENT), whichever of the two the loop notices first;
+ * a ready shell that closed its input ends the session with the step killed. */
+static void input_closed(int st, pid_t shell, long long watermark, int ready) {
+    if (!ready) {
+        int status = 0;
+        while (waitpid(shell, &status, 0) < 0 && errno == EINTR) {}
+        end_session(st, exit_code_of(status), 0, ENOENT);
+    }
+    kill_step(shell, watermark);
+    end_session(st, 128 + SIGKILL, 1, 0);
+}
+
 void run_session(msg_t *m) {
     int ctl = m->fds[0], out = m->fds[1], err = m->fds[2], st = m->fds[3];
     const char *cmd = field(m, "cmd");
@@ -157,10 +170,7 @@ void run_session(msg_t *m) {
         if (p[3].revents) {
             ssize_t w = write(in[1], buf + sent, unsent);
             if (w > 0) { sent += w; unsent -= w; }
-            else if (w < 0 && errno != EAGAIN && errno != EINTR) { /* the shell closed its input */
-                kill_step(shell, watermark);
-                end_session(st, 128 + SIGKILL, 1, 0);
-            }
+            else if (w < 0 && errno != EAGAIN && errno != EINTR) input_closed(st, shell, watermark, ready);
         }
         if (p[1].revents) { /* the shell's step reports: "R" once, then an exit code per step */
             char chunk[256];
@@ -205,10 +215,7 @@ void run_session(msg_t *m) {
             in_step = 1;
             ssize_t w = in[1] >= 0 ? write(in[1], buf, hdr[1]) : -1;
             if (w < 0 && errno == EAGAIN) w = 0;
-            if (w < 0) { /* the shell closed its input: this step cannot start */
-                kill_step(shell, watermark);
-                end_session(st, 128 + SIGKILL, 1, 0);
-            }
+            if (w < 0) input_closed(st, shell, watermark, ready); /* this step cannot start */
             sent = (uint32_t)w;
             unsent = hdr[1] - sent;
         }
