@@ -42,6 +42,7 @@ from pathlib import Path
 
 from pool.errors import ConfigError
 from pool.snapshots import Snapshot
+from pool.validation import choose
 
 
 class VerifyMode(enum.Enum):
@@ -52,14 +53,8 @@ class VerifyMode(enum.Enum):
 
     @classmethod
     def parse(cls, value: str | VerifyMode) -> VerifyMode:
-        """A mode from its name; ConfigError lists the valid ones."""
-        if isinstance(value, VerifyMode):
-            return value
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ConfigError(f"unknown verification mode {value!r}; choose one of: {valid}") from None
+        """A mode from its name (in any case); ConfigError lists the valid ones."""
+        return choose(cls, value, what="verification mode", fold_case=True)
 
 
 TESTS_PATH = "/tests"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pool.errors import ConfigError
+from pool.validation import require_positive
 
 HOST_RESOURCE = "snapgym_host"
 """A node offers to host sandboxes by declaring this Ray resource (any amount)."""
@@ -50,8 +51,8 @@ class PoolConfig:
             raise ConfigError(f"need 0 <= min_warm <= max_warm, got {self.min_warm} and {self.max_warm}")
         if self.max_size < 1 or self.host_capacity < 1:
             raise ConfigError("max_size and host_capacity must be at least 1")
-        for name in ("lease_ttl_s", "acquire_timeout_s", "idle_s", "tick_s", "failure_window_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive")
+        require_positive(
+            self, ("lease_ttl_s", "acquire_timeout_s", "idle_s", "tick_s", "failure_window_s"), what="pool setting"
+        )
         if self.max_failures < 1 or self.max_host_restarts < 0:
             raise ConfigError("max_failures must be >= 1 and max_host_restarts >= 0")

@@ -21,7 +21,7 @@ from typing import Any
 
 from pool.capabilities import Capabilities
 from pool.changes import Changes
-from pool.cluster.fastpath import FastPathServer
+from pool.cluster.calls.fastpath import FastPathServer
 from pool.cluster.orphans import exit_when_orphaned
 from pool.contract import Backend, ReapsLabelled, Sandbox
 from pool.errors import HostBrokenError, LeaseLostError, SandboxError, SnapgymError
@@ -354,6 +354,6 @@ def host_actor_class(*, max_concurrency: int = 256) -> Any:
     The pool replaces dead hosts itself, because a restart would re-run the
     constructor with every sandbox gone anyway.
     """
-    from pool.cluster.raycalls import actor_class
+    from pool.cluster.calls.raycalls import actor_class
 
     return actor_class(SandboxHost, num_cpus=0, max_concurrency=max_concurrency, max_restarts=0)

@@ -19,8 +19,8 @@ from typing import Any
 
 from pool.basesandbox import BaseSandbox, ExecOptions
 from pool.changes import MAX_PATHS, Changes
-from pool.cluster import raycalls
-from pool.cluster.fastpath import FastPathClient
+from pool.cluster.calls import raycalls
+from pool.cluster.calls.fastpath import FastPathClient
 from pool.cluster.slots import LeaseGrant
 from pool.errors import HostBrokenError, LeaseLostError, SandboxClosedError, SandboxError
 from pool.network.audit import NetworkLog

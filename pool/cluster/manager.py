@@ -20,9 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pool.capabilities import Capabilities
-from pool.cluster import demand, raycalls
+from pool.cluster import demand
+from pool.cluster.calls import raycalls
+from pool.cluster.calls.fastpath import FastPathServer
 from pool.cluster.config import PoolConfig
-from pool.cluster.fastpath import FastPathServer
 from pool.cluster.host import BackendFactory, RestoreReport
 from pool.cluster.orphans import exit_when_orphaned
 from pool.cluster.slots import HostRecord, LeaseGrant, Served, Slot, SlotBook

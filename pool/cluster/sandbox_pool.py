@@ -27,9 +27,9 @@ from typing import Any
 
 from pool.backends import backend_factory as make_backend_factory
 from pool.capabilities import Capabilities
-from pool.cluster import raycalls
+from pool.cluster.calls import raycalls
+from pool.cluster.calls.fastpath import FastPathClient, reachable
 from pool.cluster.config import PoolConfig
-from pool.cluster.fastpath import FastPathClient, reachable
 from pool.cluster.host import BackendFactory
 from pool.cluster.lease import Lease
 from pool.cluster.manager import PoolManager

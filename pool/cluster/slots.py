@@ -46,7 +46,7 @@ class HostRecord:
     handle: Any
     capacity: int
     fastpath: str | None = None
-    """The host's same-node socket (see pool.cluster.fastpath), when it has one."""
+    """The host's same-node socket (see pool.cluster.calls.fastpath), when it has one."""
     fast: Any = None
     """A FastPathClient on that socket, when the pool runs on the host's node (else calls go through Ray)."""
     alive: bool = True

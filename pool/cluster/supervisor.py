@@ -20,8 +20,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from pool.cluster.calls.fastpath import FastPathClient, reachable
 from pool.cluster.config import HOST_RESOURCE, SLOTS_RESOURCE, PoolConfig
-from pool.cluster.fastpath import FastPathClient, reachable
 from pool.cluster.host import BackendFactory, host_actor_class
 from pool.cluster.slots import HostRecord, Served, SlotBook
 from pool.errors import PoolError, SnapshotError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from pool.errors import ConfigError
+from pool.validation import require_positive
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,4 @@ class ProxyLimits:
     """DNS lookups a gate may have in flight (they share the proxy's resolver threads)."""
 
     def __post_init__(self) -> None:
-        for item in fields(self):
-            if not getattr(self, item.name) > 0:
-                raise ConfigError(f"egress proxy limit {item.name} must be positive, got {getattr(self, item.name)!r}")
+        require_positive(self, (item.name for item in fields(self)), what="egress proxy limit")

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pool.errors import ConfigError
+from pool.validation import choose
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -44,13 +45,7 @@ class NetworkMode(enum.Enum):
     @classmethod
     def parse(cls, value: str | NetworkMode) -> NetworkMode:
         """A mode from its name; ConfigError lists the valid ones."""
-        if isinstance(value, NetworkMode):
-            return value
-        try:
-            return cls(str(value))
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ConfigError(f"unknown network mode {value!r}; choose one of: {valid}") from None
+        return choose(cls, value, what="network mode")
 
 
 class Phase(enum.Enum):
@@ -89,9 +84,7 @@ class HostRule:
         wildcard = host.startswith("*.")
         name = normalise_host(host[2:] if wildcard else host)
         if not _is_hostname(name):
-            raise ConfigError(
-                f"allowed host {text!r} is neither a hostname, a '*.' wildcard, an IP address nor a CIDR"
-            )
+            raise ConfigError(f"allowed host {text!r} is neither a hostname, a '*.' wildcard, an IP address nor a CIDR")
         return cls(text=text, name=name, wildcard=wildcard, port=port)
 
     def matches(self, host: str, port: int, address: IPAddress | None) -> bool:

@@ -369,7 +369,7 @@ def test_settings_parse_and_refuse() -> None:
     assert EgressSettings.parse(parsed.as_dict()).cache == parsed.cache
     assert EgressSettings.parse({"cache": {"mode": False, "dir": None}}).cache.mode is CacheMode.OFF  # YAML's `off`
     assert not EgressSettings().cache.is_on
-    with pytest.raises(ConfigError, match="must be one of off, record, replay"):
+    with pytest.raises(ConfigError, match="unknown egress cache mode 'sometimes'; choose one of: off, record, replay"):
         EgressSettings.parse({"cache": {"mode": "sometimes", "dir": "/tmp"}})
     with pytest.raises(ConfigError, match="needs a dir"):
         EgressSettings.parse({"cache": {"mode": "record"}})

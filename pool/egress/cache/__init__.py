@@ -26,8 +26,8 @@ are never stored (:mod:`~pool.egress.cache.record`: those to requests carrying `
 or ``Cookie``; ``Set-Cookie`` is dropped from stored headers). Moving a store: ``python -m pool.egress.cache
 export DIR OUT.tar`` and ``import IN.tar DIR`` (:mod:`~pool.egress.cache.archive`). Other modules:
 :mod:`~pool.egress.cache.settings`, :mod:`~pool.egress.cache.authority` (the store's CA),
-:mod:`~pool.egress.cache.downloads` (what the proxy shares), :mod:`~pool.egress.cache.streams`
-and :mod:`~pool.egress.cache.http` (TLS over memory buffers, h11), :mod:`~pool.egress.cache.origin`.
+:mod:`~pool.egress.cache.downloads` (what the proxy shares), and the sub-package
+:mod:`~pool.egress.cache.transport` (the connections: TLS over memory buffers, h11, the origin's side).
 
 **The trade-off.** To read HTTPS, the proxy presents certificates signed by the store's own CA,
 and while caching is on (and only then) sandboxes are told to trust that CA (it is added to the

@@ -7,7 +7,7 @@ import ssl
 from pool.egress.cache.authority import StoreAuthority
 from pool.egress.cache.settings import CacheMode, CacheSettings
 from pool.egress.cache.store import CacheStore
-from pool.egress.cache.tls import client_context
+from pool.egress.cache.transport.tls import client_context
 
 
 class DownloadCache:

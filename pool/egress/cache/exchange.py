@@ -12,8 +12,8 @@ from http import HTTPStatus
 import h11
 
 from pool.egress.cache.downloads import DownloadCache
-from pool.egress.cache.http import Peer
-from pool.egress.cache.origin import Origin, OriginFailed
+from pool.egress.cache.transport.http import Peer
+from pool.egress.cache.transport.origin import Origin, OriginFailed
 from pool.egress.connection.attempt import Attempt
 from pool.egress.connection.head import Authority
 from pool.egress.limits import ProxyLimits

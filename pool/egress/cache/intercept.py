@@ -19,12 +19,12 @@ import h11
 
 from pool.egress.cache.downloads import DownloadCache
 from pool.egress.cache.exchange import ClientFailed, Context, answer
-from pool.egress.cache.http import Peer, text_headers, values
 from pool.egress.cache.key import RequestKey, key_headers, origin_target
-from pool.egress.cache.origin import Origin, OriginSpec
 from pool.egress.cache.record import record
 from pool.egress.cache.replay import replay
-from pool.egress.cache.streams import PlainStream, Stream, TLSStream
+from pool.egress.cache.transport.http import Peer, text_headers, values
+from pool.egress.cache.transport.origin import Origin, OriginSpec
+from pool.egress.cache.transport.streams import PlainStream, Stream, TLSStream
 from pool.egress.connection.attempt import Attempt
 from pool.egress.connection.head import Authority, host_of, parse_authority
 from pool.egress.connection.route import Route

@@ -14,10 +14,10 @@ from dataclasses import replace
 import h11
 
 from pool.egress.cache.exchange import FAILURES, Context, answer, mark, read_body, why
-from pool.egress.cache.http import Peer, encoded, passed_on, text_headers, values
 from pool.egress.cache.key import BODILESS_METHODS, RequestKey
-from pool.egress.cache.origin import Origin, OriginFailed
 from pool.egress.cache.store import BlobWriter
+from pool.egress.cache.transport.http import Peer, encoded, passed_on, text_headers, values
+from pool.egress.cache.transport.origin import Origin, OriginFailed
 from pool.network.audit import UNREACHABLE
 
 _CREDENTIALS = ("authorization", "cookie")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pool.errors import ConfigError
+from pool.validation import choose
 
 DEFAULT_MAX_BODY_BYTES = 2 << 30
 """The largest response body stored (2 GiB); a larger one is passed to the sandbox but not stored."""
@@ -73,13 +74,6 @@ class CacheSettings:
 
 
 def _mode(value: Any) -> CacheMode:
-    if isinstance(value, CacheMode):
-        return value
     if value is False or value is None:  # YAML 1.1 reads an unquoted `off` as false
         return CacheMode.OFF
-    try:
-        return CacheMode(str(value).lower())
-    except ValueError:
-        raise ConfigError(
-            f"egress cache mode must be one of {', '.join(m.value for m in CacheMode)}; got {value!r}"
-        ) from None
+    return choose(CacheMode, value, what="egress cache mode", fold_case=True)

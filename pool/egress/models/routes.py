@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pool.errors import ConfigError
+from pool.validation import require_positive
 
 PLACEHOLDER_KEY = "snapgym-placeholder-key"
 """What the agent sees as its API key: not the key, not derived from it."""
@@ -89,8 +90,7 @@ class ModelRoute:
         object.__setattr__(self, "paths", paths)
         object.__setattr__(self, "upstream", self.upstream.rstrip("/"))
         object.__setattr__(self, "env", {str(k): str(v) for k, v in dict(self.env).items()})
-        if self.max_calls < 1 or self.max_request_bytes < 1 or self.timeout_s <= 0:
-            raise ConfigError(f"model route {self.name!r}: max_calls, max_request_bytes and timeout_s must be positive")
+        require_positive(self, ("max_calls", "max_request_bytes", "timeout_s"), what=f"model route {self.name!r}:")
 
     @property
     def url(self) -> str:

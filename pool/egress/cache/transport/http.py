@@ -1,4 +1,5 @@
-"""One side of an HTTP/1.1 conversation: h11's state machine over a :class:`~pool.egress.cache.streams.Stream`."""
+"""One side of an HTTP/1.1 conversation: h11's state machine over a
+:class:`~pool.egress.cache.transport.streams.Stream`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import h11
 
-from pool.egress.cache.streams import Stream
+from pool.egress.cache.transport.streams import Stream
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "trailer",

@@ -1,5 +1,5 @@
 """The TLS client context the cache uses to reach origins (a module of its own: the download cache
-needs it without the connection machinery of :mod:`pool.egress.cache.origin`)."""
+needs it without the connection machinery of :mod:`pool.egress.cache.transport.origin`)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import h11
 
-from pool.egress.cache.http import Peer, encoded
-from pool.egress.cache.streams import PlainStream, TLSStream
+from pool.egress.cache.transport.http import Peer, encoded
+from pool.egress.cache.transport.streams import PlainStream, TLSStream
 from pool.egress.connection.relay import close
 from pool.egress.connection.route import Refused, Route, Unreachable
 
