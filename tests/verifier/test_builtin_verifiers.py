@@ -21,8 +21,8 @@ import pytest
 
 import envs
 from envs.base import SandboxEnv
-from envs.oracle import run_solution
 from envs.tasks import BUILTIN_DIR, builtin_task_ids, load_task
+from envs.tasks.oracle import run_solution
 
 TASKS = builtin_task_ids()
 PYTHON_MODULES = {"fix-python-stats": "stats", "fix-python-parser": "kvparse", "implement-lru-cache": "lru"}

@@ -13,7 +13,7 @@ neither ``network_mode`` nor ``allowed_hosts`` is set; ``[agent]`` and
 ``[verifier]`` may each set their own ``network_mode``/``allowed_hosts``.
 The build (Dockerfile ``RUN`` steps and ``snapgym.verifier_setup``) has no
 setting in the format; it is public, as Harbor builds, unless a run says
-otherwise (see :mod:`envs.network`).
+otherwise (see :mod:`envs.episode.network`).
 ``allowed_hosts`` goes only with ``allowlist`` (see ``pool.network.policy``
 for the host syntax). Resources (``cpus``, ``memory``/``memory_mb``,
 ``storage``/``storage_mb``, ``gpus``/``gpu_types``) go to the backend, which
@@ -27,7 +27,7 @@ snapgym adds one optional table, ``[snapgym]``:
     verification never needs the network.
 ``verification``
     ``"strict"`` (the default) or ``"shared"``: how the verifier is kept apart
-    from the agent (see ``envs.verifier``). Declare ``"shared"`` when the tests
+    from the agent (see ``envs.tasks.verifier``). Declare ``"shared"`` when the tests
     need a process the agent started or changes outside the outputs.
 ``outputs``
     strict: the directories whose end state the verifier sees (absolute
@@ -181,7 +181,7 @@ class _Reader:
         if mode is None and hosts is None:
             return None
         if mode is None:
-            self.fail(f"{section}.allowed_hosts", "goes with network_mode = \"allowlist\"; set that too")
+            self.fail(f"{section}.allowed_hosts", 'goes with network_mode = "allowlist"; set that too')
         hosts = self.str_list(f"{section}.allowed_hosts", hosts if hosts is not None else [])
         try:
             return NetworkPolicy(NetworkMode.parse(mode), hosts)
