@@ -5,7 +5,8 @@
 - :mod:`~envs.spaces.text`: :class:`UnicodeText`, a Gymnasium space for any text.
 - :mod:`~envs.spaces.trajectory`: an episode's trajectory in ATIF.
 
-Nothing here knows about sandboxes or tasks; the environments build on it.
+Nothing here knows about sandboxes or tasks; the environments build on it. ``from envs.spaces
+import UnicodeText`` (the former module) still works.
 """
 
 from __future__ import annotations

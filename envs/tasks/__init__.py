@@ -5,27 +5,12 @@
 - :mod:`~envs.tasks.verifier`: the verifier, a trust boundary (its threat model is the module docstring).
 - :mod:`~envs.tasks.oracle`: a task's reference solution, and the check that it scores 1 and doing nothing 0.
 
-Nothing here knows about environments or episodes; they build on it. The names the former
-``envs.tasks`` module held are still importable from here.
+Nothing here knows about environments or episodes; they build on it. This face re-exports what
+the former ``envs.tasks`` module held, so ``from envs.tasks import Task, load_task`` still works.
 """
 
 from __future__ import annotations
 
-from envs.tasks.oracle import TaskCheck, check_task, run_solution
 from envs.tasks.task import BUILTIN_DIR, Task, builtin_task_ids, builtin_tasks, load_task, load_tasks, task_dirs
-from envs.tasks.verifier import Verdict, verify
 
-__all__ = [
-    "BUILTIN_DIR",
-    "Task",
-    "TaskCheck",
-    "Verdict",
-    "builtin_task_ids",
-    "builtin_tasks",
-    "check_task",
-    "load_task",
-    "load_tasks",
-    "run_solution",
-    "task_dirs",
-    "verify",
-]
+__all__ = ["BUILTIN_DIR", "Task", "builtin_task_ids", "builtin_tasks", "load_task", "load_tasks", "task_dirs"]
