@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from envs.base import SUBMIT, EpisodeState, SandboxEnv
+from envs.base import EpisodeState, SandboxEnv
 from envs.errors import (
     DockerfileError,
     HostPackagesMissingError,
@@ -22,15 +22,16 @@ from envs.errors import (
     TaskError,
     TaskNotFoundError,
 )
-from envs.observations import NO_COMMAND, TIMED_OUT
-from envs.oracle import check_task, run_solution
 from envs.python_env import PythonEnv
 from envs.rollout import Episode, Group, rollout
 from envs.shell import ShellEnv
-from envs.spaces import UnicodeText
-from envs.tasks import Task, builtin_task_ids, builtin_tasks, load_task, load_tasks
+from envs.spaces.actions import SUBMIT
+from envs.spaces.observations import NO_COMMAND, TIMED_OUT
+from envs.spaces.text import UnicodeText
+from envs.tasks.oracle import check_task, run_solution
+from envs.tasks.task import Task, builtin_task_ids, builtin_tasks, load_task, load_tasks
+from envs.tasks.verifier import Verdict, verify
 from envs.vector import SandboxVectorEnv
-from envs.verifier import Verdict, verify
 from envs.wrappers import CommandPolicy, RecordTrajectory, TruncateOutput, sandbox_env
 
 ENV_IDS = ("snapgym/Shell-v0", "snapgym/Python-v0")

@@ -9,7 +9,7 @@ Infrastructure failures (the sandbox died, the backend failed, the verifier's
 sandbox could not start) end the episode with ``truncated=True``,
 ``info["scored"] = False`` and the error in ``info["infra_error"]``; the
 reward of such a step is 0.0 and must not be read as the agent's score. A
-verifier that ran but left no valid reward scores 0.0 (see envs.verifier:
+verifier that ran but left no valid reward scores 0.0 (see envs.tasks.verifier:
 whatever the agent did to its sandbox, it gets a verdict).
 """
 
@@ -25,18 +25,18 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.actions import check_action
-from envs.clock import AgentClock
-from envs.endstate import end_digest
+from envs.episode.clock import AgentClock
+from envs.episode.endstate import end_digest
+from envs.episode.network import NetworkSetting, template_for
+from envs.episode.resume import check_reset_options, episode_start, start_info
+from envs.episode.scoring import changes_info, judge, outcome, record_network
+from envs.episode.sources import SandboxLeaser, SandboxSource, open_source
+from envs.episode.taskset import Setup, TaskSampler, TaskSet, check_playable
 from envs.errors import InvalidActionError, ResetNeededError
-from envs.network import NetworkSetting, template_for
-from envs.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
-from envs.resume import check_reset_options, episode_start, start_info
-from envs.scoring import changes_info, judge, outcome, record_network
-from envs.sources import SandboxLeaser, SandboxSource, open_source
-from envs.spaces import UnicodeText
-from envs.tasks import Task, load_task
-from envs.taskset import Setup, TaskSampler, TaskSet, check_playable
+from envs.spaces.actions import SUBMIT, check_action
+from envs.spaces.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
+from envs.spaces.text import UnicodeText
+from envs.tasks.task import Task, load_task
 from pool.capabilities import Capabilities, EgressControl, Location
 from pool.changes import Changes
 from pool.contract import Backend, Sandbox
@@ -46,8 +46,6 @@ from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.verification import VerifyMode
 
-SUBMIT = "submit"
-"""The action that ends an episode and asks for the verdict."""
 _MAX_REASON_CHARS = 2000
 
 
@@ -71,7 +69,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         labels: labels every sandbox this environment makes carries (e.g. the runner's
             ``snapgym.run``), besides the backend's own ``snapgym.owner``.
         pool: a :class:`pool.SandboxPool` to lease sandboxes from instead of a backend.
-        source: where sandboxes come from, already chosen (see envs.sources; the runner gives
+        source: where sandboxes come from, already chosen (see envs.episode.sources; the runner gives
             its run's); instead of ``backend`` and ``pool``. ``labels`` are added to it.
         max_steps: steps before the episode is truncated (the verifier still runs).
         step_timeout_s: timeout of one action; a timeout is an observation.
@@ -79,11 +77,11 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         max_output_bytes: cap on each of stdout and stderr in an observation.
         bases: image -> base spec for Dockerfile ``FROM`` lines (see pool.build.dockerfile).
         verification: ``"strict"`` or ``"shared"`` for every episode; None: what the task
-            declares (strict when it declares nothing). See envs.verifier.
+            declares (strict when it declares nothing). See envs.tasks.verifier.
         network: the network of every episode: None or ``"task"`` (the task's policy per
             phase, Harbor's default ``public``), ``"offline"``, ``"public"``, a list of
             allowed hosts, a :class:`pool.egress.NetworkPolicy`, or ``{"agent": ...,
-            "verifier": ...}``. See envs.network; ``info["network"]`` shows what was tried.
+            "verifier": ...}``. See envs.episode.network; ``info["network"]`` shows what was tried.
         render_mode: ``"ansi"`` returns the last observation's text from render().
         tasks: a task set (ids, directories or Tasks): each ``reset()`` picks one, by
             ``reset(options={"task": id})`` or else by ``task_sampler`` (default: uniform,
@@ -91,7 +89,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             snapshot is built on its first episode.
         task_sampler: ``(np_random, task_ids) -> task_id``, the next episode's task.
         end_digest: at the end of each episode, put the digest of the end state (see
-            envs.endstate) in ``info["end_digest"]`` (it reads every changed file).
+            envs.episode.endstate) in ``info["end_digest"]`` (it reads every changed file).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012 (Gymnasium's convention)

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from envs.oracle import TaskCheck, check_task
-from envs.tasks import builtin_task_ids, load_task, task_dirs
+from envs.tasks.oracle import TaskCheck, check_task
+from envs.tasks.task import builtin_task_ids, load_task, task_dirs
 from pool.backends import load_backend
 from pool.contract import Backend
 from pool.errors import ConfigError, SnapgymError

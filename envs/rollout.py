@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from envs.base import SandboxEnv
-from envs.trajectory import Trajectory
+from envs.spaces.trajectory import Trajectory
 from pool.errors import ConfigError
 
 Policy = Callable[[dict[str, Any], dict[str, Any]], str]

@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs.base import SandboxEnv
-from envs.trajectory import Trajectory
+from envs.spaces.trajectory import Trajectory
 from pool.errors import ConfigError
 
 Obs = dict[str, Any]
@@ -49,7 +49,7 @@ class RecordTrajectory(gym.Wrapper[Obs, str, Obs, str]):
     Lines are flushed as they are written, so a crash loses at most the line
     being written; with ``fsync=True`` each episode's end is also synced to disk.
     With ``atif_dir``, each finished episode is also written there as
-    ``<episode>.json`` in ATIF (:mod:`envs.trajectory`), the format the runner
+    ``<episode>.json`` in ATIF (:mod:`envs.spaces.trajectory`), the format the runner
     writes into each episode's folder.
 
     Args:

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
-from envs.base import SUBMIT
+from envs.spaces.actions import SUBMIT
 from envs.tasks import Task
 from envs.wrappers import sandbox_env
 from pool.egress.models.routes import parse_routes

@@ -18,7 +18,7 @@ from typing import Any
 
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
 from benchmarks.agents.chat import ChatEndpoint, EndpointProbe, Message, complete
-from envs.base import SUBMIT
+from envs.spaces.actions import SUBMIT
 from pool.errors import ConfigError
 
 SYSTEM_PROMPT = """You are operating a Linux machine to complete a task.

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
-from envs.base import SUBMIT
+from envs.spaces.actions import SUBMIT
 
 
 class NoopAgent:

@@ -13,9 +13,9 @@ import shlex
 from typing import Any
 
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
-from envs.base import SUBMIT
-from envs.oracle import SOLUTION_DIR
-from envs.verifier import copy_dir_into, run_script_command
+from envs.spaces.actions import SUBMIT
+from envs.tasks.oracle import SOLUTION_DIR
+from envs.tasks.verifier import copy_dir_into, run_script_command
 from envs.wrappers import sandbox_env
 
 

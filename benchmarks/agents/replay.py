@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
-from envs.base import SUBMIT
+from envs.spaces.actions import SUBMIT
 from pool.errors import ConfigError
 
 ANY_TASK = "*"

@@ -18,7 +18,7 @@ import enum
 import shlex
 from dataclasses import dataclass
 
-from envs.base import SUBMIT
+from envs.spaces.actions import SUBMIT
 
 _EOF = "SNAPGYM_ATTACK_EOF"
 REWARD_DIR = "/logs/verifier"

@@ -36,8 +36,8 @@ import gymnasium as gym
 from benchmarks.agents.base import Agent, AgentError, EpisodeContext, ModelRequestError, ModelUnavailableError
 from benchmarks.episodes.durable import PROVENANCE, Durability, DurableAttempt, Resumed
 from envs.errors import InvalidActionError
+from envs.spaces.trajectory import Trajectory
 from envs.tasks import Task
-from envs.trajectory import Trajectory
 from envs.wrappers import sandbox_env
 from pool.errors import SnapgymError
 

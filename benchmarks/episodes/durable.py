@@ -40,8 +40,8 @@ import gymnasium as gym
 
 from benchmarks.agents.base import Agent, AgentError, EpisodeContext, ResumableAgent, SavablePolicy
 from benchmarks.episodes.journal import Checkpoint, EpisodeJournal, JournalState
-from envs.observations import make_observation
-from envs.trajectory import Trajectory
+from envs.spaces.observations import make_observation
+from envs.spaces.trajectory import Trajectory
 from envs.wrappers import sandbox_env
 from pool.errors import SnapgymError
 from pool.snapshots import Snapshot

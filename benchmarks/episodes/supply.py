@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from benchmarks.schemas import PoolKind
-from envs.sources import BackendSource, PoolSource, SandboxSource
+from envs.episode.sources import BackendSource, PoolSource, SandboxSource
 from envs.tasks import Task
 from pool import Backend, Capabilities, PoolConfig
 from pool.contract import KeepsRunCheckpoints

@@ -45,7 +45,7 @@ from benchmarks.reports import results
 from benchmarks.reports.plots import write_plots
 from benchmarks.reports.progress import Progress
 from benchmarks.schemas import PoolKind
-from envs.network import describe_difference, effective_policies, modes_needed, template_for
+from envs.episode.network import describe_difference, effective_policies, modes_needed, template_for
 from envs.tasks import Task
 from pool.errors import ConfigError, SnapgymError
 from pool.network.policy import PhasePolicies

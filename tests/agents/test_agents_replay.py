@@ -16,7 +16,7 @@ import pytest
 import envs
 from benchmarks.agents import ReplayAgent
 from benchmarks.agents.replay import ANY_TASK, load_actions
-from envs.base import SUBMIT
+from envs.spaces.actions import SUBMIT
 from pool import LocalBackend
 from pool.errors import ConfigError
 from tests.support.runner_fixtures import SOLVE, TASK, run_benchmark

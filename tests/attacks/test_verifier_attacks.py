@@ -38,9 +38,9 @@ import pytest
 import envs
 from benchmarks.attacks import ATTACKS, PYTEST_TARGET, Attack, TaskKind, task_kinds
 from benchmarks.attacks.tasks import TASK_KINDS
-from envs.base import SUBMIT
-from envs.oracle import run_solution
+from envs.spaces.actions import SUBMIT
 from envs.tasks import Task
+from envs.tasks.oracle import run_solution
 from pool import load_backend
 from pool.backends.e2b import E2BBackend
 from pool.contract import Backend

@@ -1,7 +1,7 @@
 """Infrastructure failures end the episode unscored, never as a score of 0, and the next reset recovers.
 
 What the agent can cause is a score: a verifier that ran and left no usable reward, or timed out, scores 0.0
-(envs.verifier's attribution rule), so sabotage cannot turn a failure into "unscored".
+(envs.tasks.verifier's attribution rule), so sabotage cannot turn a failure into "unscored".
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from envs import SUBMIT
-from envs.trajectory import MAX_OBSERVATION_CHARS, MAX_STEPS, Trajectory
+from envs.spaces.trajectory import MAX_OBSERVATION_CHARS, MAX_STEPS, Trajectory
 
 
 def test_a_huge_observation_keeps_its_head_and_tail_and_says_so() -> None:

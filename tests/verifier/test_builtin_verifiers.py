@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -21,8 +22,8 @@ import pytest
 
 import envs
 from envs.base import SandboxEnv
-from envs.oracle import run_solution
 from envs.tasks import BUILTIN_DIR, builtin_task_ids, load_task
+from envs.tasks.oracle import run_solution
 
 TASKS = builtin_task_ids()
 PYTHON_MODULES = {"fix-python-stats": "stats", "fix-python-parser": "kvparse", "implement-lru-cache": "lru"}
@@ -171,7 +172,9 @@ def solve(task_id: str) -> str:
 
 def slow_wordcount() -> str:
     """The reference wordcount.c, 3 s slower per run: 24 runs cannot finish within the verifier's timeout."""
-    source = (BUILTIN_DIR / "c-fix-segfault" / "solution" / "wordcount.c").read_text()
+    task = BUILTIN_DIR / "c-fix-segfault"
+    patched = [str(task / "environment" / "wordcount.c"), str(task / "solution" / "wordcount.patch")]
+    source = subprocess.run(["patch", "-s", "-o", "-", *patched], capture_output=True, text=True, check=True).stdout
     main = "int main(int argc, char **argv)\n{"
     source = "#include <unistd.h>\n" + source.replace(main, main + "\n    sleep(3);")
     return write("/app/wordcount.c", source)

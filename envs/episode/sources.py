@@ -23,7 +23,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from envs.default_backend import DEFAULT_BACKEND, shared_backend
+from envs.episode.default_backend import DEFAULT_BACKEND, shared_backend
 from pool.capabilities import Capabilities
 from pool.contract import Backend, Sandbox
 from pool.errors import ConfigError, SandboxError, SnapgymError

@@ -1,10 +1,13 @@
-"""What an action must be before it runs: text, UTF-8, within the size limit, without NUL."""
+"""What an action must be before it runs: text, UTF-8, within the size limit, without NUL; and the one that submits."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from envs.errors import InvalidActionError
+
+SUBMIT = "submit"
+"""The action that ends an episode and asks for the verdict."""
 
 
 def check_action(action: Any, max_action_bytes: int) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from envs.network import NetworkFailure, network_failure
-from envs.tasks import Task
-from envs.taskset import Setup
-from envs.verifier import Verdict, verify
+from envs.episode.network import NetworkFailure, network_failure
+from envs.episode.taskset import Setup
+from envs.tasks.task import Task
+from envs.tasks.verifier import Verdict, verify
 from pool.capabilities import Capabilities, ChangesSource
 from pool.changes import Changes
 from pool.cluster.beside import run_beside

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.network import NetworkSetting, effective_policies, modes_needed
-from envs.tasks import Task
+from envs.episode.network import NetworkSetting, effective_policies, modes_needed
+from envs.tasks.task import Task
 from pool.capabilities import Capabilities
 from pool.errors import ConfigError
 from pool.network.policy import PhasePolicies

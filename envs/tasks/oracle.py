@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass
 
 from envs.errors import TaskError
-from envs.tasks import Task
-from envs.verifier import Verdict, copy_dir_into, run_script_command, verify
+from envs.tasks.task import Task
+from envs.tasks.verifier import Verdict, copy_dir_into, run_script_command, verify
 from pool.contract import Backend, Sandbox
 from pool.resources import DEFAULT_TIMEOUT_S
 from pool.results import ExecResult

@@ -2,7 +2,7 @@
 verification is the network's fault rather than the agent's.
 
 The task's policies come from task.toml as Harbor defines them (see
-:mod:`envs.taskconfig`); a run may override them for every task
+:mod:`envs.tasks.taskconfig`); a run may override them for every task
 (``network="offline"`` for reproducible RL, ``"public"``, a list of hosts, a
 :class:`~pool.egress.NetworkPolicy`, or ``{"build": ..., "agent": ..., "verifier": ...}``).
 A plain value sets the episode's phases, agent and verifier; the build (the

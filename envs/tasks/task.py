@@ -4,7 +4,7 @@ A task is a directory::
 
     my-task/
     ├── instruction.md      what the agent is asked to do
-    ├── task.toml           settings (see envs.taskconfig)
+    ├── task.toml           settings (see envs.tasks.taskconfig)
     ├── environment/        Dockerfile + build context, or setup.sh (+ files copied to /app)
     ├── tests/test.sh       the verifier; writes /logs/verifier/reward.txt or reward.json
     └── solution/solve.sh   the reference solution (optional)
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envs.errors import TaskError, TaskNotFoundError
-from envs.taskconfig import TaskSettings, parse_task_toml
+from envs.tasks.taskconfig import TaskSettings, parse_task_toml
 from pool.build.dockerfile import DockerfilePlan, translate
 from pool.templates import HOST_IMAGE, DockerBuild, Template
 from pool.verification import VerifyMode
 
-BUILTIN_DIR = Path(__file__).parent / "builtin"
+BUILTIN_DIR = Path(__file__).parents[1] / "builtin"
 """Where the built-in suite lives."""
 SETUP_SCRIPT_WORKDIR = "/app"
 """Working directory of tasks whose environment is a setup.sh instead of a Dockerfile."""

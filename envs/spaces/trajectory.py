@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.base import SUBMIT
+from envs.spaces.actions import SUBMIT
 
 SCHEMA_VERSION = "ATIF-v1.4"
 MAX_OBSERVATION_CHARS = 16 * 1024

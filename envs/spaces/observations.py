@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from envs.spaces import UnicodeText
+from envs.spaces.text import UnicodeText
 from pool.results import ExecResult
 
 NO_COMMAND = -1

@@ -13,7 +13,7 @@ neither ``network_mode`` nor ``allowed_hosts`` is set; ``[agent]`` and
 ``[verifier]`` may each set their own ``network_mode``/``allowed_hosts``.
 The build (Dockerfile ``RUN`` steps and ``snapgym.verifier_setup``) has no
 setting in the format; it is public, as Harbor builds, unless a run says
-otherwise (see :mod:`envs.network`).
+otherwise (see :mod:`envs.episode.network`).
 ``allowed_hosts`` goes only with ``allowlist`` (see ``pool.network.policy``
 for the host syntax). Resources (``cpus``, ``memory``/``memory_mb``,
 ``storage``/``storage_mb``, ``gpus``/``gpu_types``) go to the backend, which
@@ -27,7 +27,7 @@ snapgym adds one optional table, ``[snapgym]``:
     verification never needs the network.
 ``verification``
     ``"strict"`` (the default) or ``"shared"``: how the verifier is kept apart
-    from the agent (see ``envs.verifier``). Declare ``"shared"`` when the tests
+    from the agent (see ``envs.tasks.verifier``). Declare ``"shared"`` when the tests
     need a process the agent started or changes outside the outputs.
 ``outputs``
     strict: the directories whose end state the verifier sees (absolute
@@ -152,9 +152,9 @@ class _Reader:
             metadata=metadata,
             name=self.opt_str("task.name", task.get("name")),
             description=self.opt_str("task.description", task.get("description")) or "",
-            agent_timeout_s=self.opt_seconds("agent.timeout_sec", agent.get("timeout_sec")),
+            agent_timeout_s=self.opt_positive("agent.timeout_sec", agent.get("timeout_sec")),
             verifier_timeout_s=(
-                self.opt_seconds("verifier.timeout_sec", verifier.get("timeout_sec")) or DEFAULT_TIMEOUT_S
+                self.opt_positive("verifier.timeout_sec", verifier.get("timeout_sec")) or DEFAULT_TIMEOUT_S
             ),
             verifier_env=self.str_map("verifier.env", verifier.get("env", {})),
             solution_env=self.str_map("solution.env", solution.get("env", {})),
@@ -181,7 +181,7 @@ class _Reader:
         if mode is None and hosts is None:
             return None
         if mode is None:
-            self.fail(f"{section}.allowed_hosts", "goes with network_mode = \"allowlist\"; set that too")
+            self.fail(f"{section}.allowed_hosts", 'goes with network_mode = "allowlist"; set that too')
         hosts = self.str_list(f"{section}.allowed_hosts", hosts if hosts is not None else [])
         try:
             return NetworkPolicy(NetworkMode.parse(mode), hosts)
@@ -223,15 +223,13 @@ class _Reader:
         storage_mb = env.get("storage_mb")
         if "storage" in env:
             storage_mb = self.size_mb("environment.storage", env["storage"])
-        cpus = env.get("cpus")
-        if cpus is not None and self.number("environment.cpus", cpus) == 0:
-            self.fail("environment.cpus", "must be positive")
+        cpus = self.opt_positive("environment.cpus", env.get("cpus"))
         return EnvironmentSettings(
             build_timeout_s=(
-                self.opt_seconds("environment.build_timeout_sec", env.get("build_timeout_sec")) or DEFAULT_TIMEOUT_S
+                self.opt_positive("environment.build_timeout_sec", env.get("build_timeout_sec")) or DEFAULT_TIMEOUT_S
             ),
             docker_image=self.opt_str("environment.docker_image", env.get("docker_image")),
-            cpus=None if cpus is None else self.number("environment.cpus", cpus),
+            cpus=cpus,
             memory_mb=self.opt_mb("environment.memory_mb", memory_mb),
             storage_mb=self.opt_mb("environment.storage_mb", storage_mb),
             gpus=int(gpus),
@@ -275,21 +273,20 @@ class _Reader:
             self.fail(key, f"must be a non-negative number, got {value!r}")
         return float(value)
 
-    def opt_mb(self, key: str, value: Any) -> int | None:
-        if value is None:
-            return None
-        mb = self.number(key, value)
-        if mb < 1:
-            self.fail(key, f"must be at least 1 (MiB), got {value!r}")
-        return int(mb)
+    def opt_number(self, key: str, value: Any) -> float | None:
+        return None if value is None else self.number(key, value)
 
-    def opt_seconds(self, key: str, value: Any) -> float | None:
-        if value is None:
-            return None
-        seconds = self.number(key, value)
-        if seconds == 0:
+    def opt_mb(self, key: str, value: Any) -> int | None:
+        mb = self.opt_number(key, value)
+        if mb is not None and mb < 1:
+            self.fail(key, f"must be at least 1 (MiB), got {value!r}")
+        return None if mb is None else int(mb)
+
+    def opt_positive(self, key: str, value: Any) -> float | None:
+        number = self.opt_number(key, value)
+        if number == 0:
             self.fail(key, "must be positive")
-        return seconds
+        return number
 
     def opt_str(self, key: str, value: Any) -> str | None:
         if value is not None and not isinstance(value, str):

@@ -74,7 +74,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envs.tasks import Task
+from envs.tasks.task import Task
 from pool.contract import Sandbox
 from pool.errors import ConfigError, FileOperationError
 from pool.network.policy import NetworkPolicy, Phase
