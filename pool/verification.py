@@ -3,7 +3,7 @@
 The verifier's reward is only worth something if the agent cannot reach it
 except through the task's outputs. ``sandbox.begin_verification(plan)`` is the
 one call where a backend puts that boundary in place; the environments
-(``envs.verifier``) decide which plan a task gets and read the verdict.
+(``envs.tasks.verifier``) decide which plan a task gets and read the verdict.
 
 Two modes:
 

@@ -9,7 +9,7 @@ The backend option ``egress.cache`` (:class:`CacheSettings`) sets a mode:
 - ``replay``: the proxy connects nowhere and looks up no name; requests are answered from the
   store, byte for byte as recorded. A request with nothing stored is answered 504 and recorded
   as ``denied`` by the rule ``replay miss: URL``, so a strict verification that fails on it is
-  ``network_denied`` (see :mod:`envs.network`), never a silent 0.
+  ``network_denied`` (see :mod:`envs.episode.network`), never a silent 0.
 
 The policy decides before anything is fetched or served, exactly as without the cache: a replay
 of a host the policy refuses is refused (a replay judges names without DNS, addresses from
