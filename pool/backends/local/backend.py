@@ -29,7 +29,7 @@ from pool.backends.local.settings import MIB, LocalSettings
 from pool.backends.local.store import layers
 from pool.backends.local.store.catalogue import SnapshotStore, default_runtime_dir, default_store_dir
 from pool.build import hostview
-from pool.capabilities import Capabilities, Enforcement
+from pool.capabilities import Capabilities, ChangesSource, Enforcement, Location, VerifierIsolation
 from pool.egress.service import EgressService
 from pool.egress.settings import EgressSettings
 from pool.errors import (
@@ -223,10 +223,10 @@ class LocalBackend:
             rootless=self.rootless,
             verification=("strict", "shared"),
             verifier_isolation=_verifier_isolation(kernel.landlock_abi()),
-            sandbox_location="node",
-            snapshot_location="node",
+            sandbox_location=Location.NODE,
+            snapshot_location=Location.NODE,
             bases=(HOST_BASE, "rootfs", "image", "dockerfile"),
-            changes="host",
+            changes=ChangesSource.HOST,
             shell_session=True,
         )
 
@@ -463,10 +463,10 @@ class LocalBackend:
         return made
 
 
-def _verifier_isolation(landlock_abi: int) -> str:
+def _verifier_isolation(landlock_abi: int) -> VerifierIsolation:
     if landlock_abi >= 6:
-        return "signals+ptrace"
-    return "ptrace" if landlock_abi >= 1 else "none"
+        return VerifierIsolation.SIGNALS_PTRACE
+    return VerifierIsolation.PTRACE if landlock_abi >= 1 else VerifierIsolation.NONE
 
 
 def _pid_alive(pid: int) -> bool:
