@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pool.backends.docker.engine import EngineInfo
+from pool.backends.docker.transport.engine import EngineInfo
 from pool.capabilities import Capabilities, ChangesSource, Enforcement, Location, VerifierIsolation
 
 

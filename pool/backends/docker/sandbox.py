@@ -27,10 +27,11 @@ import posixpath
 import time
 from collections.abc import Callable, Mapping
 
-from pool.backends.docker import execution, files, verify
-from pool.backends.docker.catalog import SNAPSHOT
+from pool.backends.docker import verify
 from pool.backends.docker.changes import read_changes
+from pool.backends.docker.images.catalog import SNAPSHOT
 from pool.backends.docker.link import EngineLink
+from pool.backends.docker.transport import execution, files
 from pool.basesandbox import BaseSandbox, ExecOptions
 from pool.changes import MAX_PATHS, Changes
 from pool.egress import onhost
@@ -111,7 +112,7 @@ class DockerSandbox(BaseSandbox):
     # -- commands -----------------------------------------------------------------
 
     def _exec(self, command: str, options: ExecOptions) -> ExecResult:
-        """:meth:`exec` through the container's helper (see :mod:`.execution`), as the container's root.
+        """:meth:`exec` through the container's helper (see :mod:`.transport.execution`), as the container's root.
 
         Raises:
             SandboxOutOfMemoryError: the container died because its processes used up its memory.

@@ -25,7 +25,7 @@ import struct
 import time
 from collections.abc import Mapping
 
-from pool.backends.local import capture
+from pool.backends.local.instance import capture
 from pool.contract import SHELL_STATE_FILE as STATE_FILE
 from pool.results import CappedBuffer
 

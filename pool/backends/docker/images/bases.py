@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pool.backends.docker.engine import engine_errors
+from pool.backends.docker.transport.engine import engine_errors
 from pool.build import hostview
 from pool.build.digest import source_key
 from pool.build.rootfs import RootfsSource
