@@ -72,7 +72,8 @@ _CLOSED = {
     "snapshot_location": Location,
     "changes": ChangesSource,
 }
-"""The fields with a closed set of values, and their Enums (a backend may give the plain string)."""
+"""The fields with a closed set of values, and their Enums (checked, and a plain string turned into the
+Enum, when Capabilities are built)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,14 +107,14 @@ class Capabilities:
     """True when the backend runs without host root privileges."""
     verification: tuple[str, ...] = ()
     """The verification modes ``sandbox.begin_verification`` supports ("strict", "shared"; see pool.verification)."""
-    verifier_isolation: VerifierIsolation | str = VerifierIsolation.NONE
+    verifier_isolation: VerifierIsolation = VerifierIsolation.NONE
     """What keeps a shared verifier's processes from the agent's: "signals+ptrace" (neither works
     across), "ptrace" (tracing and memory access do not, signals do), or "none"."""
-    sandbox_location: Location | str = Location.NODE
+    sandbox_location: Location = Location.NODE
     """Where sandboxes live: "node" (on the machine of the process that made them, so a pool
     keeps warm sandboxes per node) or "remote" (a service every node reaches, so one warm set
     serves the whole cluster)."""
-    snapshot_location: Location | str = Location.NODE
+    snapshot_location: Location = Location.NODE
     """Where snapshots live: "node" (this machine's store or engine: every node builds its own,
     and the pool checks that they agree) or "remote" (a registry or provider every node shares)."""
     bases: tuple[str, ...] = ()
@@ -122,7 +123,7 @@ class Capabilities:
     (a Dockerfile built by the backend)."""
     gpu_types: tuple[str, ...] = ()
     """GPU models sandboxes can get (empty with ``gpu``: any, unnamed)."""
-    changes: ChangesSource | str = ChangesSource.NONE
+    changes: ChangesSource = ChangesSource.NONE
     """Who lists what an episode changed (``sandbox.changes()``, see pool.changes): "host" (the
     sandbox's writable layer, read on the host), "engine" (the container engine) or "none" (no
     listing the agent could not forge: ``changes()`` raises UnsupportedError)."""
@@ -132,11 +133,13 @@ class Capabilities:
     directory and exported variables over in a file)."""
 
     def __post_init__(self) -> None:
-        """Turn a backend's plain strings into the fields' Enums (a StrEnum keeps the string form in
-        records and reports); an unknown value fails here, naming the valid ones.
+        """Turn plain strings into the fields' Enums (a StrEnum keeps the string form in records and
+        reports); an unknown value fails here, naming the valid ones.
 
-        The fields are typed ``Enum | str`` so that a backend may pass the string; once built they
-        always hold the Enum.
+        Backends pass the Enums; ``egress_control`` is typed ``EgressControl | str`` because the
+        egress service's capability fields give the string. A string that reaches another field
+        (a record read back untyped) is turned into its Enum all the same: once built, every
+        field holds the Enum.
         """
         for name, kind in _CLOSED.items():
             value = getattr(self, name)

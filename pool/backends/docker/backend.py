@@ -3,19 +3,19 @@
 How the contract maps onto the engine (each module's docstring says why):
 
 - ``build``: a template becomes the image ``<prefix>/snapshot:<content hash>``
-  (:mod:`.builder`; bases in :mod:`.bases`, Dockerfiles through the engine's
-  own builder in :mod:`.dockerbuild`); its digest is the image ID (:mod:`.catalog`).
+  (:mod:`.images.builder`; bases in :mod:`.images.bases`, Dockerfiles through the engine's
+  own builder in :mod:`.images.dockerbuild`); its digest is the image ID (:mod:`.images.catalog`).
 - ``create``/``fork``: containers started from that image ID, with the helper as
   PID 1, loopback-only network, cgroup limits and no new privileges
-  (:mod:`.containers`); ``exec`` runs through the helper, which kills a timed-out
-  command's whole tree (:mod:`.execution`); files go through the archive API
-  (:mod:`.files`).
+  (:mod:`.transport.containers`); ``exec`` runs through the helper, which kills a timed-out
+  command's whole tree (:mod:`.transport.execution`); files go through the archive API
+  (:mod:`.transport.files`).
 - ``snapshot``: pause and commit; ``restore``: a hand-off to a prewarmed spare
   container (:mod:`.sandbox`); ``begin_verification``: :mod:`.verify` (hooks: :mod:`.hooks`).
-- ``reap_orphans``: containers and checkpoints of dead processes (:mod:`.reaper`).
+- ``reap_orphans``: containers and checkpoints of dead processes (:mod:`.transport.reaper`).
 
 The backend is a factory and catalogue: it settles its options once (:mod:`.settings`), holds one
-engine link (:mod:`.link`: client, containers, egress, checkpoints in :mod:`.checkpoints`) and
+engine link (:mod:`.link`: client, containers, egress, checkpoints in :mod:`.images.checkpoints`) and
 hands it to each sandbox, which does its own lifecycle through it; the sandboxes never reach
 back into the backend (a ``forget`` callback drops a closed one from the catalogue).
 
@@ -36,16 +36,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from pool.backends.docker import engine, helper, hooks, reaper
-from pool.backends.docker.bases import Bases
-from pool.backends.docker.builder import Builder
+from pool.backends.docker import hooks
 from pool.backends.docker.capabilities import declared
-from pool.backends.docker.catalog import SANDBOX
-from pool.backends.docker.checkpoints import Checkpoints
-from pool.backends.docker.containers import Containers
+from pool.backends.docker.images.bases import Bases
+from pool.backends.docker.images.builder import Builder
+from pool.backends.docker.images.catalog import SANDBOX
+from pool.backends.docker.images.checkpoints import Checkpoints
 from pool.backends.docker.link import EngineLink
 from pool.backends.docker.sandbox import DockerSandbox
 from pool.backends.docker.settings import MIB, DockerSettings, check_positive
+from pool.backends.docker.transport import engine, helper, reaper
+from pool.backends.docker.transport.containers import Containers
 from pool.capabilities import Capabilities
 from pool.egress.service import EgressService
 from pool.egress.settings import EgressSettings
@@ -198,7 +199,7 @@ class DockerBackend:
     # -- the contract ------------------------------------------------------------------
 
     def build(self, template: Template) -> Snapshot:
-        """The snapshot of a template: its image found by tag, or built (see :mod:`.builder`).
+        """The snapshot of a template: its image found by tag, or built (see :mod:`.images.builder`).
 
         Raises:
             BuildError: a setup step, the Dockerfile or the healthcheck failed; the message holds its output.

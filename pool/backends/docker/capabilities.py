@@ -33,8 +33,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pool.backends.docker.engine import EngineInfo
-from pool.capabilities import Capabilities, Enforcement
+from pool.backends.docker.transport.engine import EngineInfo
+from pool.capabilities import Capabilities, ChangesSource, Enforcement, Location, VerifierIsolation
 
 
 def declared(info: EngineInfo, *, shared_verification: bool, egress: Mapping[str, Any]) -> Capabilities:
@@ -59,9 +59,9 @@ def declared(info: EngineInfo, *, shared_verification: bool, egress: Mapping[str
         isolation=tuple(isolation),
         rootless="rootless" in info.security,
         verification=("strict", "shared") if shared_verification else ("strict",),
-        verifier_isolation="none",
-        sandbox_location="node",
-        snapshot_location="node",
+        verifier_isolation=VerifierIsolation.NONE,
+        sandbox_location=Location.NODE,
+        snapshot_location=Location.NODE,
         bases=("host", "rootfs", "image", "dockerfile"),
-        changes="engine",
+        changes=ChangesSource.ENGINE,
     )

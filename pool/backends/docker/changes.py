@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pool.backends.docker.engine import translate
+from pool.backends.docker.transport.engine import translate
 from pool.changes import MAX_PATHS, ChangeList, Changes
 from pool.errors import SandboxCrashedError
 

@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pool.backends.docker import files
-from pool.backends.docker.engine import engine_errors
+from pool.backends.docker.transport import files
+from pool.backends.docker.transport.engine import engine_errors
 from pool.snapshots import Snapshot
 from pool.verification import SHARED_HOOKS
 

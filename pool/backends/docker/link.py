@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pool.backends.docker import catalog
-from pool.backends.docker.catalog import ROLE, SNAPSHOT
-from pool.backends.docker.checkpoints import Checkpoints
-from pool.backends.docker.containers import Containers, Spec
 from pool.backends.docker.hooks import KnownGoodHooks
+from pool.backends.docker.images import catalog
+from pool.backends.docker.images.catalog import ROLE, SNAPSHOT
+from pool.backends.docker.images.checkpoints import Checkpoints
 from pool.backends.docker.settings import DockerSettings
+from pool.backends.docker.transport.containers import Containers, Spec
 from pool.egress.service import EgressService
 from pool.errors import ConfigError, SandboxClosedError, SnapshotError
 from pool.labels import RUN
@@ -121,5 +121,5 @@ class EngineLink:
 
     def adopt_checkpoints(self, snapshot: Snapshot, labels: Mapping[str, str]) -> None:
         """Before a sandbox with ``labels`` starts at ``snapshot``: adopt its run's orphaned checkpoints
-        (see :class:`~pool.backends.docker.checkpoints.Checkpoints`)."""
+        (see :class:`~pool.backends.docker.images.checkpoints.Checkpoints`)."""
         self.checkpoints.adopt(self.api, snapshot, labels)

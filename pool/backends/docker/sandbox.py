@@ -27,12 +27,14 @@ import posixpath
 import time
 from collections.abc import Callable, Mapping
 
-from pool.backends.docker import execution, files, verify
-from pool.backends.docker.catalog import SNAPSHOT
+from pool.backends.docker import verify
 from pool.backends.docker.changes import read_changes
+from pool.backends.docker.images.catalog import SNAPSHOT
 from pool.backends.docker.link import EngineLink
+from pool.backends.docker.transport import execution, files
 from pool.basesandbox import BaseSandbox, ExecOptions
 from pool.changes import MAX_PATHS, Changes
+from pool.egress import onhost
 from pool.errors import (
     CommandRejectedError,
     ConfigError,
@@ -110,7 +112,7 @@ class DockerSandbox(BaseSandbox):
     # -- commands -----------------------------------------------------------------
 
     def _exec(self, command: str, options: ExecOptions) -> ExecResult:
-        """:meth:`exec` through the container's helper (see :mod:`.execution`), as the container's root.
+        """:meth:`exec` through the container's helper (see :mod:`.transport.execution`), as the container's root.
 
         Raises:
             SandboxOutOfMemoryError: the container died because its processes used up its memory.
@@ -288,29 +290,24 @@ class DockerSandbox(BaseSandbox):
             SandboxCrashedError: the container is not running.
         """
         container = self._running()
-        if not self._link.egress.available:
-            if policy.allows_any:
-                raise UnsupportedError(self._link.egress.unavailable_reason)
-            return {}
-        pid = int(self._link.container_state(container).get("Pid") or 0)
-        if pid <= 0:
-            raise SandboxCrashedError(f"sandbox {self.id}: its container is not running; restore() it")
-        return self._egress.apply(
-            f"/proc/{pid}/ns/net", policy, phase, read_file=self._read_optional, write_file=self._write_bytes
+        return onhost.set_network(
+            self,
+            policy,
+            phase,
+            egress=self._link.egress,
+            gatekeeper=self._egress,
+            netns_pid=lambda: self._netns_pid(container),
         )
 
     def network_log(self) -> NetworkLog:
         """The connection attempts since the last call or restore (see pool.network.audit)."""
         return self._egress.log()
 
-    def _read_optional(self, path: str) -> bytes | None:
-        try:
-            return self.read_file(path, max_bytes=16 << 20)
-        except SnapgymError:
-            return None
-
-    def _write_bytes(self, path: str, data: bytes) -> None:
-        self.write_file(path, data, mode=0o644)
+    def _netns_pid(self, container: str) -> int:
+        pid = int(self._link.container_state(container).get("Pid") or 0)
+        if pid <= 0:
+            raise SandboxCrashedError(f"sandbox {self.id}: its container is not running; restore() it")
+        return pid
 
     # -- spares -----------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pool.backends.docker.containers import Limits
+from pool.backends.docker.transport.containers import Limits
 from pool.errors import ConfigError
 from pool.resources import DEFAULT_TIMEOUT_S, Resources
 

@@ -34,11 +34,11 @@ import tempfile
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pool.backends.docker import files
-from pool.backends.docker.containers import Containers
-from pool.backends.docker.engine import engine_errors
-from pool.backends.docker.execution import run_helper
 from pool.backends.docker.hooks import KnownGoodHooks
+from pool.backends.docker.transport import files
+from pool.backends.docker.transport.containers import Containers
+from pool.backends.docker.transport.engine import engine_errors
+from pool.backends.docker.transport.execution import run_helper
 from pool.errors import ConfigError, SandboxCrashedError
 from pool.snapshots import Snapshot
 from pool.verification import SHARED_HOOKS, VerificationPlan, VerificationReport, VerifyMode, outermost

@@ -25,11 +25,11 @@ from pool.backends.local.oci.settings import RegistrySettings, registry_settings
 from pool.backends.local.ready import ReadySandboxes, Started
 from pool.backends.local.runtime import Runtime
 from pool.backends.local.sandbox import LocalSandbox
-from pool.backends.local.settings import MIB, LocalSettings, check_positive
+from pool.backends.local.settings import MIB, LocalSettings
 from pool.backends.local.store import layers
 from pool.backends.local.store.catalogue import SnapshotStore, default_runtime_dir, default_store_dir
 from pool.build import hostview
-from pool.capabilities import Capabilities, Enforcement
+from pool.capabilities import Capabilities, ChangesSource, Enforcement, Location, VerifierIsolation
 from pool.egress.service import EgressService
 from pool.egress.settings import EgressSettings
 from pool.errors import (
@@ -118,19 +118,28 @@ class LocalBackend:
         egress: EgressSettings | Mapping[str, Any] | None = None,
     ) -> None:
         kernel.require_linux()
-        check_positive(
-            memory_limit_mb=memory_limit_mb,
-            cpus=cpus,
-            pids_limit=pids_limit,
-            disk_limit_mb=disk_limit_mb,
-            max_snapshot_mb=max_snapshot_mb,
-            max_output_bytes=max_output_bytes,
-            default_timeout_s=default_timeout_s,
-        )
         rootless = os.geteuid() != 0 if rootless is None else rootless
         if not rootless and os.geteuid() != 0:
             raise ConfigError("rootless=False needs host root; run as root or leave rootless unset")
         id_offset = 0 if rootless else id_offset
+        self.tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+        """This instance's name: its runtime folder and cgroups carry it, and reap_orphans reads its pid."""
+        self.settings = LocalSettings(
+            tag=self.tag,
+            rootless=rootless,
+            id_offset=id_offset,
+            memory_limit_mb=memory_limit_mb,
+            cpus=cpus,
+            pids_limit=pids_limit,
+            disk_limit_mb=disk_limit_mb,
+            max_snapshot_mb=disk_limit_mb if max_snapshot_mb is None else max_snapshot_mb,
+            max_output_bytes=max_output_bytes,
+            default_timeout_s=default_timeout_s,
+            prewarm=prewarm,
+            cgroup_controllers=frozenset(cgroups.available() if not rootless else ()),
+            host=hostview.discover(),
+        )
+        """What every sandbox of this backend runs under (it refuses options out of range)."""
         self.prefer_prebuilt = prefer_prebuilt
         self.registry = registry_settings(registry)
         self.egress = EgressService(
@@ -144,32 +153,11 @@ class LocalBackend:
         )
         self.store.reap()  # staging folders of processes killed mid-snapshot
         self._runtime_root = Path(runtime_dir) if runtime_dir else default_runtime_dir()
-        host = hostview.discover()
-        self.tag = f"{os.getpid()}-{secrets.token_hex(4)}"
-        """This instance's name: its runtime folder and cgroups carry it, and reap_orphans reads its pid."""
-        self.settings = LocalSettings(
-            tag=self.tag,
-            rootless=rootless,
-            id_offset=id_offset,
-            memory_limit_mb=memory_limit_mb,
-            cpus=cpus,
-            pids_limit=pids_limit,
-            disk_limit_mb=disk_limit_mb,
-            max_snapshot_mb=max_snapshot_mb or disk_limit_mb,
-            max_output_bytes=max_output_bytes,
-            default_timeout_s=default_timeout_s,
-            prewarm=prewarm,
-            cgroup_controllers=frozenset(cgroups.available() if not rootless else ()),
-            host=host,
-        )
-        """What every sandbox of this backend runs under."""
         self.runtime = Runtime(self.settings, self.store, self._runtime_root, self.egress)
         """The daemon and store this backend's sandboxes share."""
         self._builder = Builder(
             self.store,
-            host=host,
-            rootless=rootless,
-            id_offset=id_offset,
+            settings=self.settings,
             registry=self.registry,
             prefer_prebuilt=prefer_prebuilt,
             egress=self.egress,
@@ -235,10 +223,10 @@ class LocalBackend:
             rootless=self.rootless,
             verification=("strict", "shared"),
             verifier_isolation=_verifier_isolation(kernel.landlock_abi()),
-            sandbox_location="node",
-            snapshot_location="node",
+            sandbox_location=Location.NODE,
+            snapshot_location=Location.NODE,
             bases=(HOST_BASE, "rootfs", "image", "dockerfile"),
-            changes="host",
+            changes=ChangesSource.HOST,
             shell_session=True,
         )
 
@@ -475,10 +463,10 @@ class LocalBackend:
         return made
 
 
-def _verifier_isolation(landlock_abi: int) -> str:
+def _verifier_isolation(landlock_abi: int) -> VerifierIsolation:
     if landlock_abi >= 6:
-        return "signals+ptrace"
-    return "ptrace" if landlock_abi >= 1 else "none"
+        return VerifierIsolation.SIGNALS_PTRACE
+    return VerifierIsolation.PTRACE if landlock_abi >= 1 else VerifierIsolation.NONE
 
 
 def _pid_alive(pid: int) -> bool:

@@ -14,7 +14,6 @@ import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pool.backends.local.instance.checkpoint import BuildResult
 from pool.backends.local.oci.fetch import ImageFetcher
@@ -23,16 +22,17 @@ from pool.backends.local.oci.layer import unpack_layer
 from pool.backends.local.oci.settings import RegistrySettings
 from pool.backends.local.runtime import BACKEND_NAME
 from pool.backends.local.sandbox import LocalSandbox
+from pool.backends.local.settings import LocalSettings
 from pool.backends.local.store import layers
 from pool.backends.local.store.catalogue import BaseRecord, SnapshotStore
 from pool.backends.local.store.layerview import Entry, LayerView
 from pool.backends.local.store.mountpoints import mount_point_layer
 from pool.build import hostview
-from pool.build.digest import combine, source_key
+from pool.build.digest import combine
 from pool.build.dockerfile import ImageCopy
-from pool.build.hostview import HostView
 from pool.build.images import BaseConfig, Recipe, file_target, recipe_for, run_recipe
 from pool.build.network import BuildRoute, build_route
+from pool.build.rootfs import RootfsSource
 from pool.contract import Sandbox
 from pool.egress.service import EgressService
 from pool.errors import BuildError, ConfigError, ImageError, SnapshotError
@@ -56,8 +56,8 @@ class Builder:
 
     Args:
         store: the snapshot store.
-        host: this host's layout (the host base).
-        rootless, id_offset: the backend's user-id mapping (layers are owned by sandbox root).
+        settings: the backend's settings: this host's layout (the host base) and the user-id
+            mapping (layers are owned by sandbox root).
         registry: how images are fetched.
         prefer_prebuilt: start a Dockerfile template from its prebuilt image when it can be had.
         egress: the backend's egress service (whether a build step can reach the network by proxy).
@@ -67,17 +67,13 @@ class Builder:
         self,
         store: SnapshotStore,
         *,
-        host: HostView,
-        rootless: bool,
-        id_offset: int,
+        settings: LocalSettings,
         registry: RegistrySettings,
         prefer_prebuilt: bool,
         egress: EgressService,
     ) -> None:
         self.store = store
-        self._host = host
-        self._rootless = rootless
-        self._id_offset = id_offset
+        self._settings = settings
         self._registry = registry
         self._prefer_prebuilt = prefer_prebuilt
         self._egress = egress
@@ -130,7 +126,7 @@ class Builder:
         return recipe_for(
             template,
             base_config=lambda spec: self._base(spec).config,
-            host_path=self._host.path_env,
+            host_path=self._settings.host.path_env,
             prefer_prebuilt=self._prefer_prebuilt,
             can_get=self._can_get,
         )
@@ -157,7 +153,7 @@ class Builder:
     def _copy_from_image(self, sandbox: Sandbox, step: ImageCopy) -> None:
         """``COPY --from=<image>``: read the files out of the image's layers and write them in."""
         layer_dirs = [self.store.layers.path(layer) for layer in self._base(step.image).layers]
-        view = LayerView(layer_dirs, rootless=self._rootless)
+        view = LayerView(layer_dirs, rootless=self._settings.rootless)
         for source in step.sources:
             entries = list(view.walk(source))
             is_dir = stat.S_ISDIR(entries[0].mode)
@@ -166,14 +162,14 @@ class Builder:
                 _place_entry(sandbox, entry, posixpath.join(target, entry.path) if entry.path else target, step.mode)
 
     def _host_base(self) -> _Base:
-        fingerprint = hostview.fingerprint(self._host)
+        fingerprint = hostview.fingerprint(self._settings.host)
         name = f"host-{fingerprint[:32]}"
-        config = BaseConfig(env={"PATH": self._host.path_env})
+        config = BaseConfig(env={"PATH": self._settings.host.path_env})
         if cached := self._cached_base(name):
             return _Base(cached.layers, cached.digest, config)
         with self.store.layers.staging("writing the host base layer") as staged:
-            hostview.write_skeleton(self._host, staged)
-            layers.shift_owners(staged, self._id_offset)
+            hostview.write_skeleton(self._settings.host, staged)
+            layers.shift_owners(staged, self._settings.id_offset)
             layer_id, layer_digest = self.store.layers.commit(staged)
         seed = f"host:{fingerprint}"
         base = _Base((layer_id,), combine(seed, layer_digest), config)
@@ -181,14 +177,8 @@ class Builder:
         return base
 
     def _rootfs_base(self, spec: str) -> _Base:
-        source = Path(spec).expanduser()
-        if not source.exists():
-            raise ConfigError(
-                f"template base {spec!r} is neither 'host' nor an existing root filesystem "
-                "directory or tarball (make one with: docker export CONTAINER > rootfs.tar)"
-            )
-        key = source_key(source)
-        name = f"rootfs-{key[:32]}"
+        rootfs = RootfsSource.find(spec, other_bases=("'host'",))
+        source, name = rootfs.path, rootfs.name
         if cached := self._cached_base(name):
             return cached
         with self.store.layers.staging(f"unpacking the root filesystem {source}") as staged:
@@ -196,10 +186,10 @@ class Builder:
                 layers.extract_rootfs(source, staged)
             else:  # confined like an image layer: no host file linked in, set-id bits kept
                 try:
-                    unpack_layer(source, staged, rootless=self._rootless, image=spec)
+                    unpack_layer(source, staged, rootless=self._settings.rootless, image=spec)
                 except ImageError as exc:
                     raise SnapshotError(f"cannot unpack root filesystem {source}: {exc}") from None
-            layers.shift_owners(staged, self._id_offset)
+            layers.shift_owners(staged, self._settings.id_offset)
             rootfs_id, rootfs_digest = self.store.layers.commit(staged)
         mounts_id, mounts_digest = mount_point_layer(self.store.layers)
         seed = "rootfs"  # the content is all in the layers; where it came from is not state

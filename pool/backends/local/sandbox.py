@@ -23,12 +23,11 @@ from pool.backends.local.store import upperread
 from pool.backends.local.store.changes import read_changes
 from pool.basesandbox import BaseSandbox, ExecOptions
 from pool.changes import MAX_PATHS, Changes
+from pool.egress import onhost
 from pool.errors import (
     CommandRejectedError,
-    FileOperationError,
     SandboxCrashedError,
     SandboxError,
-    UnsupportedError,
 )
 from pool.network.audit import NetworkLog
 from pool.network.policy import NetworkPolicy, Phase
@@ -363,30 +362,19 @@ class LocalSandbox(BaseSandbox):
             SandboxCrashedError: the sandbox is not running.
         """
         self._check_open()
-        egress = self._runtime.egress
-        if not egress.available:
-            if policy.allows_any:
-                raise UnsupportedError(egress.unavailable_reason)
-            return {}
-        reply = self._link.ping()
-        if reply.get("pid", "0") == "0":
-            raise SandboxCrashedError(f"sandbox {self.id} is not running; restore() it first")
-        return self._egress.apply(
-            f"/proc/{reply['pid']}/ns/net", policy, phase, read_file=self._read_optional, write_file=self._write_bytes
+        return onhost.set_network(
+            self, policy, phase, egress=self._runtime.egress, gatekeeper=self._egress, netns_pid=self._netns_pid
         )
 
     def network_log(self) -> NetworkLog:
         """The connection attempts since the last call or restore (see pool.network.audit)."""
         return self._egress.log()
 
-    def _read_optional(self, path: str) -> bytes | None:
-        try:
-            return self.read_file(path, max_bytes=16 << 20)
-        except FileOperationError:
-            return None
-
-    def _write_bytes(self, path: str, data: bytes) -> None:
-        self.write_file(path, data, mode=0o644)
+    def _netns_pid(self) -> int:
+        reply = self._link.ping()
+        if reply.get("pid", "0") == "0":
+            raise SandboxCrashedError(f"sandbox {self.id} is not running; restore() it first")
+        return int(reply["pid"])
 
     @property
     def sealed(self) -> VerifyMode | None:

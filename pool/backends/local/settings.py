@@ -18,6 +18,16 @@ from pool.snapshots import BASE_ENV, Snapshot
 from pool.templates import HOST_BASE
 
 MIB = 1 << 20
+_POSITIVE = (
+    "memory_limit_mb",
+    "cpus",
+    "pids_limit",
+    "disk_limit_mb",
+    "max_snapshot_mb",
+    "max_output_bytes",
+    "default_timeout_s",
+)
+"""The options that must be positive (or None)."""
 ID_RANGE = 65536
 """How many user and group ids a root-mode sandbox maps (from ``id_offset`` on)."""
 
@@ -43,6 +53,10 @@ class LocalSettings:
     """The cgroup controllers this machine lets the backend use (none when rootless)."""
     host: HostView
     """What the host base binds into a sandbox."""
+
+    def __post_init__(self) -> None:
+        for name in _POSITIVE:
+            check_positive(name, getattr(self, name))
 
     def limits(self, resources: Resources) -> Limits:
         """A snapshot's resources, the backend's options where it sets none."""
@@ -91,12 +105,11 @@ class LocalSettings:
         return {"PATH": path, **BASE_ENV}
 
 
-def check_positive(**values: float | None) -> None:
+def check_positive(name: str, value: float | None) -> None:
     """Refuse an option that must be positive (or None) and is not.
 
     Raises:
         ConfigError: naming the option and its value.
     """
-    for name, value in values.items():
-        if value is not None and not value > 0:
-            raise ConfigError(f"LocalBackend({name}=...) must be positive or None, got {value!r}")
+    if value is not None and not value > 0:
+        raise ConfigError(f"LocalBackend({name}=...) must be positive or None, got {value!r}")

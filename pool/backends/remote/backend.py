@@ -38,7 +38,7 @@ from pool.backends.remote.sandbox import RemoteSandbox
 from pool.build.hostview import DEFAULT_PATH
 from pool.build.images import BaseConfig, recipe_for, run_recipe
 from pool.build.network import BuildRoute, build_route
-from pool.capabilities import Capabilities, Enforcement
+from pool.capabilities import Capabilities, EgressControl, Enforcement, Location
 from pool.errors import ConfigError
 from pool.labels import OWNER, RUN, check_labels, new_owner, owner_is_gone
 from pool.resources import require_supported
@@ -54,13 +54,13 @@ def cloud_capabilities(**fields: Any) -> Capabilities:
         "memory_snapshot": False,
         "fork": True,
         "gpu": False,
-        "egress_control": "provider",
+        "egress_control": EgressControl.PROVIDER,
         "network_modes": ("no-network", "public", "allowlist"),
         "build_network_modes": ("no-network", "public"),
         "limits": dict.fromkeys(("memory", "cpu", "pids", "disk"), Enforcement.NONE),
         "verification": ("strict",),
-        "sandbox_location": "remote",
-        "snapshot_location": "remote",
+        "sandbox_location": Location.REMOTE,
+        "snapshot_location": Location.REMOTE,
         "bases": ("host",),
     }
     return Capabilities(**{**shared, **fields})

@@ -1,6 +1,7 @@
 """What one local sandbox does to its instance in the daemon, through its link.
 
 ``link`` (requests, the init's health, file operations), ``commands`` (exec and the
-persistent shell's steps), ``shellsession`` (the shell itself), ``checkpoint`` (the writable
-layer frozen into a snapshot). ``pool.backends.local.sandbox`` composes them.
+persistent shell's steps), ``shellsession`` (the shell itself), ``capture`` (a command's
+output read from its pipes, capped), ``checkpoint`` (the writable layer frozen into a snapshot).
+``pool.backends.local.sandbox`` composes them.
 """

@@ -12,9 +12,8 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from pool.backends.local import capture
 from pool.backends.local.daemon import Fields, Op
-from pool.backends.local.instance import shellsession
+from pool.backends.local.instance import capture, shellsession
 from pool.backends.local.instance.link import NOT_STARTED, SandboxLink
 from pool.errors import CommandRejectedError, SandboxCrashedError, SandboxOutOfMemoryError, UnsupportedError
 from pool.results import ExecResult, decode_output

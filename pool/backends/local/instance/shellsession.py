@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import Literal
 
-from pool.backends.local import capture
+from pool.backends.local.instance import capture
 from pool.contract import SHELL_STATE_FILE as STATE_FILE
 from pool.results import CappedBuffer
 

@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pool.backends.docker import helper
-from pool.backends.docker.catalog import env_list
-from pool.backends.docker.engine import engine_errors
+from pool.backends.docker.images.catalog import env_list
+from pool.backends.docker.transport import helper
+from pool.backends.docker.transport.engine import engine_errors
 from pool.errors import ConfigError, SnapgymError, SnapshotNotFoundError
 
 CAP_DROP = ("NET_RAW", "MKNOD", "AUDIT_WRITE")

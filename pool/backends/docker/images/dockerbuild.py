@@ -2,7 +2,7 @@
 
 Every ``FROM`` image is settled before the build: an entry of the build's
 ``image_sources`` is realised as a base (a root filesystem, an archive, an
-OCI image: see :mod:`pool.backends.docker.bases`), anything else is the
+OCI image: see :mod:`pool.backends.docker.images.bases`), anything else is the
 engine's or pulled; then the ``FROM`` line names the image by its ID, so the
 build uses exactly the images the snapshot's identity was taken over, and a
 missing image fails before the build with a message saying how to provide
@@ -12,7 +12,7 @@ context (the SDK adds it to the context archive under a random name;
 
 A ``FROM snapgym/host`` (or an image mapped to ``host``) is not built here:
 the host view's folders must be bound while ``RUN`` steps run, which the
-builder cannot do, so :mod:`pool.backends.docker.builder` runs the
+builder cannot do, so :mod:`pool.backends.docker.images.builder` runs the
 translated steps (:mod:`pool.build.dockerfile`) in a container instead.
 """
 
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pool.backends.docker.bases import BaseImage, Bases
-from pool.backends.docker.catalog import ROLE
-from pool.backends.docker.engine import engine_errors
+from pool.backends.docker.images.bases import BaseImage, Bases
+from pool.backends.docker.images.catalog import ROLE
+from pool.backends.docker.transport.engine import engine_errors
 from pool.build.dockerfile import resolve_image
 from pool.errors import BuildError
 from pool.templates import HOST_BASE, DockerBuild

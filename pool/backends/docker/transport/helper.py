@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pool.backends import csrc
-from pool.backends.docker.engine import engine_errors
+from pool.backends.docker.transport.engine import engine_errors
 from pool.errors import BackendError, CompilerMissingError
 
 SOURCE = Path(__file__).with_name("helper.c")

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pool.backends.docker.engine import engine_errors
+from pool.backends.docker.transport.engine import engine_errors
 from pool.build import hostview
 from pool.build.digest import source_key
+from pool.build.rootfs import RootfsSource
 from pool.errors import BackendError, ConfigError
 from pool.templates import HOST_BASE
 
@@ -156,15 +157,8 @@ class Bases:
         return self._tagged_or_made(tag, identity, make, is_host=True)
 
     def _rootfs(self, spec: str) -> BaseImage:
-        source = Path(spec).expanduser()
-        if not source.exists():
-            raise ConfigError(
-                f"template base {spec!r} is neither 'host', an image, nor an existing root filesystem directory "
-                "or tarball (make one with: docker export CONTAINER > rootfs.tar)"
-            )
-        key = source_key(source)
-        identity = f"rootfs:{key}"
-        tag = f"{self._prefix}/base:rootfs-{key[:32]}"
+        rootfs = RootfsSource.find(spec, other_bases=("'host'", "an image"))
+        source, tag = rootfs.path, f"{self._prefix}/base:{rootfs.name}"
 
         def make() -> None:
             if source.is_dir():
@@ -175,7 +169,7 @@ class Bases:
             else:
                 self._import(source, tag)
 
-        return self._tagged_or_made(tag, identity, make)
+        return self._tagged_or_made(tag, rootfs.identity, make)
 
     def _archive(self, spec: str) -> BaseImage:
         path, reference = _split_source(spec.removeprefix("docker-archive:"))

@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pool.backends.docker.engine import translate
-from pool.backends.docker.execution import run_helper
+from pool.backends.docker.transport.engine import translate
+from pool.backends.docker.transport.execution import run_helper
 from pool.errors import FileOperationError, SandboxCrashedError
 
 _MODE_DIR = 1 << 31

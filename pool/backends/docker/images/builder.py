@@ -8,7 +8,7 @@ Three ways in, one way out:
   steps, the template's setup, files, healthcheck) runs in a build container
   over the base image, the local backend's way;
 - a Dockerfile on any other image: the engine's builder builds it
-  (:mod:`pool.backends.docker.dockerbuild`), then the template's own setup,
+  (:mod:`pool.backends.docker.images.dockerbuild`), then the template's own setup,
   files and healthcheck run in a build container over the result.
 
 Either way the build container is committed (paused) into
@@ -31,13 +31,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from pool.backends.docker import catalog, dockerbuild, files
-from pool.backends.docker.bases import BaseImage, Bases
-from pool.backends.docker.catalog import RECORD, ROLE, SANDBOX, SNAPSHOT
-from pool.backends.docker.engine import engine_errors
-from pool.backends.docker.execution import run_helper
+from pool.backends.docker.images import catalog, dockerbuild
+from pool.backends.docker.images.bases import BaseImage, Bases
+from pool.backends.docker.images.catalog import RECORD, ROLE, SANDBOX, SNAPSHOT
 from pool.backends.docker.link import EngineLink
 from pool.backends.docker.sandbox import DockerSandbox
+from pool.backends.docker.transport import files
+from pool.backends.docker.transport.engine import engine_errors
+from pool.backends.docker.transport.execution import run_helper
 from pool.build.dockerfile import ImageCopy
 from pool.build.hostview import DEFAULT_PATH
 from pool.build.images import BaseConfig, Recipe, file_target, recipe_for, run_recipe

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from pool.backends.docker import reaper
+from pool.backends.docker.transport import reaper
 from pool.labels import RUN
 from pool.snapshots import Snapshot
 

@@ -9,7 +9,7 @@ rebuilds nothing. A checkpoint (``sandbox.snapshot()``) is the image
 ``reap_orphans`` removes it after. A checkpoint of a sandbox that serves a run
 (:data:`pool.labels.RUN`) carries the run too, and outlives a process that was
 killed: the run's resume goes on from it and adopts it (see
-:mod:`pool.backends.docker.reaper`).
+:mod:`pool.backends.docker.transport.reaper`).
 
 The digest is the image ID: the sha256 of the image's configuration, which
 names every layer by the sha256 of its uncompressed content (``diff_ids``).
@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from pool.backends.docker.engine import engine_errors, status_code, translate
+from pool.backends.docker.transport.engine import engine_errors, status_code, translate
 from pool.errors import SnapshotError
 from pool.labels import OWNER, RUN
 from pool.snapshots import Snapshot

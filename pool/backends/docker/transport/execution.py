@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pool.backends.docker import helper
-from pool.backends.docker.catalog import env_list
-from pool.backends.docker.engine import engine_errors
+from pool.backends.docker.images.catalog import env_list
+from pool.backends.docker.transport import helper
+from pool.backends.docker.transport.engine import engine_errors
 from pool.errors import CommandRejectedError, SandboxCrashedError
 from pool.results import CappedBuffer
 

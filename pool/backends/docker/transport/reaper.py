@@ -21,8 +21,8 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
-from pool.backends.docker.catalog import ROLE
-from pool.backends.docker.engine import engine_errors, status_code
+from pool.backends.docker.images.catalog import ROLE
+from pool.backends.docker.transport.engine import engine_errors, status_code
 from pool.labels import OWNER, RUN, owner_is_gone
 
 
