@@ -114,6 +114,8 @@ def test_killing_the_shells_reaper_ends_the_step_not_the_sandbox(sandbox) -> Non
 def test_a_thief_of_the_shells_input_cannot_hang_the_harness(sandbox) -> None:
     """A background reader of the shell's own stdin swallows later steps: they time out, nothing hangs."""
     sandbox.shell("cat /proc/$$/fd/0 > /tmp/stolen 2>/dev/null &")
+    # the thief is running (not a subshell still on its way to exec cat) before pkill looks for it
+    sandbox.exec("for i in $(seq 100); do pgrep -f 'cat /proc' >/dev/null && break; sleep 0.05; done")
     started = time.monotonic()
     results = [sandbox.shell("echo mine", timeout_s=0.5) for _ in range(2)]
     assert time.monotonic() - started < 10
