@@ -31,15 +31,15 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from benchmarks.agents import InstalledAgent, LLMAgent, make_agent
-from benchmarks.episodes import rundir
 from benchmarks.episodes.attempt import INFRA_ERROR
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation, plan_episodes
-from benchmarks.episodes.ledger import Ledger, LedgerWriteError
 from benchmarks.episodes.outage import HealthProbe, OutageError
-from benchmarks.episodes.routing import RoutedSupply, Supply
+from benchmarks.episodes.recording import rundir
+from benchmarks.episodes.recording.ledger import Ledger, LedgerWriteError
 from benchmarks.episodes.settings import EpisodeSettings
-from benchmarks.episodes.suites import Suite, image_sources, select_tasks
-from benchmarks.episodes.supply import open_sandbox_supply
+from benchmarks.episodes.sources.routing import RoutedSupply, Supply
+from benchmarks.episodes.sources.suites import Suite, image_sources, select_tasks
+from benchmarks.episodes.sources.supply import open_sandbox_supply
 from benchmarks.job import Job, ScenarioStoppedError
 from benchmarks.reports import results
 from benchmarks.reports.plots import write_plots
@@ -310,7 +310,7 @@ def network_setting(config: DictConfig) -> Any:
 
 def open_supply(job: Job, config: DictConfig) -> Supply:
     """The run's sandboxes: a backend here, or a Ray pool; with ``gpu_backend``, a second one for the
-    tasks that ask for GPUs (see benchmarks.episodes.routing)."""
+    tasks that ask for GPUs (see benchmarks.episodes.sources.routing)."""
     kind = config.pool.kind if isinstance(config.pool.kind, PoolKind) else PoolKind[str(config.pool.kind)]
     default = open_sandbox_supply(
         kind,
