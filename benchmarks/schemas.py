@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from benchmarks.agents.chat import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
 from benchmarks.episodes.settings import EpisodeSettings
 from pool.cluster.config import PoolConfig
 
@@ -169,9 +170,9 @@ class LLMAgentConfig:
     max_tokens: int = 1024
     max_observation_chars: int = 8000
     """Observations sent to the model are cut to their head and tail beyond this."""
-    timeout_s: float = 120.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     """Per request."""
-    max_retries: int = 4
+    max_retries: int = DEFAULT_MAX_RETRIES
     """Retries of a transient failure (connection, 429, 5xx) before the attempt counts as an infra failure."""
 
 
