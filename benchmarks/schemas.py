@@ -192,7 +192,8 @@ class RunConfig(EpisodeSettings):
     """``task`` (each task's own mode), ``strict`` or ``shared`` for every episode."""
     network: Any = "task"
     """``task`` (each task's policy per phase, as in Harbor), ``offline``, ``public``, a list of
-    allowed hosts (an allowlist for both phases), or ``{build: ..., agent: ..., verifier: ...}``."""
+    allowed hosts (an allowlist for both phases), or ``{build: ..., agent: ..., verifier: ...}``; a plain
+    value keeps the task's build policy (public)."""
     gpu_backend: Any = None
     """A second backend for the tasks that ask for GPUs (``{name: modal, gpu: A10G, ...options}``);
     None: every task on ``backend``."""
