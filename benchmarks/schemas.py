@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from benchmarks.agents.chat import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
 from benchmarks.episodes.settings import EpisodeSettings
 from pool.cluster.config import PoolConfig
 
@@ -169,9 +170,9 @@ class LLMAgentConfig:
     max_tokens: int = 1024
     max_observation_chars: int = 8000
     """Observations sent to the model are cut to their head and tail beyond this."""
-    timeout_s: float = 120.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     """Per request."""
-    max_retries: int = 4
+    max_retries: int = DEFAULT_MAX_RETRIES
     """Retries of a transient failure (connection, 429, 5xx) before the attempt counts as an infra failure."""
 
 
@@ -191,7 +192,8 @@ class RunConfig(EpisodeSettings):
     """``task`` (each task's own mode), ``strict`` or ``shared`` for every episode."""
     network: Any = "task"
     """``task`` (each task's policy per phase, as in Harbor), ``offline``, ``public``, a list of
-    allowed hosts (an allowlist for both phases), or ``{build: ..., agent: ..., verifier: ...}``."""
+    allowed hosts (an allowlist for both phases), or ``{build: ..., agent: ..., verifier: ...}``; a plain
+    value keeps the task's build policy (public)."""
     gpu_backend: Any = None
     """A second backend for the tasks that ask for GPUs (``{name: modal, gpu: A10G, ...options}``);
     None: every task on ``backend``."""

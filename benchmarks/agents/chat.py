@@ -32,6 +32,10 @@ from benchmarks.agents.base import ModelRequestError, ModelUnavailableError
 
 Message = dict[str, str]
 _RETRIED_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+DEFAULT_TIMEOUT_S = 120.0
+"""How long one request may take: the default of every endpoint (``ChatEndpoint``, ``LLMAgent``, ``agent=llm``)."""
+DEFAULT_MAX_RETRIES = 4
+"""Retries of a transient failure before giving up: the default of every endpoint, as ``DEFAULT_TIMEOUT_S``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +48,9 @@ class ChatEndpoint:
     """The ``model`` field of the request."""
     api_key: str | None
     """Sent as ``Authorization: Bearer``; read from the environment by the caller, never logged."""
-    timeout_s: float = 120.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     """Per request."""
-    max_retries: int = 4
+    max_retries: int = DEFAULT_MAX_RETRIES
     """Retries of a transient failure before giving up."""
     backoff_s: float = 1.0
     """First retry delay; doubles each time."""

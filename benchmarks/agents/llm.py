@@ -17,7 +17,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
-from benchmarks.agents.chat import ChatEndpoint, EndpointProbe, Message, complete
+from benchmarks.agents.chat import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    ChatEndpoint,
+    EndpointProbe,
+    Message,
+    complete,
+)
 from envs.spaces.actions import SUBMIT
 from pool.errors import ConfigError
 
@@ -56,8 +63,8 @@ class LLMAgent:
         temperature: float = 0.0,
         max_tokens: int = 1024,
         max_observation_chars: int = 8000,
-        timeout_s: float = 120.0,
-        max_retries: int = 4,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
     ) -> None:
         self.name = f"llm:{model}"
         self.model = model

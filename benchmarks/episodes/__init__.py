@@ -1,2 +1,2 @@
-"""Playing a run's episodes: the plan, the sandbox supply, each attempt, retries, durable
-checkpoints, the ledger and the run folder."""
+"""Playing a run's episodes: the plan, each attempt, retries and outages; the sandbox and task
+supply (``sources``); the ledger, the run folder and durable checkpoints (``recording``)."""

@@ -34,7 +34,7 @@ from typing import Any
 import gymnasium as gym
 
 from benchmarks.agents.base import Agent, AgentError, EpisodeContext, ModelRequestError, ModelUnavailableError
-from benchmarks.episodes.durable import PROVENANCE, Durability, DurableAttempt, Resumed
+from benchmarks.episodes.recording.durable import PROVENANCE, Durability, DurableAttempt, Resumed
 from envs.errors import InvalidActionError
 from envs.spaces.trajectory import Trajectory
 from envs.tasks import Task
@@ -128,7 +128,7 @@ def play(
     durability: Durability | None = None,
 ) -> AttemptResult:
     """Play one attempt of ``spec`` in ``env`` (journalled, and going on from the last checkpoint where
-    ``durability`` says so: see benchmarks.episodes.durable).
+    ``durability`` says so: see benchmarks.episodes.recording.durable).
 
     Raises:
         ModelRequestError: the model endpoint refuses every request; the run must stop.

@@ -8,7 +8,7 @@ end is appended (and fsync-ed) before the thread moves on, so a runner killed
 at any moment can be resumed: episodes with a result are skipped, attempts
 cut short are marked ``interrupted`` and run again under a new attempt id,
 and episodes that ended as ``infra_error`` are played again (their result is
-``superseded``, see ``benchmarks.episodes.ledger``).
+``superseded``, see ``benchmarks.episodes.recording.ledger``).
 
 An infrastructure failure is first checked against an outage (see
 ``benchmarks.episodes.outage``): during one, failed attempts are not counted against
@@ -32,15 +32,15 @@ from typing import Any
 import gymnasium as gym
 
 from benchmarks.agents.base import Agent, ModelRequestError
-from benchmarks.episodes import episodefiles
 from benchmarks.episodes.attempt import INFRA_ERROR, AttemptResult, EpisodeLimits, EpisodeSpec, play
-from benchmarks.episodes.durable import Durability
-from benchmarks.episodes.journal import EpisodeJournal
-from benchmarks.episodes.ledger import Ledger, LedgerWriteError, attempt_id
 from benchmarks.episodes.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy
-from benchmarks.episodes.records import SessionRecords, Started
-from benchmarks.episodes.routing import Supply
+from benchmarks.episodes.recording import episodefiles
+from benchmarks.episodes.recording.durable import Durability
+from benchmarks.episodes.recording.journal import EpisodeJournal
+from benchmarks.episodes.recording.ledger import Ledger, LedgerWriteError, attempt_id
+from benchmarks.episodes.recording.records import SessionRecords, Started
 from benchmarks.episodes.settings import EpisodeSettings
+from benchmarks.episodes.sources.routing import Supply
 from envs.tasks import Task
 from envs.wrappers import sandbox_env
 from pool.errors import ConfigError, SnapgymError

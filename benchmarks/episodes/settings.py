@@ -42,6 +42,6 @@ class EpisodeSettings:
     checkpoint_every: int = 0
     """Journal a checkpoint of each episode every this many steps (the sandbox's files, the agent's declared
     state), so that a resumed run goes on from the last one instead of playing the episode again; 0: off.
-    Resumable: the replay, llm and noop agents on Shell-v0 (see benchmarks.episodes.durable)."""
+    Resumable: the replay, llm and noop agents on Shell-v0 (see benchmarks.episodes.recording.durable)."""
     success_threshold: float = 1.0
     """A reward at or above this is a pass."""

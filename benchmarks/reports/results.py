@@ -12,7 +12,7 @@
   again); with ``checkpoint_every`` set, ``resumed_at_checkpoint`` (episodes that went on from
   a checkpoint after an interruption) and ``steps_replayed`` (steps played a second time because
   an interrupted episode could not go on from a checkpoint). Each episode counts once, by its
-  standing result (see ``benchmarks.episodes.ledger``).
+  standing result (see ``benchmarks.episodes.recording.ledger``).
 - ``mean_reward``: over finished episodes except unscored ones (``infra_error``,
   ``network_denied``, ``network_unreachable``: left out, never 0; agent errors
   and timeouts count as 0).
@@ -53,8 +53,8 @@ from typing import Any
 import pandas as pd
 
 from benchmarks.episodes.attempt import INFRA_ERROR, NETWORK_DENIED, NETWORK_UNREACHABLE, OUTCOMES, UNSCORED
-from benchmarks.episodes.ledger import ATTEMPT_FAILED, LEDGER_FILE, SUPERSEDED, LedgerState, read_records
-from benchmarks.episodes.rundir import SUMMARY_FILE
+from benchmarks.episodes.recording.ledger import ATTEMPT_FAILED, LEDGER_FILE, SUPERSEDED, LedgerState, read_records
+from benchmarks.episodes.recording.rundir import SUMMARY_FILE
 from benchmarks.reports.stats import summarize
 
 EPISODES_PARQUET = "episodes.parquet"

@@ -35,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.episodes.routing import Supply
-from benchmarks.episodes.supply import BackendSupply
+from benchmarks.episodes.sources.routing import Supply
+from benchmarks.episodes.sources.supply import BackendSupply
 from benchmarks.job import Job
 from benchmarks.reports.report import Report, Skipped, Target
 from benchmarks.reports.stats import percentile

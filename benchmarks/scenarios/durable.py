@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.episodes import episodefiles
-from benchmarks.episodes.ledger import LEDGER_FILE
+from benchmarks.episodes.recording import episodefiles
+from benchmarks.episodes.recording.ledger import LEDGER_FILE
 from benchmarks.job import Job, top_level_key
 from benchmarks.reports.report import Report
 from benchmarks.reports.stats import percentile

@@ -31,21 +31,22 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from benchmarks.agents import InstalledAgent, LLMAgent, make_agent
-from benchmarks.episodes import rundir
 from benchmarks.episodes.attempt import INFRA_ERROR
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation, plan_episodes
-from benchmarks.episodes.ledger import Ledger, LedgerWriteError
 from benchmarks.episodes.outage import HealthProbe, OutageError
-from benchmarks.episodes.routing import RoutedSupply, Supply
+from benchmarks.episodes.recording import rundir
+from benchmarks.episodes.recording.ledger import Ledger, LedgerWriteError
 from benchmarks.episodes.settings import EpisodeSettings
-from benchmarks.episodes.suites import Suite, image_sources, select_tasks
-from benchmarks.episodes.supply import open_sandbox_supply
+from benchmarks.episodes.sources.routing import RoutedSupply, Supply
+from benchmarks.episodes.sources.suites import Suite, image_sources, select_tasks
+from benchmarks.episodes.sources.supply import SandboxSupply, open_sandbox_supply
 from benchmarks.job import Job, ScenarioStoppedError
 from benchmarks.reports import results
 from benchmarks.reports.plots import write_plots
 from benchmarks.reports.progress import Progress
 from benchmarks.schemas import PoolKind
-from envs.episode.network import describe_difference, effective_policies, modes_needed, template_for
+from envs.episode.network import describe_difference, effective_policies, template_for
+from envs.episode.taskset import Setup, TaskSet, check_playable
 from envs.tasks import Task
 from pool.errors import ConfigError, SnapgymError
 from pool.network.policy import PhasePolicies
@@ -129,10 +130,9 @@ def evaluate(
     except BaseException:
         ledger.close()
         raise
-    tasks, unverifiable = _verifiable(tasks, settings.verification, supply)
-    tasks, unnetworked = _networkable(tasks, settings.network, supply)
+    tasks, unplayable = _playable(tasks, settings, supply)
     tasks, unplaced = _placeable(tasks, supply)
-    unverifiable = {**unverifiable, **unnetworked, **unplaced}
+    unverifiable = {**unplayable, **unplaced}
     skipped = {**(skipped or {}), **unverifiable}
     if not tasks:
         supply.close()
@@ -215,23 +215,6 @@ def eval_settings(config: DictConfig) -> EvalSettings:
     )
 
 
-def _verifiable(tasks: list[Task], override: str | None, supply: Supply) -> tuple[list[Task], dict[str, str]]:
-    """The tasks whose verification mode their backend has, and why each other one is skipped."""
-    kept, skipped = [], {}
-    for task in tasks:
-        served = supply.for_task(task)
-        modes, backend = served.capabilities.verification, served.name
-        mode = override or task.verification.value
-        if mode in modes:
-            kept.append(task)
-        else:
-            skipped[task.id] = (
-                f"needs {mode} verification, which the {backend} backend does not offer ({', '.join(modes)} only)"
-            )
-            log.warning("skipping task %s: %s", task.id, skipped[task.id])
-    return kept, skipped
-
-
 def _placeable(tasks: list[Task], supply: Supply) -> tuple[list[Task], dict[str, str]]:
     """The tasks whose GPUs their backend can give, and why each other one is skipped."""
     kept, skipped = [], {}
@@ -254,34 +237,24 @@ def _placeable(tasks: list[Task], supply: Supply) -> tuple[list[Task], dict[str,
     return kept, skipped
 
 
-def _networkable(tasks: list[Task], setting: Any, supply: Supply) -> tuple[list[Task], dict[str, str]]:
-    """The tasks whose network policies the backend enforces, and why each other one is skipped.
+def _playable(tasks: list[Task], settings: EvalSettings, supply: Supply) -> tuple[list[Task], dict[str, str]]:
+    """The tasks their backend can play as the run sets them up, each with its network applied to its
+    template, and why each other one is skipped.
 
     Says, once per distinct change, where the run's ``network`` setting differs from the tasks' own.
     """
+    taskset = TaskSet(tasks, verification=settings.verification, network=settings.network, sampler=None)
     kept, skipped = [], {}
     changes: dict[str, list[str]] = {}
     for task in tasks:
-        served = supply.for_task(task)
-        capabilities, backend = served.capabilities, served.name
-        policies = effective_policies(task.settings.network, setting)
-        missing = modes_needed(policies) - set(capabilities.network_modes)
-        if missing:
-            skipped[task.id] = (
-                f"needs network {', '.join(sorted(missing))}, which the {backend} backend does not enforce "
-                f"(egress {capabilities.egress_control}); run with network=offline to play it without network"
-            )
-            log.warning("skipping task %s: %s", task.id, skipped[task.id])
+        setup = taskset.setup(task)
+        reason = _unplayable(task, setup, supply.for_task(task))
+        if reason is not None:
+            skipped[task.id] = reason
+            log.warning("skipping task %s: %s", task.id, reason)
             continue
-        if policies.build.mode.value not in capabilities.build_network_modes:
-            skipped[task.id] = (
-                f"its build needs network {policies.build.mode.value}, which the {backend} backend's builds do "
-                f"not enforce (they enforce {', '.join(capabilities.build_network_modes)})"
-            )
-            log.warning("skipping task %s: %s", task.id, skipped[task.id])
-            continue
-        kept.append(dataclasses.replace(task, template=template_for(task.template, policies)))
-        change = describe_difference(task.settings.network, policies)
+        kept.append(dataclasses.replace(task, template=template_for(task.template, setup.network)))
+        change = describe_difference(task.settings.network, setup.network)
         if change is not None:
             changes.setdefault(change, []).append(task.id)
     for change, ids in changes.items():
@@ -290,6 +263,22 @@ def _networkable(tasks: list[Task], setting: Any, supply: Supply) -> tuple[list[
         log.warning(message)
         print(f"snapgym: {message}", file=sys.stderr)
     return kept, skipped
+
+
+def _unplayable(task: Task, setup: Setup, served: SandboxSupply) -> str | None:
+    """Why ``served`` cannot play ``task`` as ``setup`` says, or None: the check every environment makes
+    (``envs.taskset.check_playable``: verification mode, network modes), and its builds' network."""
+    try:
+        check_playable(task, setup, served.capabilities, f"the {served.name} backend")
+    except ConfigError as exc:
+        return str(exc)
+    build, modes = setup.network.build.mode.value, served.capabilities.build_network_modes
+    if build not in modes:
+        return (
+            f"its build needs network {build}, which the {served.name} backend's builds do not enforce "
+            f"(they enforce {', '.join(modes)})"
+        )
+    return None
 
 
 def _verification(config: DictConfig) -> str | None:
@@ -310,7 +299,7 @@ def network_setting(config: DictConfig) -> Any:
 
 def open_supply(job: Job, config: DictConfig) -> Supply:
     """The run's sandboxes: a backend here, or a Ray pool; with ``gpu_backend``, a second one for the
-    tasks that ask for GPUs (see benchmarks.episodes.routing)."""
+    tasks that ask for GPUs (see benchmarks.episodes.sources.routing)."""
     kind = config.pool.kind if isinstance(config.pool.kind, PoolKind) else PoolKind[str(config.pool.kind)]
     default = open_sandbox_supply(
         kind,

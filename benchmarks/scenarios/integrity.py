@@ -46,10 +46,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.agents import NoopAgent, ReplayAgent
 from benchmarks.attacks import Attack, select_attacks, target_tasks, task_kinds
-from benchmarks.episodes import rundir
 from benchmarks.episodes.attempt import INFRA_ERROR
-from benchmarks.episodes.ledger import LEDGER_FILE
-from benchmarks.episodes.suites import image_sources, select_tasks
+from benchmarks.episodes.recording import rundir
+from benchmarks.episodes.recording.ledger import LEDGER_FILE
+from benchmarks.episodes.sources.suites import image_sources, select_tasks
 from benchmarks.job import Job
 from benchmarks.reports import results
 from benchmarks.scenarios.eval import evaluate

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.agents import ReplayAgent
-from benchmarks.episodes import rundir
-from benchmarks.episodes.rundir import SUMMARY_FILE
+from benchmarks.episodes.recording import rundir
+from benchmarks.episodes.recording.rundir import SUMMARY_FILE
 from benchmarks.job import Job
 from benchmarks.reports import results
 from benchmarks.scenarios.baselines import noisolation

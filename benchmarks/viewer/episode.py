@@ -1,6 +1,6 @@
 """One episode's page: its result, instruction, steps, verifier, end-state diff and network audit.
 
-Everything here comes from the episode's files (``benchmarks.episodes.episodefiles``),
+Everything here comes from the episode's files (``benchmarks.episodes.recording.episodefiles``),
 found through the ledger record's ``files``; most of it was written by the
 agent under evaluation (actions, outputs, model messages, file names,
 hosts), so it goes to the browser as JSON strings and the page shows them as
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.episodes import episodefiles
+from benchmarks.episodes.recording import episodefiles
 from benchmarks.viewer.access import RunFiles
 
 DIFF_FILE = "diff.json"

@@ -1,6 +1,6 @@
 """What the viewer knows about a run directory: its state, its headline, its episodes.
 
-The ledger is read with ``benchmarks.episodes.ledger``'s own reader (a torn last line,
+The ledger is read with ``benchmarks.episodes.recording.ledger``'s own reader (a torn last line,
 one being written, is skipped) and folded with its ``LedgerState``, so each
 episode shows once, by its standing result. It is read again only when its
 size or modification time changed, so a page polling a finished run costs a
@@ -9,7 +9,7 @@ size or modification time changed, so a page polling a finished run costs a
 A run is ``in_progress`` while it has no summary.json, or while a resume
 appends to its ledger after an older summary (the ledger is newer and holds
 records the summary does not count); otherwise ``finished`` when
-``benchmarks.episodes.rundir.is_finished`` says so, else ``incomplete``: it stopped
+``benchmarks.episodes.recording.rundir.is_finished`` says so, else ``incomplete``: it stopped
 early or left episodes unscored, and a resume plays them. Only a finished run
 stops the page's polling.
 """
@@ -24,9 +24,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from benchmarks.episodes import episodefiles, rundir
 from benchmarks.episodes.attempt import UNSCORED
-from benchmarks.episodes.ledger import LEDGER_FILE, LedgerCorruptError, LedgerState, read_records
+from benchmarks.episodes.recording import episodefiles, rundir
+from benchmarks.episodes.recording.ledger import LEDGER_FILE, LedgerCorruptError, LedgerState, read_records
 from benchmarks.reports import results
 from benchmarks.viewer.access import RunFiles
 from benchmarks.viewer.episode import describe, episode_folder, token_count

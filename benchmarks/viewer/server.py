@@ -2,7 +2,8 @@
 
 Routes (GET only):
 
-- ``/`` and ``/episode``: the index and episode pages (``static/*.html``), and ``/static/<name>``.
+- ``/`` and ``/episode``: the index and episode pages (``static/index.html`` and ``static/episode.html``, each
+  the body of a page, in ``static/page.html``, the head they share), and ``/static/<name>`` (scripts, styles).
 - ``/api/run``: state, headline, counts, summary, plots (``RunReader.run``).
 - ``/api/episodes``: the episode table's rows; ``/api/episode?id=<episode_id>``: one episode.
 - ``/files/<path>``: a file of the run directory, checked by ``RunFiles``: text as ``text/plain``, PNG
@@ -24,9 +25,11 @@ import logging
 import math
 import shutil
 import threading
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -39,12 +42,28 @@ PAGE_POLICY = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 FILE_POLICY = "default-src 'none'; img-src 'self'; sandbox"
-PAGES = {"/": "index.html", "/index.html": "index.html", "/episode": "episode.html", "/episode.html": "episode.html"}
-STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                ".css": "text/css; charset=utf-8"}  # fmt: skip
+STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One of the viewer's pages: ``static/<name>.html`` (its body) and ``static/<name>.js`` in ``static/page.html``."""
+
+    name: str
+    title: str
+
+    def render(self, static: Traversable) -> bytes:
+        """The whole page, read afresh (no build step: the files are the source)."""
+        shell = (static / "page.html").read_text(encoding="utf-8")
+        body = (static / f"{self.name}.html").read_text(encoding="utf-8")
+        return shell.replace("{title}", self.title).replace("{name}", self.name).replace("{body}", body).encode()
+
+
+_INDEX, _EPISODE = Page("index", "snapgym run"), Page("episode", "snapgym episode")
+PAGES = {"/": _INDEX, "/index.html": _INDEX, "/episode": _EPISODE, "/episode.html": _EPISODE}
 
 
 class Viewer:
@@ -135,7 +154,7 @@ def _handler(reader: RunReader, allowed_hosts: frozenset[str] | None) -> type[Ba
             if path == "/favicon.ico":
                 self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
             elif path in PAGES:
-                self._static(PAGES[path])
+                self._send(HTTPStatus.OK, PAGES[path].render(static), "text/html; charset=utf-8", cache="no-cache")
             elif path.startswith("/static/"):
                 self._static(path.removeprefix("/static/"))
             elif path == "/api/run":

@@ -19,7 +19,7 @@ import pytest
 from benchmarks.agents import LLMAgent, ModelRequestError, ModelUnavailableError
 from benchmarks.agents.chat import ChatEndpoint, complete
 from benchmarks.agents.llm import action_from_reply, clip
-from benchmarks.episodes.ledger import ATTEMPT, ATTEMPT_FAILED, RESULT
+from benchmarks.episodes.recording.ledger import ATTEMPT, ATTEMPT_FAILED, RESULT
 from envs.spaces.actions import SUBMIT
 from envs.tasks import load_task
 from pool.errors import ConfigError

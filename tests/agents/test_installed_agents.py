@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from benchmarks.agents.installed import INSTRUCTION_FILE, LOGS_DIR, collect_logs
-from benchmarks.episodes.episodefiles import write_agent_files
+from benchmarks.episodes.recording.episodefiles import write_agent_files
 from pool import Backend, Sandbox, Snapshot
 from tests.support.model_fixtures import KEY_VARIABLE, NAME, StandInModel
 from tests.support.needs import skip_missing

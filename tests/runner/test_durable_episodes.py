@@ -29,7 +29,7 @@ import pytest
 import envs  # noqa: F401 (registers the environments)
 from benchmarks.agents.base import EpisodeContext
 from benchmarks.agents.replay import ReplayAgent
-from benchmarks.episodes.journal import Checkpoint, EpisodeJournal
+from benchmarks.episodes.recording.journal import Checkpoint, EpisodeJournal
 from envs.tasks import load_task
 from pool import LocalBackend
 from pool.changes import Changes

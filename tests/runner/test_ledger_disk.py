@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.episodes.ledger import LEDGER_FILE, Ledger, LedgerCorruptError, LedgerWriteError, read_records
+from benchmarks.episodes.recording.ledger import LEDGER_FILE, Ledger, LedgerCorruptError, LedgerWriteError, read_records
 from tests.support.needs import skip_missing
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,7 +150,10 @@ def test_a_torn_last_line_is_cut_with_a_warning_naming_its_size(
     torn = b'{"kind": "result", "episode_id": "e:0000", "att'
     with (tmp_path / LEDGER_FILE).open("ab") as file:
         file.write(torn)
-    with caplog.at_level(logging.WARNING, logger="benchmarks.episodes.ledger"), Ledger.open(tmp_path) as reopened:
+    with (
+        caplog.at_level(logging.WARNING, logger="benchmarks.episodes.recording.ledger"),
+        Ledger.open(tmp_path) as reopened,
+    ):
         assert reopened.torn_bytes == len(torn)
         assert reopened.state.unfinished == {"e:0000": 1}
     assert f"torn last line of {len(torn)} bytes" in caplog.text

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from benchmarks.episodes import rundir
+from benchmarks.episodes.recording import rundir
 from pool.errors import ConfigError
 
 

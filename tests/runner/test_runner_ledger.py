@@ -27,8 +27,8 @@ import pytest
 
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation
-from benchmarks.episodes.ledger import LEDGER_FILE, Ledger, LedgerState, read_records
-from benchmarks.episodes.supply import BackendSupply
+from benchmarks.episodes.recording.ledger import LEDGER_FILE, Ledger, LedgerState, read_records
+from benchmarks.episodes.sources.supply import BackendSupply
 from benchmarks.reports.results import read_run, summarize_run
 from envs import SUBMIT
 from envs.tasks import Task, load_tasks

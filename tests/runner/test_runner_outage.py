@@ -25,9 +25,9 @@ import ray
 from benchmarks.agents import LLMAgent, ReplayAgent
 from benchmarks.agents.base import EpisodeContext
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation
-from benchmarks.episodes.ledger import LEDGER_FILE, Ledger, read_records
 from benchmarks.episodes.outage import OutageError
-from benchmarks.episodes.supply import BackendSupply, PoolSupply, open_sandbox_supply
+from benchmarks.episodes.recording.ledger import LEDGER_FILE, Ledger, read_records
+from benchmarks.episodes.sources.supply import BackendSupply, PoolSupply, open_sandbox_supply
 from benchmarks.reports.results import read_run, summarize_run
 from benchmarks.schemas import PoolKind, PoolSettings
 from envs.tasks import Task, load_tasks

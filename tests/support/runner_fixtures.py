@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.episodes.ledger import RESULT, read_records
+from benchmarks.episodes.recording.ledger import RESULT, read_records
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = "log-error-count"

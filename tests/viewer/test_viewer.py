@@ -28,7 +28,7 @@ import pytest
 
 import benchmarks
 from benchmarks import view
-from benchmarks.episodes.ledger import RESULT, read_records
+from benchmarks.episodes.recording.ledger import RESULT, read_records
 from benchmarks.viewer import RunReader
 from tests.support.chat_server import ChatRequest, ChatServer
 from tests.support.needs import skip_missing

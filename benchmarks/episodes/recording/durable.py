@@ -5,7 +5,7 @@ should not throw 300 steps away. With ``checkpoint_every=k``, after every k-th
 step the runner takes a checkpoint of the sandbox (``env.checkpoint()``: its
 files, with the shell's working directory and exported variables, which
 Shell-v0 keeps in a file) and writes it to the episode's journal
-(:mod:`benchmarks.episodes.journal`) with the agent's declared state
+(:mod:`benchmarks.episodes.recording.journal`) with the agent's declared state
 (``SavablePolicy.state()``), the step count, the clocks and the changes so far.
 
 When the runner is killed (or the sandbox fails) mid-episode, the next attempt
@@ -39,7 +39,7 @@ from typing import Any
 import gymnasium as gym
 
 from benchmarks.agents.base import Agent, AgentError, EpisodeContext, ResumableAgent, SavablePolicy
-from benchmarks.episodes.journal import Checkpoint, EpisodeJournal, JournalState
+from benchmarks.episodes.recording.journal import Checkpoint, EpisodeJournal, JournalState
 from envs.spaces.observations import make_observation
 from envs.spaces.trajectory import Trajectory
 from envs.wrappers import sandbox_env

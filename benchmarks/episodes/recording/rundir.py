@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from benchmarks.episodes.ledger import LEDGER_FILE
+from benchmarks.episodes.recording.ledger import LEDGER_FILE
 from pool.errors import ConfigError
 
 RUN_CONFIG = "run.yaml"
@@ -36,9 +36,7 @@ RAY_PACKAGE_DIR = "working_dir_files"
 log = logging.getLogger(__name__)
 
 
-def resolve(
-    config: DictConfig, hydra_dir: Path, *, given: Collection[str] = ()
-) -> tuple[Path, DictConfig, bool]:
+def resolve(config: DictConfig, hydra_dir: Path, *, given: Collection[str] = ()) -> tuple[Path, DictConfig, bool]:
     """The run directory, the config to run with, and whether this resumes an earlier run.
 
     ``given``: the top-level keys given on the command line; a resume names those it ignores.

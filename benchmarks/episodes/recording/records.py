@@ -1,4 +1,4 @@
-"""The ledger records one runner session writes (their kinds and meaning are in ``benchmarks.episodes.ledger``).
+"""The ledger records one runner session writes (their kinds and meaning are in ``recording.ledger``).
 
 Every record names the session (``run_id``) and carries ``at``, the wall-clock
 time, for people reading the ledger. Durations never come from it: a result
@@ -16,8 +16,8 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from benchmarks.episodes.attempt import AttemptResult, EpisodeSpec
-from benchmarks.episodes.episodefiles import changes_record, network_record
-from benchmarks.episodes.ledger import ATTEMPT, ATTEMPT_FAILED, RESULT, SUPERSEDED, attempt_id
+from benchmarks.episodes.recording.episodefiles import changes_record, network_record
+from benchmarks.episodes.recording.ledger import ATTEMPT, ATTEMPT_FAILED, RESULT, SUPERSEDED, attempt_id
 
 Started = tuple[float, float]
 """When an attempt started: (wall-clock time, seconds on the session's monotonic clock)."""

@@ -10,7 +10,7 @@
 - ``network.json``: the connection attempts, when the sandbox tried to reach anything, and an
   installed agent's model calls with their token usage.
 - ``<sample>-journal.jsonl`` beside the attempts' folders: the episode's journal, with
-  ``checkpoint_every`` set (:mod:`benchmarks.episodes.journal`).
+  ``checkpoint_every`` set (:mod:`benchmarks.episodes.recording.journal`).
 - ``diff.json``: what the agent left changed against the episode's start (paths added, changed,
   removed: ``pool.changes``), when the backend can list it without asking the sandbox.
 
@@ -41,7 +41,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def journal_file(task_id: str, sample: int) -> str:
-    """The journal of one episode (all its attempts; see benchmarks.episodes.journal), relative to the run directory."""
+    """The journal of one episode (all its attempts; see benchmarks.episodes.recording.journal), relative to the
+    run directory."""
     return f"{EPISODES_DIR}/{_UNSAFE.sub('_', task_id)}/{sample}-journal.jsonl"
 
 

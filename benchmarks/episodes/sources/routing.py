@@ -3,7 +3,7 @@
 ``python -m benchmarks.run backend=docker gpu_backend='{name: modal, gpu: A10G}'`` plays every task
 whose ``[environment] gpus`` is set on Modal and every other task on Docker, each pooled and restored
 the same way (``pool=ray`` gives both a Ray pool). :class:`RoutedSupply` has the interface of
-:class:`~benchmarks.episodes.supply.BackendSupply` and ``PoolSupply``; the runner asks it
+:class:`~benchmarks.episodes.sources.supply.BackendSupply` and ``PoolSupply``; the runner asks it
 ``for_task(task)`` where the answer depends on the task (its capabilities, the backend named in its records).
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from benchmarks.episodes.supply import SandboxSupply
+from benchmarks.episodes.sources.supply import SandboxSupply
 from envs.tasks import Task
 from pool import Capabilities
 from pool.snapshots import Snapshot

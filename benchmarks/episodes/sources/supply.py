@@ -83,7 +83,7 @@ class BackendSupply:
         return self.backend.capabilities
 
     def for_task(self, task: Task) -> BackendSupply:
-        """The supply that serves ``task``: this one (see benchmarks.episodes.routing for a run over two)."""
+        """The supply that serves ``task``: this one (see benchmarks.episodes.sources.routing for a run over two)."""
         return self
 
     @property
@@ -182,7 +182,7 @@ class PoolSupply:
         return self.current_source.capabilities
 
     def for_task(self, task: Task) -> PoolSupply:
-        """The supply that serves ``task``: this one (see benchmarks.episodes.routing for a run over two)."""
+        """The supply that serves ``task``: this one (see benchmarks.episodes.sources.routing for a run over two)."""
         return self
 
     def build(self, task: Task) -> Snapshot:
