@@ -35,7 +35,7 @@ class EnvKind(enum.Enum):
 
 
 class VerificationChoice(enum.Enum):
-    """How every episode's verifier is kept apart from its agent (see ``envs.verifier``)."""
+    """How every episode's verifier is kept apart from its agent (see ``envs.tasks.verifier``)."""
 
     task = "task"
     """What each task declares (``[snapgym] verification``); strict when it declares nothing."""

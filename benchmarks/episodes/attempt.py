@@ -15,7 +15,7 @@ The outcome classes, as recorded in the ledger:
   resumed run supersedes it and plays the episode again.
 - ``network_denied`` / ``network_unreachable``: the verification failed
   because the verifier could not download what it needed (its policy refused
-  the host, or the host could not be reached; see ``envs.network``). Not
+  the host, or the host could not be reached; see ``envs.episode.network``). Not
   retried (it would fail again), never averaged in as a reward; the summary
   lists the tasks and the setting that would let them run.
 

@@ -67,7 +67,7 @@ class EvalSettings(EpisodeSettings):
     verification: str | None = None
     """"strict" or "shared" for every episode; None: each task's own mode."""
     network: Any = None
-    """The network of every episode (see envs.network); None: each task's own policy per phase."""
+    """The network of every episode (see envs.episode.network); None: each task's own policy per phase."""
 
     def __post_init__(self) -> None:
         """Refuse values no episode could run with, before any work starts (naming the key)."""

@@ -267,7 +267,7 @@ def _playable(tasks: list[Task], settings: EvalSettings, supply: Supply) -> tupl
 
 def _unplayable(task: Task, setup: Setup, served: SandboxSupply) -> str | None:
     """Why ``served`` cannot play ``task`` as ``setup`` says, or None: the check every environment makes
-    (``envs.taskset.check_playable``: verification mode, network modes), and its builds' network."""
+    (``envs.episode.taskset.check_playable``: verification mode, network modes), and its builds' network."""
     try:
         check_playable(task, setup, served.capabilities, f"the {served.name} backend")
     except ConfigError as exc:

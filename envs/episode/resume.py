@@ -3,7 +3,7 @@
 An episode starts at ``options["snapshot"]``, else at a fork child's fork point, else at the
 task's snapshot.
 
-A durable runner (see benchmarks.episodes.durable) restores an episode's checkpoint and
+A durable runner (see benchmarks.episodes.recording.durable) restores an episode's checkpoint and
 tells the environment how far the episode had come, so that the step count,
 the task's agent clock and the end-state changes go on from there: a resumed
 episode gets no extra steps or time, and its diff is the whole episode's.

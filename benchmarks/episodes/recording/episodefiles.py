@@ -1,7 +1,7 @@
 """Per-episode files of a run: ``<run>/episodes/<task>/<sample>-<attempt>/``, laid out as Harbor's trials are.
 
 - ``result.json``: the episode's result record (the ledger's line, as JSON).
-- ``agent/trajectory.json``: what the agent did and saw, in ATIF (:mod:`envs.trajectory`).
+- ``agent/trajectory.json``: what the agent did and saw, in ATIF (:mod:`envs.spaces.trajectory`).
 - ``verifier/test-stdout.txt``: the verifier's output (test.sh's stdout and stderr, capped by the
   environment), ``verifier/result.json``: its verdict without the output (reward, exit code,
   timing, removed links, missing outputs, notes), and the test reports test.sh left beside the
@@ -79,7 +79,7 @@ def write_verifier(run_dir: Path, folder: str, verdict: dict[str, Any]) -> dict[
         "verifier_output": write_text(run_dir, f"{folder}/{VERIFIER_OUTPUT_FILE}", output),
         "verifier": write_json(run_dir, f"{folder}/{VERIFIER_RESULT_FILE}", rest),
     }
-    for name, text in sorted(reports.items()):  # names from envs.verifier.REPORT_FILES, never the sandbox's
+    for name, text in sorted(reports.items()):  # names from envs.tasks.verifier.REPORT_FILES, never the sandbox's
         written[f"verifier_{name}"] = write_text(run_dir, f"{folder}/verifier/{name}", str(text))
     return written
 

@@ -21,7 +21,7 @@ bumps the supply's ``generation``, so the runner drops environments made
 on the old backend or pool.
 
 Which of the two serves a run is decided once (:func:`open_sandbox_supply`); each hands its
-environments a typed :class:`envs.sources.SandboxSource`, so neither the runner nor the
+environments a typed :class:`envs.episode.sources.SandboxSource`, so neither the runner nor the
 environment asks again.
 """
 
