@@ -19,6 +19,8 @@ DATA_FOLDERS = ("envs/builtin/", "benchmarks/tasks/", "benchmarks/attacks/target
 """Task directories shipped inside the packages: data, not modules of snapgym."""
 MAX_MODULE_LINES = 500
 MAX_POOL_TOP_LEVEL = 15
+MAX_FOLDER_MODULES = 12
+"""Modules (``__init__.py`` counted) in any other folder: past a dozen, a folder splits into sub-packages."""
 
 WINGS: list[tuple[str, int]] = [
     ("pool.cluster", 4),
@@ -221,6 +223,16 @@ def test_no_module_is_over_500_lines() -> None:
 def test_the_contract_at_the_top_of_pool_stays_small() -> None:
     top = sorted(p.name for p in (REPO / "pool").glob("*.py"))
     assert len(top) <= MAX_POOL_TOP_LEVEL, top
+
+
+def test_no_folder_holds_more_than_a_dozen_modules() -> None:
+    folders = {path.parent for path in module_files().values()} - {REPO / "pool"}
+    over = {
+        folder.relative_to(REPO).as_posix(): n
+        for folder in folders
+        if (n := len(list(folder.glob("*.py")))) > MAX_FOLDER_MODULES
+    }
+    assert over == {}
 
 
 @pytest.mark.parametrize(
