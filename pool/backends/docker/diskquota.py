@@ -44,6 +44,7 @@ from pool.errors import BackendError, ConfigError
 
 INODES_PER_MIB = 256
 """Files a sandbox may hold per MiB of its disk limit (one per 4 KiB: 262,144 in 1 GiB)."""
+_MS_REMOUNT = 32
 _MS_BIND = 4096
 _MNT_DETACH = 2
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -74,6 +75,21 @@ class DiskQuota:
         """
         if disk_mb and self.enforcement is Enforcement.TMPFS:
             mount_layer_on_tmpfs(layer_folder(api, container), size_mb=disk_mb)
+
+    def widen(self, api: Any, container: str) -> None:
+        """Give a container's tmpfs layer twice its room (TMPFS only; an engine quota stays).
+
+        For two containers of strict verification: the agent's, once it is killed, because the
+        engine mounts a stopped container's layers again to read its outputs and that mount needs
+        a free inode (an agent that used every one would otherwise make its outputs unreadable,
+        an infrastructure error); and the verifier's, which receives the agent's outputs on top
+        of its own files and still has its tests to run.
+
+        Raises:
+            BackendError: the layer could not be found or remounted.
+        """
+        if self.enforcement is Enforcement.TMPFS:
+            widen_tmpfs(layer_folder(api, container))
 
 
 def choose(api: Any, *, local_engine: bool, probe: Callable[[DiskQuota], bool]) -> DiskQuota:
@@ -180,6 +196,17 @@ def mount_layer_on_tmpfs(folder: Path, *, size_mb: int) -> None:
     finally:
         with contextlib.suppress(OSError):
             staging.rmdir()
+
+
+def widen_tmpfs(folder: Path) -> None:
+    """Remount the tmpfs at ``folder`` with twice its size and inodes (what it holds stays).
+
+    Raises:
+        BackendError: the remount failed.
+    """
+    room = os.statvfs(folder)
+    size_bytes, inodes = room.f_blocks * room.f_frsize, room.f_files
+    _mount("tmpfs", folder, "tmpfs", _MS_REMOUNT, f"size={2 * size_bytes},nr_inodes={2 * inodes}")
 
 
 def _mount(source: str, target: Path, fstype: str, flags: int, data: str | None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import docker
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from pool import Snapshot, Template
 from pool.backends.docker import DockerBackend
 from pool.capabilities import Enforcement
+from pool.verification import VerificationPlan, VerifyMode
 from tests.support.backends import backend_missing
 from tests.support.docker_fixtures import PREFIX, backend, remove_prefix
 
@@ -76,7 +78,9 @@ def test_running_out_of_files_stays_inside(limited: DockerBackend, snap: Snapsho
             "while [ $i -lt 100000 ] && true > f$i 2>/dev/null; do i=$((i+1)); done; echo $i",
             timeout_s=300,
         )
-        assert made.stdout.strip().isdigit() and int(made.stdout) < 100000, made  # the inode limit ended it, not the loop
+        assert made.stdout.strip().isdigit() and int(made.stdout) < 100000, (
+            made
+        )  # the inode limit ended it, not the loop
         assert abs(_host_free_bytes() - before) < 16 * MIB
 
 
@@ -106,3 +110,21 @@ def test_the_layer_tmpfs_goes_with_its_container(limited: DockerBackend, snap: S
 def _mount_points() -> set[str]:
     with open("/proc/self/mounts") as mounts:
         return {line.split()[1] for line in mounts}
+
+
+def test_an_agent_that_used_every_inode_is_still_verified(
+    limited: DockerBackend, snap: Snapshot, tmp_path: Path
+) -> None:
+    """Strict verification reads the killed agent's outputs; the engine must mount its layer again
+    for that, which needs an inode the agent may have taken: the score stands, not an infra error."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_text("cat /workspace/answer > /logs/verifier/reward.txt\n")
+    with limited.create(snap) as sandbox:
+        sandbox.exec("echo 1 > /workspace/answer; cd /tmp && i=0; while true > f$i 2>/dev/null; do i=$((i+1)); done")
+        assert sandbox.exec("df -i / | tail -1").stdout.split()[3] == "0"  # no inode left
+        report = sandbox.begin_verification(
+            VerificationPlan(mode=VerifyMode.STRICT, outputs=("/workspace",), tests_dir=tests, known_good=snap)
+        )
+        assert report.missing_outputs == ()
+        assert sandbox.exec("cat /workspace/answer").stdout == "1\n"  # in the verifier's container
