@@ -16,6 +16,8 @@ class Enforcement(Enum):
     CGROUP = "cgroup"
     RLIMIT = "rlimit"
     TMPFS = "tmpfs"
+    QUOTA = "quota"
+    """A filesystem quota (the Docker engine's ``storage_opt`` on xfs with pquota, btrfs, zfs)."""
     NONE = "none"
 
     @property

@@ -104,8 +104,9 @@ def run(job: Job) -> IntegrityOutcome:
     settings = _settings(config.benchmark)
     attacks = select_attacks(settings.attacks)
     tasks = [_capped(task, settings.verifier_timeout_s) for task in _tasks(config, settings)]
+    modes, refused = _offered_modes(job, settings.modes)
     rows: list[dict[str, Any]] = []
-    for mode in settings.modes:
+    for mode in modes:
         baseline = _play(job, config, run_dir / mode / NOOP, tasks, NoopAgent(), mode, settings, resumed)
         for attack in attacks:
             aimed = [task for task in tasks if attack.aims_at(task_kinds(task))]
@@ -113,7 +114,7 @@ def run(job: Job) -> IntegrityOutcome:
                 folder = run_dir / mode / attack.name
                 played = _play(job, config, folder, aimed, _agent(attack), mode, settings, resumed)
                 rows.append(verdict(attack, mode, played, baseline))
-    summary = _summary(run_dir, config, settings, tasks, rows)
+    summary = _summary(run_dir, config, settings.name, tasks, rows, modes=modes, refused=refused)
     (run_dir / rundir.SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
     outcome = IntegrityOutcome(run_dir, summary)
     if not summary["passed"]:
@@ -180,6 +181,7 @@ def format_verdicts(summary: dict[str, Any]) -> str:
             "",
             f"{beaten} of {len(frame)} attack plays beat the no-op agent"
             + ("" if beaten else ": every attack scored what doing nothing scores"),
+            *(f"{mode} mode not played: {why}" for mode, why in summary.get("modes_refused", {}).items()),
         ]
     )
 
@@ -288,16 +290,42 @@ def _agent(attack: Attack) -> ReplayAgent:
     return agent
 
 
+def _offered_modes(job: Job, asked: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The asked verification modes the run's backend offers, and why each other one is not played.
+
+    A backend that does not offer a mode refuses every task in it (the runner skips them, saying
+    why): there is nothing to attack there, so the mode is left out and said, not failed.
+
+    Raises:
+        ConfigError: the backend offers none of them.
+    """
+    backend = job.backend
+    offered = backend.capabilities.verification
+    refused = {
+        mode: f"the {backend.name} backend does not offer {mode} verification ({', '.join(offered)} only)"
+        for mode in asked
+        if mode not in offered
+    }
+    for mode, why in refused.items():
+        log.warning("integrity: %s mode not played: %s", mode, why)
+    modes = [mode for mode in asked if mode in offered]
+    if not modes:
+        raise ConfigError(f"benchmark.modes={list(asked)}: {'; '.join(refused.values())}")
+    return modes, refused
+
+
 def _summary(
-    run_dir: Path, config: DictConfig, settings: IntegrityBenchConfig, tasks: list[Task], rows: list[dict[str, Any]]
-) -> dict[str, Any]:
+    run_dir: Path, config: DictConfig, name: str, tasks: list[Task], rows: list[dict[str, Any]],
+    *, modes: list[str], refused: dict[str, str],
+) -> dict[str, Any]:  # fmt: skip
     beaten = [row for row in rows if row["beats_noop"]]
     return {
-        "scenario": settings.name,
+        "scenario": name,
         "run_dir": str(run_dir),
         "suite": config.suite.name,
         "tasks": [task.id for task in tasks],
-        "modes": list(settings.modes),
+        "modes": modes,
+        "modes_refused": refused,
         "attacks": sorted({row["attack"] for row in rows}),
         "verdicts": rows,
         "beaten": [f"{row['attack']}:{row['mode']}" for row in beaten],

@@ -98,10 +98,12 @@ def _libraries(binary: str) -> list[str]:
 
 
 class EngineProxy:
-    """A unix socket that forwards to the real engine until :meth:`vanish` (an engine that dies)."""
+    """A unix socket that forwards to the real engine until :meth:`vanish` (an engine that dies);
+    ``tcp=True``: a TCP port on loopback instead, the engine as a remote one looks."""
 
-    def __init__(self, folder: Path, target: str = "/var/run/docker.sock") -> None:
+    def __init__(self, folder: Path, target: str = "/var/run/docker.sock", *, tcp: bool = False) -> None:
         self.path = folder / "engine.sock"
+        self._tcp = tcp
         self._target = target
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -118,13 +120,20 @@ class EngineProxy:
                 _pump(self.request, upstream)
                 pump.join()
 
-        self._server = socketserver.ThreadingUnixStreamServer(str(self.path), Handler)
+        self._server: socketserver.ThreadingMixIn
+        if tcp:
+            self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        else:
+            self._server = socketserver.ThreadingUnixStreamServer(str(self.path), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     @property
     def url(self) -> str:
         """The proxy's address for ``DockerBackend(base_url=...)``."""
+        if self._tcp:
+            host, port = self._server.server_address  # type: ignore[attr-defined]
+            return f"tcp://{host}:{port}"
         return f"unix://{self.path}"
 
     def vanish(self) -> None:

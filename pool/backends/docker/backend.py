@@ -40,12 +40,12 @@ from pool.backends.docker import hooks
 from pool.backends.docker.capabilities import declared
 from pool.backends.docker.images.bases import Bases
 from pool.backends.docker.images.builder import Builder
-from pool.backends.docker.images.catalog import SANDBOX
+from pool.backends.docker.images.catalog import ROLE, SANDBOX
 from pool.backends.docker.images.checkpoints import Checkpoints
 from pool.backends.docker.link import EngineLink
 from pool.backends.docker.sandbox import DockerSandbox
 from pool.backends.docker.settings import MIB, DockerSettings, check_positive
-from pool.backends.docker.transport import engine, helper, reaper
+from pool.backends.docker.transport import diskquota, engine, helper, reaper
 from pool.backends.docker.transport.containers import Containers
 from pool.capabilities import Capabilities
 from pool.egress.service import EgressService
@@ -68,9 +68,12 @@ class DockerBackend:
         memory_limit_mb: memory per sandbox (cgroup; a task's ``memory_mb`` wins); None: unlimited.
         cpus: CPUs per sandbox, e.g. 1.5 (a task's ``cpus`` wins); None: unlimited.
         pids_limit: processes per sandbox; None: unlimited.
-        disk_limit_mb: size of each sandbox's writable layer (needs overlay2 on xfs with
-            pquota; the engine refuses it otherwise); None: unlimited. A task's ``storage_mb``
-            is not applied (``Capabilities.limits["disk"]`` is "none").
+        disk_limit_mb: size of each sandbox's writable layer (a task's ``storage_mb`` wins),
+            also a limit on its number of files. Held by the engine's own quota where its
+            storage driver has one, else by a tmpfs under each layer (overlay2, an engine on
+            this machine, root); a backend that can do neither refuses to start, naming why
+            (see :mod:`.transport.diskquota`). None: no backend-wide limit (tasks' ``storage_mb`` still
+            applies where a way exists); an agent can then fill the engine's disk.
         max_output_bytes: default cap on each of stdout and stderr.
         default_timeout_s: default exec timeout; None: no timeout.
         prewarm: keep a started spare container beside each sandbox, so restore is a hand-off.
@@ -98,7 +101,7 @@ class DockerBackend:
         memory_limit_mb: int | None = 2048,
         cpus: float | None = None,
         pids_limit: int | None = 1024,
-        disk_limit_mb: int | None = None,
+        disk_limit_mb: int | None = 1024,
         max_output_bytes: int = MIB,
         default_timeout_s: float | None = DEFAULT_TIMEOUT_S,
         prewarm: bool = True,
@@ -136,8 +139,14 @@ class DockerBackend:
                 raise BackendError(reason)
             self.engine = engine.EngineInfo.read(self.client)
             containers = Containers(self.client, helper_volume=helper.ensure_volume(self.client, prefix=image_prefix))
-            if disk_limit_mb:
-                containers.check_disk_limit(helper.image_name(image_prefix), disk_limit_mb)
+            probe_labels = {OWNER: settings.owner, ROLE: "probe"}
+            containers.disk = diskquota.choose(
+                self.client.api,
+                local_engine=self.base_url.startswith(("unix://", "/")),
+                probe=lambda way: containers.probe_disk(helper.image_name(image_prefix), way, probe_labels),
+            )
+            if disk_limit_mb and not containers.disk.enforcement.is_enforced:
+                raise diskquota.refuse_unlimited(containers.disk, disk_limit_mb)
         except BaseException:
             self.client.close()
             raise
@@ -186,7 +195,10 @@ class DockerBackend:
     def capabilities(self) -> Capabilities:
         """What the engine enforces, read from ``docker info`` when the backend started (see :mod:`.capabilities`)."""
         return declared(
-            self.engine, shared_verification=self.settings.shared_verification, egress=self.egress.capability_fields
+            self.engine,
+            shared_verification=self.settings.shared_verification,
+            egress=self.egress.capability_fields,
+            disk=self.link.containers.disk.enforcement,
         )
 
     @property
@@ -204,12 +216,18 @@ class DockerBackend:
         Raises:
             BuildError: a setup step, the Dockerfile or the healthcheck failed; the message holds its output.
             ConfigError: a base or image the engine cannot get (saying how to provide it), or
-                resources it cannot give (GPUs).
+                resources it cannot give (GPUs, or a ``storage_mb`` where no way limits disks).
             HostBrokenError: the engine stopped answering.
         """
         self._check_open()
         if not isinstance(template, Template):
             raise ConfigError(f"expected a Template, got {type(template).__name__}")
+        disk = self.link.containers.disk
+        if template.resources.storage_mb and not disk.enforcement.is_enforced:
+            raise ConfigError(
+                f"template {template.name!r} asks for storage_mb={template.resources.storage_mb}, which this "
+                f"Docker backend cannot give: {disk.why_not}"
+            )
         return self._builder.build(template)
 
     def create(self, snapshot: Snapshot, *, labels: Mapping[str, str] | None = None) -> DockerSandbox:

@@ -9,9 +9,10 @@
   proxy then listens inside each container's namespace (see :mod:`pool.egress`);
   otherwise "loopback-only".
 - ``limits``: memory, PIDs and CPU (the backend's ``cpus`` or a task's) are cgroup
-  limits the engine sets, when ``docker info`` says its kernel supports them; disk is not
-  limited (a task's ``storage_mb`` is not applied; ``disk_limit_mb`` needs
-  overlay2 on xfs with pquota, and this enum has no value for a quota yet).
+  limits the engine sets, when ``docker info`` says its kernel supports them; disk (the
+  backend's ``disk_limit_mb`` or a task's ``storage_mb``) is "quota" where the engine's
+  storage driver limits it, "tmpfs" where each layer sits on a tmpfs of its size, "none"
+  where neither is possible (see :mod:`.transport.diskquota`).
 - ``isolation``: the namespaces every container gets (mount, PID, network, IPC,
   UTS), cgroup limits and no-new-privileges; "user" only when the engine remaps
   user namespaces (``dockerd --userns-remap``) or runs rootless, since otherwise
@@ -37,8 +38,10 @@ from pool.backends.docker.transport.engine import EngineInfo
 from pool.capabilities import Capabilities, ChangesSource, Enforcement, Location, VerifierIsolation
 
 
-def declared(info: EngineInfo, *, shared_verification: bool, egress: Mapping[str, Any]) -> Capabilities:
-    """The capabilities of a backend on the engine ``info`` describes."""
+def declared(
+    info: EngineInfo, *, shared_verification: bool, egress: Mapping[str, Any], disk: Enforcement
+) -> Capabilities:
+    """The capabilities of a backend on the engine ``info`` describes, its disks limited the way ``disk`` says."""
     cgroup, none = Enforcement.CGROUP, Enforcement.NONE
     isolation = ["mount", "pid", "network", "ipc", "uts", "cgroup-limits", "no-new-privileges"]
     if "userns" in info.security or "rootless" in info.security:
@@ -54,7 +57,7 @@ def declared(info: EngineInfo, *, shared_verification: bool, egress: Mapping[str
             "memory": cgroup if info.memory_limit else none,
             "pids": cgroup if info.pids_limit else none,
             "cpu": cgroup if info.cpu_limit else none,
-            "disk": none,
+            "disk": disk,
         },
         isolation=tuple(isolation),
         rootless="rootless" in info.security,

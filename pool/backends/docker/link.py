@@ -72,15 +72,22 @@ class EngineLink:
             raise SandboxClosedError("the backend is closed; create a new DockerBackend")
 
     def start_container(
-        self, snapshot: Snapshot, labels: Mapping[str, str], *, network: bool = False, what: str = "a sandbox"
+        self,
+        snapshot: Snapshot,
+        labels: Mapping[str, str],
+        *,
+        network: bool = False,
+        limit_disk: bool = True,
+        what: str = "a sandbox",
     ) -> str:
-        """Create and start a container at ``snapshot`` (by its image ID); its id."""
+        """Create and start a container at ``snapshot`` (by its image ID); its id (``limit_disk=False``:
+        a build container, which gets no disk limit, like ``docker build``)."""
         self.check_open()
         spec = Spec(
             image_id=snapshot.digest,
             env=snapshot.env,
             labels={**labels, ROLE: labels.get(ROLE, "sandbox"), SNAPSHOT: snapshot.id},
-            limits=self.settings.limits(snapshot.resources),
+            limits=self.settings.limits(snapshot.resources, disk=limit_disk),
             host_binds=self.settings.host_binds if snapshot.base == HOST_BASE else (),
             network=network,
             what=what,

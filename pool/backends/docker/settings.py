@@ -27,7 +27,7 @@ class DockerSettings:
     memory_limit_mb: int | None = 2048
     cpus: float | None = None
     pids_limit: int | None = 1024
-    disk_limit_mb: int | None = None
+    disk_limit_mb: int | None = 1024
     max_output_bytes: int = MIB
     default_timeout_s: float | None = DEFAULT_TIMEOUT_S
     prewarm: bool = True
@@ -46,13 +46,14 @@ class DockerSettings:
                 "digits, '.', '_', '-', and '/' between parts"
             )
 
-    def limits(self, resources: Resources) -> Limits:
-        """A snapshot's resources, the backend's options where it sets none."""
+    def limits(self, resources: Resources, *, disk: bool = True) -> Limits:
+        """A snapshot's resources, the backend's options where it sets none (``disk=False``: no
+        disk limit, for a template's build container)."""
         return Limits(
             memory_mb=resources.memory_mb or self.memory_limit_mb,
             cpus=resources.cpus or self.cpus,
             pids=self.pids_limit,
-            disk_mb=self.disk_limit_mb,
+            disk_mb=(resources.storage_mb or self.disk_limit_mb) if disk else None,
         )
 
 

@@ -64,6 +64,8 @@ def strict(
     containers.kill(agent)  # every process of the agent is gone before anything else
     verifier = start_verifier(known_good)
     try:
+        for container in (agent, verifier):  # the dead agent's outputs readable, room for them in the verifier's
+            containers.widen_disk(container)
         outputs = outermost(plan.outputs)
         _helper(api, verifier, ["fresh", *outputs, plan.tests_path, *plan.private_dirs])
         missing = tuple(out for out in outputs if not _copy_folder(api, agent, verifier, out))

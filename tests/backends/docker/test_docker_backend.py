@@ -85,7 +85,7 @@ def test_capabilities_say_what_the_engine_does(docker_backend: DockerBackend) ->
     assert (caps.egress_control, caps.egress_audit) == ("proxy", True)
     assert set(caps.network_modes) == {"public", "no-network", "allowlist"}
     assert caps.verification == ("strict",) and caps.bases == ("host", "rootfs", "image", "dockerfile")
-    assert caps.limits["memory"].value == "cgroup" and caps.limits["disk"].value == "none"
+    assert caps.limits["memory"].value == "cgroup" and caps.limits["disk"].value in ("tmpfs", "quota")
     userns = "userns" in docker_backend.engine.security
     assert ("user" in caps.isolation) == userns
 
@@ -275,12 +275,19 @@ def test_image_archives_are_bases(docker_backend: DockerBackend, tarball: Path, 
             assert sandbox.exec("cat /etc/os-release").stdout == "ID=snapgym-docker-test\n", base
 
 
-def test_a_disk_limit_the_engine_cannot_enforce_is_refused_at_once() -> None:
+def test_a_disk_limit_no_way_can_hold_is_refused_at_once_by_name(tmp_path: Path) -> None:
+    """An engine reached over TCP may be another machine's: no tmpfs of ours can hold its layers,
+    and this engine's overlay2 on ext4 has no quota; the backend refuses rather than run unlimited."""
+    proxy = EngineProxy(tmp_path, tcp=True)
     try:
-        with backend(disk_limit_mb=64) as made:
-            assert made.capabilities is not None  # this engine has overlay2 on xfs with pquota
-    except ConfigError as exc:
-        assert "disk_limit_mb=None" in str(exc)
+        with pytest.raises(ConfigError, match=r"cannot limit a sandbox's disk to 1024 MiB.*disk_limit_mb=null"):
+            DockerBackend(base_url=proxy.url, prewarm=False, image_prefix=PREFIX)
+        with DockerBackend(base_url=proxy.url, prewarm=False, image_prefix=PREFIX, disk_limit_mb=None) as made:
+            assert made.capabilities.limits["disk"].value == "none"  # asked for: said, not hidden
+            with pytest.raises(ConfigError, match="storage_mb=32, which this Docker backend cannot give"):
+                made.build(Template(name="docker-tests-storage", resources=Resources(storage_mb=32)))
+    finally:
+        proxy.vanish()
 
 
 def test_a_dockerfile_is_built_by_the_engines_builder(

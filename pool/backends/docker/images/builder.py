@@ -166,6 +166,7 @@ class Builder:
             replace(draft, resources=Resources()),
             labels,
             network=route is BuildRoute.DIRECT,
+            limit_disk=False,
             what=f"the build container of template {template.name!r}",
         )
         sandbox = DockerSandbox(link, f"build-{snapshot_id[:12]}", container, draft, labels)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,11 +29,15 @@ from typing import Any, TypeVar
 
 from pool.backends.docker.images.catalog import env_list
 from pool.backends.docker.transport import helper
+from pool.backends.docker.transport.diskquota import DiskQuota
 from pool.backends.docker.transport.engine import engine_errors
+from pool.capabilities import Enforcement
 from pool.errors import ConfigError, SnapgymError, SnapshotNotFoundError
 
 CAP_DROP = ("NET_RAW", "MKNOD", "AUDIT_WRITE")
 _MIB = 1 << 20
+_PROBE_MB = 8
+"""The disk limit of the container that checks a way of limiting disks holds."""
 T = TypeVar("T")
 
 
@@ -68,18 +73,25 @@ class Containers:
     def __init__(self, client: Any, *, helper_volume: str, workers: int = 8) -> None:
         self._api = client.api
         self._volume = helper_volume
+        self.disk = DiskQuota(Enforcement.NONE, why_not="not chosen yet")
+        """How containers with a disk limit get it (chosen when the backend starts; see diskquota.choose)."""
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapgym-docker")
         self._lock = threading.Lock()
         self._pending: set[concurrent.futures.Future[Any]] = set()
 
     def start(self, spec: Spec) -> str:
-        """Create and start a container; its id.
+        """Create and start a container; its id. Its disk limit (if any) is held the way
+        :attr:`disk` says; its own standard output is logged nowhere (PID 1's output would
+        otherwise grow a log file on the host that nothing limits).
 
         Raises:
             SnapshotNotFoundError: the image is gone from the engine.
             ConfigError: the engine refuses a limit (a disk limit it cannot enforce, say).
             BackendError, HostBrokenError: the engine failed.
         """
+        return self._start(spec, self.disk)
+
+    def _start(self, spec: Spec, disk: DiskQuota) -> str:
         api = self._api
 
         def gone(why: str) -> SnapgymError:
@@ -100,10 +112,11 @@ class Containers:
                     memswap_limit=f"{limits.memory_mb}m" if limits.memory_mb else None,
                     nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
                     pids_limit=limits.pids,
-                    storage_opt={"size": f"{limits.disk_mb}M"} if limits.disk_mb else None,
+                    storage_opt=disk.storage_opt(limits.disk_mb),
                     cap_drop=list(CAP_DROP),
                     security_opt=["no-new-privileges"],
                     init=False,
+                    log_config={"type": "none", "config": {}},
                 )
                 container = api.create_container(
                     spec.image_id,
@@ -120,6 +133,7 @@ class Containers:
                 _refuse_limits(exc, limits)
                 raise
         try:
+            disk.prepare(api, container, limits.disk_mb)
             with engine_errors(f"starting {spec.what}", missing=gone):
                 api.start(container)
         except BaseException:
@@ -127,25 +141,37 @@ class Containers:
             raise
         return str(container)
 
-    def check_disk_limit(self, image: str, disk_mb: int) -> None:
-        """Refuse a disk limit the engine cannot enforce, now rather than at the first sandbox.
+    def probe_disk(self, image: str, disk: DiskQuota, labels: Mapping[str, str]) -> bool:
+        """Whether ``disk`` limits a container of ``image`` here: the engine takes it, and (for a
+        tmpfs layer) the container's root filesystem, seen from this host, has the limit's size."""
+        spec = Spec(
+            image_id=image,
+            env={},
+            labels=labels,
+            limits=Limits(memory_mb=None, cpus=None, pids=None, disk_mb=_PROBE_MB),
+            what="a container that checks the disk limit",
+        )
+        try:
+            container = self._start(spec, disk)
+        except (ConfigError, SnapgymError):
+            return False
+        try:
+            if disk.enforcement is Enforcement.QUOTA:
+                return True
+            pid = int((self._api.inspect_container(container).get("State") or {}).get("Pid") or 0)
+            if pid <= 0:
+                return False
+            root = os.statvfs(f"/proc/{pid}/root")
+            return 0 < root.f_blocks * root.f_frsize <= _PROBE_MB * _MIB
+        except OSError:
+            return False
+        finally:
+            self.remove_now(container)
 
-        Raises:
-            ConfigError: the engine's storage driver cannot limit a container's disk.
-        """
-        api = self._api
-        limits = Limits(memory_mb=None, cpus=None, pids=None, disk_mb=disk_mb)
-        with engine_errors("checking that the engine can limit a sandbox's disk"):
-            try:
-                container = api.create_container(
-                    image,
-                    command=[helper.PATH, "init"],
-                    host_config=api.create_host_config(storage_opt={"size": f"{disk_mb}M"}, network_mode="none"),
-                )["Id"]
-            except Exception as exc:
-                _refuse_limits(exc, limits)
-                raise
-        self.remove_now(container)
+    def widen_disk(self, container: str) -> None:
+        """Twice the room on a container's disk, for strict verification (see DiskQuota.widen)."""
+        with engine_errors("widening a container's disk"):
+            self.disk.widen(self._api, container)
 
     def kill(self, container: str) -> None:
         """Kill every process of a container now (its init, and with it its PID namespace)."""
