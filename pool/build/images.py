@@ -158,10 +158,19 @@ def file_target(sandbox: Sandbox, step: ImageCopy, source: str) -> str:
     return step.dest
 
 
+_NO_SPACE = "No space left on device"
+"""What a full disk makes every tool print (strerror of ENOSPC)."""
+
+
 def _require_ok(result: ExecResult, template: Template, what: str, command: str) -> None:
     if result.ok:
         return
     why = f"timed out after {template.setup_timeout_s:g}s" if result.timed_out else f"exited {result.exit_code}"
+    if _NO_SPACE in result.stdout or _NO_SPACE in result.stderr:
+        why += (
+            " (out of disk: the build's writable layer is full; give the task more `storage` in task.toml, "
+            "or the backend a larger disk_limit_mb)"
+        )
     raise BuildError(
         f"building template {template.name!r}: {what} {why}: {command[:2000]}\n"
         f"--- stdout (end) ---\n{result.stdout[-2000:]}\n--- stderr (end) ---\n{result.stderr[-2000:]}"

@@ -102,9 +102,10 @@ class Builder:
                 base=recipe.base,
                 env=dict(recipe.env),
                 workdir="/",
-                # the build runs under the backend's limits, not the task's (as docker build does): the
-                # task's memory_mb is what an episode gets, and an install can need more than that
-                resources=Resources(),
+                # the build runs under the backend's memory and CPU limits, not the task's (as docker
+                # build does: an install can need more memory than an episode gets), with at least
+                # the disk the task asks for (a 10 GiB task's apt-get install needs that room)
+                resources=Resources(storage_mb=template.resources.storage_mb),
             )
             route = build_route(
                 recipe.network,

@@ -50,10 +50,11 @@ def take(
             whose parent is ``parent``.
 
     Raises:
-        SnapshotTooLargeError: the writable layer allocates more than ``max_snapshot_mb``.
+        SnapshotTooLargeError: the writable layer allocates more than ``max_snapshot_mb`` (or, when
+            larger, the disk the parent's resources ask for: a task's ``storage`` may be filled).
         StoreFullError: the store's filesystem is full.
     """
-    max_mb = runtime.settings.max_snapshot_mb
+    max_mb = max(runtime.settings.max_snapshot_mb, parent.resources.storage_mb or 0)
     new_layers, digest = parent.layers, parent.digest
     with runtime.store.layers.staging(f"snapshotting sandbox {sandbox_id}") as staged:
         pause()
