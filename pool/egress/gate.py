@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pool.egress.connection.attempt import Attempt
-from pool.egress.connection.relay import reply, shut
+from pool.egress.connection.relay import flush, lost_on_close, reply, shut
 from pool.egress.connection.route import Network
 from pool.egress.connection.session import serve
 from pool.egress.limits import ProxyLimits
@@ -200,6 +200,10 @@ class Gate:
             attempt.error = attempt.error or f"connection lost ({(exc.strerror or type(exc).__name__).lower()})"
         except Exception as exc:  # a bug must cost one connection, never the gate
             attempt.error = f"proxy error: {type(exc).__name__}"
+        if client.writer is not None:
+            if attempt.error is None:  # a transfer that ended: its last bytes reach the client first
+                await flush(client.writer, self._limits.idle_timeout_s)
+            attempt.lost(lost_on_close(client.writer))
         # Recorded before the client sees the connection end: once it saw the end, a drain has the record.
         self._record(client)
         if reader is not None and client.writer is not None:

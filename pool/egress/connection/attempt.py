@@ -48,6 +48,15 @@ class Attempt:
         """Count bytes sent to the client."""
         self.bytes_down += count
 
+    def lost(self, count: int) -> None:
+        """``count`` of the bytes sent to the client will never reach it (its connection is reset
+        with them still queued): they are not counted, and the record says the transfer was cut."""
+        if count <= 0:
+            return
+        self.bytes_down = max(0, self.bytes_down - count)
+        cut = f"cut: {count} bytes never reached the client (it stopped reading)"
+        self.error = _capped(f"{self.error}; {cut}" if self.error else cut)
+
     def record(self) -> Connection:
         """The audit record, as of now."""
         return Connection(

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import struct
+import termios
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -130,6 +133,37 @@ async def shut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, linge
         pass
     finally:
         close(writer)
+
+
+async def flush(writer: asyncio.StreamWriter, timeout_s: float) -> None:
+    """Wait, at most ``timeout_s``, until the proxy's own buffer for a peer is empty.
+
+    ``drain`` returns once the buffer is below its high-water mark, so a transfer whose other
+    side ended may still have its last bytes here; closing then would reset the connection and
+    drop them (a download that looks whole to the audit and is cut for the client).
+    """
+    transport = writer.transport
+    if transport.is_closing() or transport.get_write_buffer_size() == 0:
+        return
+    transport.set_write_buffer_limits(high=0)  # drain now waits for the buffer to be empty
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await writer.drain()
+
+
+def lost_on_close(writer: asyncio.StreamWriter) -> int:
+    """The bytes a :func:`close` now would drop: none when it closes gracefully, else what is
+    still in the proxy's buffer and in the kernel's send queue (unsent or unacknowledged)."""
+    transport = writer.transport
+    buffered = transport.get_write_buffer_size()
+    if buffered == 0:
+        return 0
+    sock = transport.get_extra_info("socket")
+    queued = 0
+    if sock is not None:
+        with contextlib.suppress(OSError, ValueError):
+            queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    return buffered + queued
 
 
 def close(writer: asyncio.StreamWriter) -> None:
