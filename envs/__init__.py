@@ -14,6 +14,7 @@ from __future__ import annotations
 import gymnasium as gym
 
 from envs.base import EpisodeState, SandboxEnv
+from envs.check import TaskCheck, check_task
 from envs.errors import (
     DockerfileError,
     HostPackagesMissingError,
@@ -28,7 +29,7 @@ from envs.shell import ShellEnv
 from envs.spaces.actions import SUBMIT
 from envs.spaces.observations import NO_COMMAND, TIMED_OUT
 from envs.spaces.text import UnicodeText
-from envs.tasks.oracle import check_task, run_solution
+from envs.tasks.oracle import run_solution
 from envs.tasks.task import Task, builtin_task_ids, builtin_tasks, load_task, load_tasks
 from envs.tasks.verifier import Verdict, verify
 from envs.vector import SandboxVectorEnv
@@ -72,6 +73,7 @@ __all__ = [
     "SandboxVectorEnv",
     "ShellEnv",
     "Task",
+    "TaskCheck",
     "TaskError",
     "TaskNotFoundError",
     "TruncateOutput",

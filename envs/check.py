@@ -1,10 +1,16 @@
-"""Check tasks from the command line: each loads, builds, its reference solution scores 1.0, doing nothing 0.0.
+"""Check tasks: each loads, builds, its reference solution scores 1.0, doing nothing 0.0.
 
-``python -m envs.check [--backend NAME] [--option KEY=VALUE ...] [--jobs N] [--verbose] [TASK_ID_OR_DIR ...]``
-(default: the built-in suite); ``--all DIR`` checks every task directory in a
-folder. Each task is reported on one line, stage by stage (loads / builds /
-oracle / noop), with the reason of the first stage that failed; one broken
-task never stops the others. Exits non-zero when any task fails.
+``python -m envs.check [--backend NAME] [--option KEY=VALUE ...] [--network SETTING] [--jobs N]
+[--verbose] [TASK_ID_OR_DIR ...]`` (default: the built-in suite); ``--all DIR`` checks every task
+directory in a folder. Each task is reported on one line, stage by stage (loads / builds /
+oracle / noop), with the reason of the first stage that failed; one broken task never stops the
+others. Exits non-zero when any task fails.
+
+Each task is played as ``benchmarks.run`` plays it: in a :class:`~envs.shell.ShellEnv` under the
+task's network policy per phase (or ``--network``), through the backend's egress, registry and
+mirror options (``--option egress={...}``), verified in the task's mode. A verification the
+network made fail is said as such (``oracle not scored: network_denied ...``), with the verifier's
+failed connections, never as "oracle scored 0.0".
 """
 
 from __future__ import annotations
@@ -17,14 +23,85 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from envs.tasks.oracle import TaskCheck, check_task
-from envs.tasks.task import builtin_task_ids, load_task, task_dirs
+from envs.episode.network import NetworkSetting
+from envs.shell import ShellEnv
+from envs.spaces.actions import SUBMIT
+from envs.tasks.oracle import run_solution
+from envs.tasks.task import Task, builtin_task_ids, load_task, task_dirs
+from envs.wrappers import sandbox_env
 from pool.backends import load_backend
 from pool.contract import Backend
 from pool.errors import ConfigError, SnapgymError
+from pool.network.audit import ALLOWED
 
 _REASON_CHARS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Play:
+    """How one play of a task ended: its reward as the runner would record it."""
+
+    reward: float | None
+    """The reward; None when the episode is unscored (see ``unscored_reason``)."""
+    error: str | None = None
+    """Why the reward is 0.0 by rule, or why the episode is unscored."""
+    output: str = ""
+    """The verifier's output (test.sh's stdout and stderr, capped)."""
+    failed_connections: tuple[str, ...] = ()
+    """The verifier's connections that did not get through: ``host:port (verdict: why)``."""
+
+    @classmethod
+    def from_info(cls, reward: float, info: dict[str, Any]) -> Play:
+        """The play an environment's final step describes (``reward`` and ``info``)."""
+        verifier = info.get("verifier") or {}
+        connections = (info.get("network") or {}).get("connections") or []
+        failed = tuple(
+            f"{c['host']}:{c['port']} ({c['verdict']}: {c.get('error') or c.get('rule')})"
+            for c in connections
+            if c.get("phase") == "verifier" and (c.get("verdict") != ALLOWED or c.get("error"))
+        )
+        if not info.get("scored", True):
+            why = info.get("unscored_reason") or "unscored"
+            hint = (info.get("network_failure") or {}).get("hint") or info.get("infra_error") or ""
+            return cls(None, f"{why}: {hint}" if hint else why, str(verifier.get("output") or ""), failed)
+        return cls(float(reward), verifier.get("error"), str(verifier.get("output") or ""), failed)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCheck:
+    """The outcome of checking one task."""
+
+    task_id: str
+    oracle: Play
+    noop: Play
+    build_s: float
+
+    @property
+    def ok(self) -> bool:
+        """The reference solution scores 1.0 and doing nothing scores 0.0."""
+        return self.oracle.reward == 1.0 and self.noop.reward == 0.0
+
+
+def check_task(backend: Backend, task: Task, *, network: NetworkSetting = None) -> TaskCheck:
+    """Play the task twice as the runner would (see the module docstring): doing nothing, then
+    its reference solution (``solution/solve.sh``, under the agent's network policy)."""
+    env = ShellEnv(task, backend=backend, network=network)
+    try:
+        started = time.perf_counter()
+        env.reset()  # builds the task's snapshot
+        build_s = time.perf_counter() - started
+        _, reward, _, _, info = env.step(SUBMIT)
+        noop = Play.from_info(float(reward), info)
+        env.reset()
+        sandbox = sandbox_env(env).sandbox
+        assert sandbox is not None
+        run_solution(sandbox, task)
+        _, reward, _, _, info = env.step(SUBMIT)
+        return TaskCheck(task.id, Play.from_info(float(reward), info), noop, build_s)
+    finally:
+        env.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +129,7 @@ class TaskReport:
         return f"{status} {self.task:40s} {stages} {self.seconds:6.1f}s{'  ' + self.reason if self.reason else ''}"
 
 
-def check_one(backend: Backend, spec: str) -> TaskReport:
+def check_one(backend: Backend, spec: str, *, network: NetworkSetting = None) -> TaskReport:
     """Every stage of one task; an error at any stage is the task's failure, never the run's."""
     started = time.perf_counter()
     name = Path(spec).name if "/" in spec else spec
@@ -65,7 +142,7 @@ def check_one(backend: Backend, spec: str) -> TaskReport:
     except SnapgymError as exc:
         return TaskReport(task.id, "ok", "fail", reason=_one_line(exc), seconds=time.perf_counter() - started)
     try:
-        check = check_task(backend, task)
+        check = check_task(backend, task, network=network)
     except SnapgymError as exc:
         return TaskReport(task.id, "ok", "ok", "fail", reason=_one_line(exc), seconds=time.perf_counter() - started)
     return _verdicts(check, time.perf_counter() - started)
@@ -74,10 +151,18 @@ def check_one(backend: Backend, spec: str) -> TaskReport:
 def _verdicts(check: TaskCheck, seconds: float) -> TaskReport:
     oracle_ok, noop_ok = check.oracle.reward == 1.0, check.noop.reward == 0.0
     reason = ""
-    if not oracle_ok:
+    if check.oracle.reward is None:
+        reason = f"oracle not scored: {check.oracle.error}"
+    elif not oracle_ok:
         reason = f"oracle scored {check.oracle.reward} ({check.oracle.error or 'see --verbose'})"
+    elif check.noop.reward is None:
+        reason = f"doing nothing was not scored: {check.noop.error}"
     elif not noop_ok:
         reason = f"doing nothing scored {check.noop.reward}: the tests do not check the task"
+    failed = check.oracle.failed_connections if not oracle_ok else check.noop.failed_connections
+    if reason and failed:
+        shown = ", ".join(failed[:4]) + (f" and {len(failed) - 4} more" if len(failed) > 4 else "")
+        reason += f"; the verifier's connections that failed: {shown}"
     details = {name: verdict.output[-2000:] for name, verdict in (("oracle", check.oracle), ("noop", check.noop))}
     return TaskReport(
         check.task_id,
@@ -127,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         "--option", "-o", action="append", default=[], metavar="KEY=VALUE",
         help="a backend option (VALUE read as JSON when it parses, e.g. -o shared_verification=true)",
     )  # fmt: skip
+    parser.add_argument(
+        "--network", metavar="SETTING", default=None,
+        help="the network of every play, as the runner's network= (default: each task's own policy per phase)",
+    )  # fmt: skip
     parser.add_argument("--jobs", "-j", type=int, default=1, help="tasks checked at once (default 1)")
     parser.add_argument("--json", metavar="FILE", help="also write the reports as JSON lines to FILE")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the verifier's output for every task")
@@ -142,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     reports = []
     try:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for report in pool.map(lambda spec: check_one(backend, spec), specs):
+            for report in pool.map(lambda spec: check_one(backend, spec, network=args.network), specs):
                 reports.append(report)
                 print(report.line(), flush=True)
                 if args.verbose or (not report.ok and report.details):

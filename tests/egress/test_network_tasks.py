@@ -256,3 +256,21 @@ def test_the_build_downloads_as_harbor_builds_and_a_run_can_take_that_away(
         env.close()
     with pytest.raises(BuildError, match=r"(?s)astral\.sh.*the build had no network"):
         gym.make("snapgym/Shell-v0", task=task, backend=net_local, network={"build": "offline"})
+
+
+def test_envs_check_plays_the_task_under_its_network_and_names_a_network_failure(
+    published: TestInternet, task_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m envs.check`` plays a task as the runner does: with its own policy (public) the
+    verifier downloads through the egress proxy and the task passes; offline, the line says the
+    network made the oracle unscored and names the host, not "oracle scored 0.0"."""
+    from envs.check import main
+
+    given = {"store_dir": str(tmp_path / "store"), "egress": egress(published), **LIMITS}
+    options = [arg for key, value in given.items() for arg in ("-o", f"{key}={json.dumps(value)}")]
+    assert main([*options, str(task_dir)]) == 0, capsys.readouterr().out
+    assert main([*options, "--network", "offline", str(task_dir)]) == 1
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("FAIL"))
+    assert "oracle not scored: network_denied" in line and "astral.sh:443" in line, line
+    assert "oracle scored 0.0" not in line
