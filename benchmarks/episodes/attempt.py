@@ -17,7 +17,9 @@ The outcome classes, as recorded in the ledger:
   because the verifier could not download what it needed (its policy refused
   the host, or the host could not be reached; see ``envs.episode.network``). Not
   retried (it would fail again), never averaged in as a reward; the summary
-  lists the tasks and the setting that would let them run.
+  lists the tasks and the setting that would let them run. A ``scored`` 0.0
+  whose verifier had other connections fail keeps its score and carries
+  ``network_suspect`` (the connections), which the summary counts per task.
 
 An action the environment refuses (too large, a NUL, not text) does not end
 the episode: it counts as a step and the agent is told why.
@@ -285,6 +287,8 @@ def _finish(result: AttemptResult, reward: float, info: dict[str, Any]) -> None:
         result.outcome, result.error = INFRA_ERROR, model_down
     elif info.get("scored"):
         result.outcome, result.reward = SCORED, reward
+        if reward == 0.0 and info.get("network_suspect"):
+            result.extra["network_suspect"] = info["network_suspect"]
     else:
         result.outcome, result.error = INFRA_ERROR, str(info.get("infra_error", "the episode was not scored"))
 

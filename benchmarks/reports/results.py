@@ -30,7 +30,9 @@
 - ``network``: connection attempts over the run (``attempts``, ``allowed``,
   ``denied``, ``unreachable``, ``bytes_up``, ``bytes_down``) and
   ``tasks_blocked``: per task whose verifier the network failed, the outcome,
-  the hosts and the setting that would let it run.
+  the hosts and the setting that would let it run; ``zeros_suspect``: per task,
+  the scored 0.0 episodes whose verifier had connections fail (``episodes``,
+  ``connections``), which may be the environment's 0 and not the agent's.
 - ``sandbox_seconds``: ``total`` seconds episodes held a sandbox (reset to
   verdict; each result's ``sandbox_s``) and ``by_provider`` for the cloud
   backends, which bill them; each result also names its ``sandbox_id`` and
@@ -61,7 +63,7 @@ EPISODES_PARQUET = "episodes.parquet"
 EPISODES_CSV = "episodes.csv"
 
 
-NESTED_COLUMNS = ("network", "network_failure", "files")
+NESTED_COLUMNS = ("network", "network_failure", "network_suspect", "files")
 """Columns whose values are objects: the table holds them as JSON text (Parquet has no empty structs)."""
 
 
@@ -223,6 +225,12 @@ def format_summary(summary: dict[str, Any]) -> str:
             for task, info in (summary.get("network") or {}).get("tasks_blocked", {}).items()
         ),
         *(
+            f"suspect {task}: {info['episodes']} episode(s) scored 0.0 while the verifier's connections failed "
+            f"({', '.join(info['connections'][:3])}{' ...' if len(info['connections']) > 3 else ''}): "
+            "the environment's 0, not necessarily the agent's"
+            for task, info in (summary.get("network") or {}).get("zeros_suspect", {}).items()
+        ),
+        *(
             [
                 f"resumed at a checkpoint: {counts['resumed_at_checkpoint']} episode(s); "
                 f"steps played again after interruptions: {counts['steps_replayed']}"
@@ -269,7 +277,21 @@ def _network_figures(frame: pd.DataFrame) -> dict[str, Any]:
         entry["hosts"] = sorted({*entry["hosts"], *failure.get("hosts", [])})
         entry["hint"] = failure.get("hint", entry["hint"])
     figures["tasks_blocked"] = tasks
+    figures["zeros_suspect"] = _suspect_zeros(frame)
     return figures
+
+
+def _suspect_zeros(frame: pd.DataFrame) -> dict[str, Any]:
+    """Per task, the scored 0.0 episodes whose verifier had connections fail (see envs.episode.network)."""
+    tasks: dict[str, Any] = {}
+    if "network_suspect" not in frame.columns:
+        return tasks
+    for row in frame[frame["network_suspect"].notna()].itertuples():
+        suspect = json.loads(row.network_suspect) if isinstance(row.network_suspect, str) else {}
+        entry = tasks.setdefault(str(row.task_id), {"episodes": 0, "connections": []})
+        entry["episodes"] += 1
+        entry["connections"] = sorted({*entry["connections"], *suspect.get("connections", [])})
+    return tasks
 
 
 def _task_figures(group: pd.DataFrame, ks: Sequence[int]) -> dict[str, Any]:

@@ -23,6 +23,13 @@ attempt, so there the episode keeps its 0.0 and ``info["network_hint"]`` says
 what the network refused. A replay of the download cache (``egress.cache``,
 :mod:`pool.egress.cache`) refuses a request it has no recording of with the rule
 ``replay miss: URL``: ``network_denied`` too, with a hint naming the URL.
+
+Never a silent 0. A later attempt that fails (the verifier's ``apt-get update`` works, then its
+``uv`` download is unreachable, or the proxy answers 502) does not make the episode unscored, for
+the reason above; but the 0.0 is not silent either: the episode stays scored and
+``info["network_suspect"]`` lists the verifier's connections that did not get through
+(:func:`failed_connections`), which the runner counts per task in its summary. The agent gains
+nothing by causing one: its score stays 0.0.
 """
 
 from __future__ import annotations
@@ -105,6 +112,18 @@ class NetworkFailure:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         return {"reason": self.reason, "hosts": list(self.hosts), "hint": self.hint}
+
+
+def failed_connections(log: NetworkLog) -> tuple[str, ...]:
+    """The verifier's connection attempts that did not get through, as ``host:port (verdict: why)``:
+    refused, unreachable, or allowed but failed on the way (the upstream's error, a cut transfer)."""
+    return tuple(
+        dict.fromkeys(
+            f"{c.host}:{c.port} ({c.verdict}: {c.error or c.rule})"
+            for c in sorted(log.connections, key=lambda c: c.time)
+            if c.phase == Phase.VERIFIER.value and (c.verdict in (DENIED, UNREACHABLE) or c.error)
+        )
+    )
 
 
 def network_failure(log: NetworkLog, reward: float | None) -> NetworkFailure | None:

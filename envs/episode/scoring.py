@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from envs.episode.network import NetworkFailure, network_failure
+from envs.episode.network import NetworkFailure, failed_connections, network_failure
 from envs.episode.taskset import Setup
 from envs.tasks.task import Task
 from envs.tasks.verifier import Verdict, verify
@@ -71,6 +71,11 @@ def record_network(sandbox: Sandbox, info: dict[str, Any], verdict: Verdict, set
         return None
     info["network"] = {"policy": policy, **log.as_dict()}
     failure = network_failure(log, verdict.reward)
+    if verdict.reward is not None and verdict.reward <= 0.0 and (failed := failed_connections(log)):
+        info["network_suspect"] = {
+            "connections": list(failed),
+            "note": "the verifier's connections failed: this 0.0 may be the environment's, not the agent's",
+        }
     if failure is not None and setup.verification is not VerifyMode.STRICT:
         info["network_hint"] = failure.as_dict()  # the agent's live processes could have caused it
         return None

@@ -274,3 +274,52 @@ def test_envs_check_plays_the_task_under_its_network_and_names_a_network_failure
     line = next(line for line in out.splitlines() if line.startswith("FAIL"))
     assert "oracle not scored: network_denied" in line and "astral.sh:443" in line, line
     assert "oracle scored 0.0" not in line
+
+
+LATER_DOWNLOAD_SH = """\
+#!/bin/bash
+# apt-get update works first (here: the index), then the interpreter's download fails.
+curl -fsS -o /dev/null https://pypi.org/simple/ || { echo 0 > /logs/verifier/reward.txt; exit 1; }
+curl -fsSL -o /tmp/cpython.tar.gz https://github.com/astral-sh/python-build-standalone/cpython.tar.gz \\
+  || { echo 0 > /logs/verifier/reward.txt; exit 1; }
+grep -q "hello, network" /app/answer.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt
+"""
+
+
+def test_a_later_download_that_fails_is_never_a_silent_zero(
+    published: TestInternet, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The verifier's first attempt works and a later one fails (a host that is gone: the proxy
+    answers 502): the oracle's 0.0 stays scored (an agent gains nothing by causing this) but is
+    flagged with the failed connection, in the episode's info, the ledger and the summary."""
+    task = write_task(tmp_path / "later-download")
+    (task / "tests" / "test.sh").write_text(LATER_DOWNLOAD_SH)
+    nowhere = published.network.replace(".0/24", ".200")  # in the trusted network, and nothing there
+    settings = egress(published)
+    settings["hosts"] = {**settings["hosts"], "github.com": nowhere}
+    with LocalBackend(store_dir=tmp_path_factory.mktemp("store"), **LIMITS, egress=settings) as backend:
+        reward, info = play(backend, task, [SOLVE])
+    assert (reward, info["scored"]) == (0.0, True), info["verifier"]["output"]
+    first = min((c for c in info["network"]["connections"] if c["phase"] == "verifier"), key=lambda c: c["time"])
+    assert (first["host"], first["verdict"]) == ("pypi.org", "allowed")  # the first-attempt rule alone is silent
+    suspect = info["network_suspect"]["connections"]
+    assert len(suspect) == 1 and suspect[0].startswith("github.com:443 (unreachable"), suspect
+
+    import subprocess
+    import sys
+
+    hosts = ",".join(f'"{name}={address}"' for name, address in settings["hosts"].items())
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "suite=dir", f"suite.path={task.parent}",
+         f"backend.store_dir={tmp_path / 'run-store'}", f"backend.egress.hosts=[{hosts}]",
+         f"backend.egress.trusted_networks=[{published.network}]",
+         f"backend.egress.extra_ca_files=[{published.ca.cert_path}]", "progress=false", "benchmark.plots=false",
+         f"output_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["mean_reward"] == 0.0 and summary["counts"]["scored"] == 1  # scored: the agent's 0 stands
+    flagged = summary["network"]["zeros_suspect"]["later-download"]
+    assert flagged["episodes"] == 1 and flagged["connections"][0].startswith("github.com:443")
+    assert "suspect later-download: 1 episode(s) scored 0.0 while the verifier's connections failed" in done.stdout
