@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
 from envs.episode.network import NetworkSetting
 from envs.shell import ShellEnv
 from envs.spaces.actions import SUBMIT
@@ -51,22 +53,31 @@ class Play:
     """The verifier's output (test.sh's stdout and stderr, capped)."""
     failed_connections: tuple[str, ...] = ()
     """The verifier's connections that did not get through: ``host:port (verdict: why)``."""
+    reached: tuple[str, ...] = ()
+    """``host:port`` of the verifier's connections that got through."""
 
     @classmethod
     def from_info(cls, reward: float, info: dict[str, Any]) -> Play:
         """The play an environment's final step describes (``reward`` and ``info``)."""
         verifier = info.get("verifier") or {}
         connections = (info.get("network") or {}).get("connections") or []
+        verifying = [c for c in connections if c.get("phase") == "verifier"]
         failed = tuple(
             f"{c['host']}:{c['port']} ({c['verdict']}: {c.get('error') or c.get('rule')})"
-            for c in connections
-            if c.get("phase") == "verifier" and (c.get("verdict") != ALLOWED or c.get("error"))
+            for c in verifying
+            if c.get("verdict") != ALLOWED or c.get("error")
         )
+        reached = tuple(
+            dict.fromkeys(
+                f"{c['host']}:{c['port']}" for c in verifying if c.get("verdict") == ALLOWED and not c.get("error")
+            )
+        )
+        output = str(verifier.get("output") or "")
         if not info.get("scored", True):
             why = info.get("unscored_reason") or "unscored"
             hint = (info.get("network_failure") or {}).get("hint") or info.get("infra_error") or ""
-            return cls(None, f"{why}: {hint}" if hint else why, str(verifier.get("output") or ""), failed)
-        return cls(float(reward), verifier.get("error"), str(verifier.get("output") or ""), failed)
+            return cls(None, f"{why}: {hint}" if hint else why, output, failed, reached)
+        return cls(float(reward), verifier.get("error"), output, failed, reached)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,19 +100,25 @@ def check_task(backend: Backend, task: Task, *, network: NetworkSetting = None) 
     its reference solution (``solution/solve.sh``, under the agent's network policy)."""
     env = ShellEnv(task, backend=backend, network=network)
     try:
-        started = time.perf_counter()
-        env.reset()  # builds the task's snapshot
-        build_s = time.perf_counter() - started
-        _, reward, _, _, info = env.step(SUBMIT)
-        noop = Play.from_info(float(reward), info)
-        env.reset()
-        sandbox = sandbox_env(env).sandbox
-        assert sandbox is not None
-        run_solution(sandbox, task)
-        _, reward, _, _, info = env.step(SUBMIT)
-        return TaskCheck(task.id, Play.from_info(float(reward), info), noop, build_s)
+        return check_in(env, task)
     finally:
         env.close()
+
+
+def check_in(env: gym.Env[Any, str], task: Task) -> TaskCheck:
+    """:func:`check_task` in an environment of ``task`` made by the caller (the runner makes its own,
+    with the run's backend or pool, verification mode and network); the caller closes it."""
+    started = time.perf_counter()
+    env.reset()  # builds the task's snapshot
+    build_s = time.perf_counter() - started
+    _, reward, _, _, info = env.step(SUBMIT)
+    noop = Play.from_info(float(reward), info)
+    env.reset()
+    sandbox = sandbox_env(env).sandbox
+    assert sandbox is not None
+    run_solution(sandbox, task)
+    _, reward, _, _, info = env.step(SUBMIT)
+    return TaskCheck(task.id, Play.from_info(float(reward), info), noop, build_s)
 
 
 @dataclass(frozen=True, slots=True)

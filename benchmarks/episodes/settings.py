@@ -45,3 +45,7 @@ class EpisodeSettings:
     Resumable: the replay, llm and noop agents on Shell-v0 (see benchmarks.episodes.recording.durable)."""
     success_threshold: float = 1.0
     """A reward at or above this is a pass."""
+    calibrate: bool = True
+    """Before the agent plays a task whose verifier may use the network, show that its reference
+    solution scores 1.0 and doing nothing 0.0 in this run's environment (cached); a task that does
+    not is skipped, saying why (see benchmarks.episodes.calibration)."""

@@ -30,8 +30,9 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from benchmarks.agents import InstalledAgent, LLMAgent, make_agent
+from benchmarks.agents import InstalledAgent, LLMAgent, OracleAgent, make_agent
 from benchmarks.episodes.attempt import INFRA_ERROR
+from benchmarks.episodes.calibration import calibrate, needs_calibration
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation, plan_episodes
 from benchmarks.episodes.outage import HealthProbe, OutageError
 from benchmarks.episodes.recording import rundir
@@ -51,6 +52,8 @@ from envs.tasks import Task
 from pool.errors import ConfigError, SnapgymError
 from pool.network.policy import PhasePolicies
 
+SHELL_ENV_ID = "snapgym/Shell-v0"
+"""Calibrations play a task's reference solution in the shell environment, whatever the run's."""
 log = logging.getLogger(__name__)
 
 
@@ -132,7 +135,8 @@ def evaluate(
         raise
     tasks, unplayable = _playable(tasks, settings, supply)
     tasks, unplaced = _placeable(tasks, supply)
-    unverifiable = {**unplayable, **unplaced}
+    tasks, uncalibrated = _calibrated(job, config, settings, supply, run_dir, tasks, agent)
+    unverifiable = {**unplayable, **unplaced, **uncalibrated}
     skipped = {**(skipped or {}), **unverifiable}
     if not tasks:
         supply.close()
@@ -169,6 +173,36 @@ def evaluate(
     except OSError as exc:  # the disk that refused the ledger may refuse the summary too
         raise ScenarioStoppedError(f"{reason} (summary.json could not be written either: {exc})", None) from stopped
     raise ScenarioStoppedError(reason, outcome) from stopped
+
+
+def _calibrated(
+    job: Job, config: DictConfig, settings: EvalSettings, supply: Supply, run_dir: Path, tasks: list[Task],
+    agent: Any,
+) -> tuple[list[Task], dict[str, str]]:  # fmt: skip
+    """The tasks that calibrate in this environment, and why each other one is skipped (see
+    :mod:`benchmarks.episodes.calibration`; the oracle agent's run is its own calibration)."""
+    wanted = [task for task in tasks if needs_calibration(task, settings.network)]
+    if not settings.calibrate or isinstance(agent, OracleAgent) or not wanted:
+        return tasks, {}
+    options = {name: value for name, value in (("verification", settings.verification), ("network", settings.network))
+               if value is not None}  # fmt: skip
+    environment = {
+        "backend": supply.name,
+        "options": job.backend_options(),
+        "verification": options.get("verification"),
+        "network": options.get("network"),
+    }
+    found = calibrate(
+        wanted,
+        lambda task: supply.make_env(SHELL_ENV_ID, task, **options),
+        environment=environment,
+        run_dir=run_dir,
+        workers=config.pool.size,
+    )
+    skipped = {task_id: f"calibration: {c.reason}" for task_id, c in found.items() if not c.ok}
+    for task_id, why in skipped.items():
+        log.warning("skipping task %s: %s", task_id, why)
+    return [task for task in tasks if task.id not in skipped], skipped
 
 
 def health_probes(supply: Supply, agent: Any) -> list[HealthProbe]:

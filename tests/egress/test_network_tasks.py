@@ -290,10 +290,13 @@ def test_a_later_download_that_fails_is_never_a_silent_zero(
     published: TestInternet, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """The verifier's first attempt works and a later one fails (a host that is gone: the proxy
-    answers 502): the oracle's 0.0 stays scored (an agent gains nothing by causing this) but is
-    flagged with the failed connection, in the episode's info, the ledger and the summary."""
-    task = write_task(tmp_path / "later-download")
+    answers 502): the 0.0 stays scored (an agent gains nothing by causing this) but is flagged with
+    the failed connection, in the episode's info, the ledger and the summary; and the runner's
+    calibration, which plays the reference solution first, does not play the task at all, saying why."""
+    suite = tmp_path / "suite"
+    task = write_task(suite / "later-download")
     (task / "tests" / "test.sh").write_text(LATER_DOWNLOAD_SH)
+    write_task(suite / "download-at-verify")  # its environment is fine: it calibrates, and is played
     nowhere = published.network.replace(".0/24", ".200")  # in the trusted network, and nothing there
     settings = egress(published)
     settings["hosts"] = {**settings["hosts"], "github.com": nowhere}
@@ -305,21 +308,38 @@ def test_a_later_download_that_fails_is_never_a_silent_zero(
     suspect = info["network_suspect"]["connections"]
     assert len(suspect) == 1 and suspect[0].startswith("github.com:443 (unreachable"), suspect
 
+    import os
     import subprocess
     import sys
 
     hosts = ",".join(f'"{name}={address}"' for name, address in settings["hosts"].items())
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "suite=dir", f"suite.path={task.parent}",
-         f"backend.store_dir={tmp_path / 'run-store'}", f"backend.egress.hosts=[{hosts}]",
-         f"backend.egress.trusted_networks=[{published.network}]",
-         f"backend.egress.extra_ca_files=[{published.ca.cert_path}]", "progress=false", "benchmark.plots=false",
-         f"output_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+
+    def run(name: str, *overrides: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.run", "suite=dir", f"suite.path={suite}",
+             f"backend.store_dir={tmp_path / 'run-store'}", f"backend.egress.hosts=[{hosts}]",
+             f"backend.egress.trusted_networks=[{published.network}]",
+             f"backend.egress.extra_ca_files=[{published.ca.cert_path}]", "progress=false", "benchmark.plots=false",
+             f"output_dir={tmp_path / name}", f"hydra.run.dir={tmp_path / (name + '-hydra')}", *overrides],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "SNAPGYM_CALIBRATION_DIR": str(tmp_path / "calibrations")},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads((tmp_path / name / "summary.json").read_text()), done
+
+    summary, done = run("flagged", "calibrate=false", "suite.include=[later-download]")
     assert summary["mean_reward"] == 0.0 and summary["counts"]["scored"] == 1  # scored: the agent's 0 stands
     flagged = summary["network"]["zeros_suspect"]["later-download"]
     assert flagged["episodes"] == 1 and flagged["connections"][0].startswith("github.com:443")
     assert "suspect later-download: 1 episode(s) scored 0.0 while the verifier's connections failed" in done.stdout
+
+    summary, done = run("calibrated", "agent=noop")
+    why = summary["skipped_tasks"]["later-download"]
+    assert why.startswith("calibration: its reference solution scored 0 in this environment"), why
+    assert "github.com:443" in why
+    assert list(summary["by_task"]) == ["download-at-verify"] and summary["counts"]["scored"] == 1
+    calibrations = json.loads((tmp_path / "calibrated" / "calibration.json").read_text())
+    assert calibrations["download-at-verify"]["reached"] and not calibrations["download-at-verify"]["cached"]
+    summary, _ = run("again", "agent=noop")
+    again = json.loads((tmp_path / "again" / "calibration.json").read_text())
+    assert again["download-at-verify"]["cached"] and not again["later-download"]["cached"]  # a failure is retried

@@ -1,0 +1,181 @@
+"""Calibration: a task whose verifier needs the network is first shown to score in this environment.
+
+A verifier that downloads its tools (``apt-get``, ``uv``, ``pip``) scores 0.0 when a download fails,
+whoever is to blame; a run that played such a task would report the environment's 0 as the
+agent's. So before the agent plays, each task whose verifier may use the network (its effective
+verifier policy is not ``no-network``) and that has a reference solution is played twice in the
+run's own environment (backend or pool, verification mode, network): doing nothing, which must
+score 0.0, and the reference solution, which must score 1.0 (see :func:`envs.check.check_in`). A
+task that does not calibrate is not played; the run lists it under ``skipped_tasks`` with why,
+naming the verifier's connections that failed.
+
+A calibration that holds is kept (``~/.cache/snapgym/calibrations``, or
+``$SNAPGYM_CALIBRATION_DIR``) under a key of everything it depends on: the task's snapshot digest,
+its tests and solution, the backend and its options, the verification mode and the network
+setting. Another run in the same environment reuses it; any change plays it again, and so does a
+calibration that failed (the network may be back). Every run writes the calibrations it used to
+``calibration.json`` in its directory. An agent cannot influence a calibration: it runs before
+the agent's episodes, on sandboxes of the task's snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from envs.check import TaskCheck, check_in
+from envs.episode.network import NetworkSetting, effective_policies
+from envs.tasks import Task
+from envs.wrappers import sandbox_env
+from pool.errors import SnapgymError
+from pool.network.policy import NetworkMode
+
+CALIBRATION_FILE = "calibration.json"
+"""The calibrations a run used, in its directory."""
+_CACHE_ENV = "SNAPGYM_CALIBRATION_DIR"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """How a task's reference solution and the no-op scored in one environment."""
+
+    task_id: str
+    key: str
+    """The digest of everything the outcome depends on (see the module docstring)."""
+    oracle_reward: float | None
+    noop_reward: float | None
+    reached: tuple[str, ...] = ()
+    """``host:port`` the oracle's verifier reached."""
+    failed: tuple[str, ...] = ()
+    """The oracle's (or else the no-op's) verifier connections that did not get through."""
+    reason: str = ""
+    """Why the task does not calibrate ("" when it does)."""
+    cached: bool = False
+    """Read from the cache rather than played in this run."""
+
+    @property
+    def ok(self) -> bool:
+        """The reference solution scored 1.0 and doing nothing 0.0."""
+        return not self.reason
+
+
+def needs_calibration(task: Task, network: NetworkSetting) -> bool:
+    """Whether ``task`` is calibrated: its verifier may use the network, and it has a solution."""
+    verifier = effective_policies(task.settings.network, network).verifier
+    return verifier.mode is not NetworkMode.NO_NETWORK and task.solution_dir is not None
+
+
+def calibrate(
+    tasks: list[Task],
+    make_env: Callable[[Task], gym.Env[Any, str]],
+    *,
+    environment: Mapping[str, Any],
+    run_dir: Path,
+    workers: int = 1,
+) -> dict[str, Calibration]:
+    """The calibration of each task (played with ``workers`` at once, or read from the cache);
+    ``environment`` is what the outcome depends on besides the task (JSON-ready), and the result
+    is written to ``run_dir/calibration.json``."""
+    if not tasks:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="snapgym-calibrate") as pool:
+        found = list(pool.map(lambda task: _calibrate_one(task, make_env, environment), tasks))
+    calibrations = {c.task_id: c for c in found}
+    (run_dir / CALIBRATION_FILE).write_text(
+        json.dumps({task: asdict(c) for task, c in calibrations.items()}, indent=2) + "\n"
+    )
+    return calibrations
+
+
+def _calibrate_one(
+    task: Task, make_env: Callable[[Task], gym.Env[Any, str]], environment: Mapping[str, Any]
+) -> Calibration:
+    env = make_env(task)
+    try:
+        env.reset()  # the snapshot's digest is part of the key
+        snapshot = sandbox_env(env).task_snapshot
+        key = _key(task, getattr(snapshot, "digest", None), environment)
+        if (cached := _read(key)) is not None:
+            return cached
+        log.info("calibrating %s: its reference solution and the no-op agent, in this environment", task.id)
+        try:
+            check = check_in(env, task)
+        except SnapgymError as exc:
+            return Calibration(task.id, key, None, None, reason=f"the calibration could not run: {exc}")
+    finally:
+        env.close()
+    calibration = _judge(task.id, key, check)
+    if calibration.ok:  # a failure is played again next time: the network may be back
+        _write(calibration)
+    return calibration
+
+
+def _judge(task_id: str, key: str, check: TaskCheck) -> Calibration:
+    oracle, noop = check.oracle, check.noop
+    reason = ""
+    if oracle.reward != 1.0:
+        scored = "was not scored" if oracle.reward is None else f"scored {oracle.reward:g}"
+        reason = f"its reference solution {scored} in this environment ({oracle.error or 'see its verifier output'})"
+    elif noop.reward != 0.0:
+        scored = "was not scored" if noop.reward is None else f"scored {noop.reward:g}"
+        reason = f"doing nothing {scored} in this environment ({noop.error or 'the tests do not check the task'})"
+    failed = oracle.failed_connections if oracle.reward != 1.0 else noop.failed_connections
+    if reason and failed:
+        reason += f"; the verifier's connections that failed: {', '.join(failed[:4])}"
+    return Calibration(task_id, key, oracle.reward, noop.reward, oracle.reached, failed, reason)
+
+
+def _key(task: Task, digest: str | None, environment: Mapping[str, Any]) -> str:
+    parts = {
+        "task": task.id,
+        "snapshot": digest,
+        "tests": _tree_digest(task.tests_dir),
+        "solution": _tree_digest(task.solution_dir),
+        "environment": environment,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _tree_digest(folder: Path | None) -> str | None:
+    if folder is None or not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get(_CACHE_ENV) or Path.home() / ".cache" / "snapgym" / "calibrations")
+
+
+def _read(key: str) -> Calibration | None:
+    path = _cache_dir() / f"{key}.json"
+    try:
+        fields = json.loads(path.read_text())
+        fields.update(reached=tuple(fields["reached"]), failed=tuple(fields["failed"]), cached=True)
+        return Calibration(**fields)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _write(calibration: Calibration) -> None:
+    folder = _cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary = folder / f".{calibration.key}.{os.getpid()}.tmp"
+        temporary.write_text(json.dumps(asdict(calibration)) + "\n")
+        temporary.replace(folder / f"{calibration.key}.json")
+    except OSError as exc:  # a cache that cannot be written costs a calibration next time, nothing more
+        log.warning("could not keep the calibration of %s in %s: %s", calibration.task_id, folder, exc)
