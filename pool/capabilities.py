@@ -90,7 +90,7 @@ class Capabilities:
     """fork() can start many sandboxes from one snapshot cheaply."""
     gpu: bool
     """Sandboxes can use a GPU."""
-    egress_control: EgressControl | str
+    egress_control: EgressControl
     """How a sandbox's outbound network is controlled: "proxy" (only through snapgym's egress proxy
     on the host, which enforces the phase's policy: see pool.egress), "provider" (the provider's own
     controls) or "loopback-only" (no way out at all)."""
@@ -138,10 +138,8 @@ class Capabilities:
         """Turn plain strings into the fields' Enums (a StrEnum keeps the string form in records and
         reports); an unknown value fails here, naming the valid ones.
 
-        Backends pass the Enums; ``egress_control`` is typed ``EgressControl | str`` because the
-        egress service's capability fields give the string. A string that reaches another field
-        (a record read back untyped) is turned into its Enum all the same: once built, every
-        field holds the Enum.
+        Backends pass the Enums. A string that reaches a field all the same (a record read back
+        untyped) is turned into its Enum: once built, every field holds the Enum.
         """
         for name, kind in _CLOSED.items():
             value = getattr(self, name)

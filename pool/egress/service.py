@@ -6,6 +6,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pool.capabilities import EgressControl
 from pool.egress.gatekeeper import Gatekeeper
 from pool.egress.settings import EgressSettings
 from pool.network.policy import NetworkMode
@@ -42,12 +43,17 @@ class EgressService:
         """``egress_control``, ``network_modes`` and ``egress_audit`` for the backend's Capabilities."""
         if not self.available:
             return {
-                "egress_control": "loopback-only",
+                "egress_control": EgressControl.LOOPBACK_ONLY,
                 "network_modes": (NetworkMode.NO_NETWORK.value,),
                 "build_network_modes": (NetworkMode.NO_NETWORK.value, NetworkMode.PUBLIC.value),
             }
         every = tuple(m.value for m in NetworkMode)
-        return {"egress_control": "proxy", "network_modes": every, "build_network_modes": every, "egress_audit": True}
+        return {
+            "egress_control": EgressControl.PROXY,
+            "network_modes": every,
+            "build_network_modes": every,
+            "egress_audit": True,
+        }
 
     def gatekeeper(self) -> Gatekeeper:
         """A gatekeeper for one new sandbox."""
