@@ -26,6 +26,10 @@ _REASONS = {
 }
 
 
+class SourceBrokenError(OSError):
+    """Reading the side a pipe copies from failed: the peer reset or broke the connection mid-way."""
+
+
 class Activity:
     """When bytes last moved on a connection, for the idle timeout."""
 
@@ -57,8 +61,19 @@ async def pipe(
     count: Callable[[int], None],
     activity: Activity,
 ) -> None:
-    """Copy ``reader`` to ``writer`` until end of stream, counting the bytes."""
-    while data := await reader.read(CHUNK_BYTES):
+    """Copy ``reader`` to ``writer`` until end of stream, counting the bytes.
+
+    Raises:
+        SourceBrokenError: reading failed (the source reset the connection); a failure to write
+            is the plain OSError (the destination went away).
+    """
+    while True:
+        try:
+            data = await reader.read(CHUNK_BYTES)
+        except OSError as exc:
+            raise SourceBrokenError(exc.errno, exc.strerror) from exc
+        if not data:
+            return
         activity.touch()
         await send(writer, data, activity)
         count(len(data))
@@ -78,7 +93,9 @@ async def relay(
     leaves ``down`` running: the destination may still answer.
 
     Returns:
-        ``"idle timeout"`` when that ended it, else None.
+        ``"idle timeout"`` when that ended it, ``"cut: ..."`` when the destination broke its side
+        mid-transfer (a reset: the client sees a failed transfer, and the record says so), else
+        None (a client that hangs up early chose to).
     """
     up_task, down_task = asyncio.ensure_future(up), asyncio.ensure_future(down)
     idle_task = asyncio.ensure_future(activity.idle(idle_timeout_s))
@@ -98,6 +115,9 @@ async def relay(
         failure = None if task.cancelled() else task.exception()
         if failure is not None and not isinstance(failure, OSError):
             raise failure  # a bug here, not a peer that went away
+    broken = None if down_task.cancelled() else down_task.exception()
+    if isinstance(broken, SourceBrokenError):
+        return f"cut: the destination broke the connection ({(broken.strerror or 'reset').lower()})"
     return None
 
 

@@ -35,7 +35,7 @@ async def established(client: Client, rule: str) -> bool:
 async def relay_route(client: Client, route: Route, up: Callable[[Activity], Coroutine[Any, Any, bool]]) -> None:
     """Relay both ways until the connection is over (see :func:`~pool.egress.connection.relay.relay`):
     ``up(activity)`` sends the client's bytes to ``route``, the destination's answer goes back as it
-    comes; an idle timeout is recorded as the connection's error."""
+    comes; an idle timeout or a cut transfer is recorded as the connection's error."""
     activity = Activity()
     down = pipe(route.reader, client.writer, client.attempt.down, activity)
     if (ended := await relay(up(activity), down, activity, client.network.limits.idle_timeout_s)) is not None:
