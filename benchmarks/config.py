@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -184,7 +185,27 @@ def register_configs() -> None:
 
     store.store(group="backend/cloud", name="options", node=RemoteOptions.defaults())
     for name in ("local", "docker"):  # their SDK-free constructors are the schema (no Docker SDK is imported)
-        store.store(group="backend/options", name=name, node=option_defaults(name))
+        store.store(group="backend/options", name=name, node=_open_mappings(option_defaults(name)))
+
+
+def _open_mappings(options: dict[str, Any]) -> DictConfig:
+    """The options as a config node in which a mapping that starts empty (a registry's ``mirrors``,
+    ``credentials``) takes keys of the user's: ``backend.registry.mirrors={docker.io:[...]}`` works
+    without Hydra's ``++``, while every other key stays checked."""
+    node = OmegaConf.create(options)
+
+    def walk(config: DictConfig, plain: dict[str, Any]) -> None:
+        for key, value in plain.items():
+            if isinstance(value, dict):
+                child = config[key]
+                assert isinstance(child, DictConfig)
+                if value:
+                    walk(child, value)
+                else:
+                    OmegaConf.set_struct(child, False)
+
+    walk(node, options)
+    return node
 
 
 def check_backend_options(cfg: DictConfig) -> None:

@@ -142,3 +142,21 @@ def test_a_backends_config_holds_every_constructor_option_with_its_default(name:
     assert EgressSettings.parse(composed["egress"]) == EgressSettings()  # the same as leaving it None
     if name == "local":
         assert registry_settings(composed["registry"]) == RegistrySettings()
+
+
+def test_registry_mirrors_and_credentials_are_set_as_users_write_them() -> None:
+    """``backend.registry.mirrors={docker.io:[...]}`` (no ``++``) reaches the backend's registry
+    settings; a mistyped key next to it is still refused by name."""
+    from benchmarks.cli import check_nested_keys, compose_config
+    from benchmarks.config import register_configs
+    from pool.backends.local.oci.settings import registry_settings
+
+    register_configs()
+    mirror = "backend.registry.mirrors={docker.io:[127.0.0.1:5000],ghcr.io:[127.0.0.1:5001]}"
+    credentials = "backend.registry.credentials={registry.example:{username:u,password:p}}"
+    composed = compose_config(["backend=local", mirror, credentials]).backend.registry
+    settings = registry_settings(dict(composed))
+    assert dict(settings.mirrors) == {"docker.io": ("127.0.0.1:5000",), "ghcr.io": ("127.0.0.1:5001",)}
+    assert settings.credentials["registry.example"].username == "u"
+    with pytest.raises(ConfigError, match="did you mean mirrors"):
+        check_nested_keys(["backend=local", "backend.registry.mirorrs={docker.io:[x]}"])
