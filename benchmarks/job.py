@@ -10,7 +10,7 @@ from typing import Any, Protocol, cast
 from omegaconf import DictConfig, OmegaConf
 
 from pool import Backend, load_backend
-from pool.backends import backend_class
+from pool.backends import backend_class, has_model_gateway
 from pool.contract import DeclaresCapabilities
 from pool.errors import ConfigError, SnapgymError
 
@@ -74,14 +74,14 @@ class Job:
         options = cast(dict[str, Any], OmegaConf.to_container(self.config.backend, resolve=True))
         options.pop("name")
         route = self.config.get("agent", {}).get("model_route")
-        if route is not None and "egress" not in options:
+        if route is not None and not has_model_gateway(self.config.backend.name):
             raise ConfigError(
                 f"agent {self.config.agent.get('kind')} runs inside the sandbox and reaches its model through the "
                 f"egress proxy's model gateway, which the {self.config.backend.name} backend does not have; "
                 "use backend=local or backend=docker"
             )
         if route is not None:
-            egress = dict(options["egress"] or {})
+            egress = dict(options.get("egress") or {})
             routes = list(egress.get("models") or [])
             wanted = cast(dict[str, Any], OmegaConf.to_container(route, resolve=True))
             if wanted.get("name") not in {r.get("name") for r in routes if isinstance(r, dict)}:

@@ -181,6 +181,19 @@ class DeclaresCapabilities(Protocol):
 
 
 @runtime_checkable
+class DeclaresCapabilityRange(Protocol):
+    """A backend class whose capabilities depend on the machine or its options (what the kernel or the
+    engine offers, running as root), and that says before any instance exists what they can be: the
+    documentation's table (``python -m pool.backends --markdown``) comes from this."""
+
+    @classmethod
+    def capability_range(cls) -> Mapping[str, Capabilities]:
+        """The capabilities on a typical machine with the default options first, keyed by that machine;
+        then, keyed by each condition that changes some of them, the capabilities under that condition
+        alone (the rest as on the typical machine)."""
+
+
+@runtime_checkable
 class ReapsRuns(Protocol):
     """A backend that can list its sandboxes by run, from any machine (``python -m pool.backends.reap --run``)."""
 

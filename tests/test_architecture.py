@@ -40,8 +40,9 @@ WINGS: list[tuple[str, int]] = [
 ]
 """Each wing with its rank (longest prefix first): a module may import a wing of its own rank or lower.
 ``benchmarks`` at the top is the runner's face (run, cli, config, schemas, job, api, view)."""
-SHARED_BY_BACKENDS = ("remote", "csrc")
-"""Folders of pool/backends that are not backends: the cloud backends' base, the C they share."""
+SHARED_BY_BACKENDS = ("remote", "csrc", "features")
+"""Modules and folders of pool/backends that are not backends: the cloud backends' base, the C they share,
+the documentation's table of what every backend declares."""
 FACE_ENTRY_POINTS = {"benchmarks.run", "benchmarks.cli", "benchmarks.api", "benchmarks.view", "benchmarks.multirun"}
 """The runner's entry points: nothing in benchmarks imports them but the face itself."""
 FACE_VALUES = {"benchmarks.config", "benchmarks.schemas", "benchmarks.job"}

@@ -69,6 +69,14 @@ def backend_options(name: str) -> dict[str, inspect.Parameter]:
     return {p.name: p for p in signature.parameters.values() if p.kind in kinds and p.name != "self"}
 
 
+def has_model_gateway(name: str) -> bool:
+    """Whether the backend can give an agent inside its sandboxes a model gateway with the key kept
+    outside: it takes ``egress`` settings, whose model routes its egress proxy serves
+    (:mod:`pool.egress.models`). The runner refuses installed agents on a backend without one, and
+    the documentation's table says so from this same rule."""
+    return "egress" in backend_options(name)
+
+
 def option_defaults(name: str) -> dict[str, Any]:
     """Every option of a backend with its default, as plain values a config file holds.
 

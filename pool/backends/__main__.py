@@ -1,21 +1,27 @@
-"""``python -m pool.backends``: what each backend does on this machine, as a Markdown table.
+"""``python -m pool.backends``: what each backend does, as a Markdown table.
 
-Each backend that can run here is opened with its default options and its
-``Capabilities`` printed (the README's table comes from this); one that cannot
-run is listed with the reason, and with the capabilities it declares without
-being opened (a cloud backend's, which need no credentials to state). Nothing is
-built and no sandbox starts.
+Without options: on this machine. Each backend that can run here is opened with its default options
+and its ``Capabilities`` printed; one that cannot run is listed with the reason, and with the
+capabilities it declares without being opened (a cloud backend's, which need no credentials to
+state). Nothing is built and no sandbox starts.
+
+``--declared``: the documentation's backend-by-feature table instead, from what each backend class
+declares (no backend is opened; see :mod:`pool.backends.features`). ``--markdown PAGE``: write that
+table between the markers of ``PAGE`` (``docs/backends/capabilities.md``), the rest of the page as it is.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
 
 from pool.backends import BACKENDS, backend_class, load_backend, unavailable_reason
+from pool.backends.features import feature_table, splice
 
 
 def capability_table() -> str:
-    """The Markdown table: one column per backend, one row per capability."""
+    """The Markdown table on this machine: one column per backend, one row per capability."""
     columns: dict[str, dict[str, str]] = {}
     for name in BACKENDS:
         reason = unavailable_reason(name)
@@ -35,5 +41,21 @@ def capability_table() -> str:
     return "\n".join(lines)
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Print a table, or write the declared one into a page; the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m pool.backends", description=__doc__.split("\n\n")[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--declared", action="store_true", help="the backend-by-feature table the classes declare")
+    which.add_argument("--markdown", metavar="PAGE", type=Path, help="write that table between PAGE's markers")
+    args = parser.parse_args(argv)
+    if args.markdown is not None:
+        page: Path = args.markdown
+        page.write_text(splice(page.read_text(), feature_table()))
+        sys.stdout.write(f"wrote the backend-by-feature table into {page}\n")
+    else:
+        sys.stdout.write(feature_table() if args.declared else capability_table() + "\n")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.stdout.write(capability_table() + "\n")
+    sys.exit(main())

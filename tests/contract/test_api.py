@@ -86,15 +86,22 @@ def test_template_hash_changes_with_content() -> None:
 def test_optional_features_are_found_by_protocol() -> None:
     """What each backend offers beyond the contract, as its optional Protocols see it."""
     from pool.backends import backend_class
-    from pool.contract import DeclaresCapabilities, KeepsRunCheckpoints, ReapsLabelled, ReapsRuns
+    from pool.contract import (
+        DeclaresCapabilities,
+        DeclaresCapabilityRange,
+        KeepsRunCheckpoints,
+        ReapsLabelled,
+        ReapsRuns,
+    )
 
     def offers(name: str) -> set[str]:
         cls = backend_class(name)
-        found = {"declared_capabilities"} if isinstance(cls, DeclaresCapabilities) else set()
+        declares = {"declared_capabilities": DeclaresCapabilities, "capability_range": DeclaresCapabilityRange}
+        found = {feature for feature, protocol in declares.items() if isinstance(cls, protocol)}
         protocols = {"reap_run": ReapsRuns, "reap_labelled": ReapsLabelled, "keep_run_checkpoints": KeepsRunCheckpoints}
         return found | {feature for feature, protocol in protocols.items() if issubclass(cls, protocol)}
 
-    assert offers("local") == set()
-    assert offers("docker") == {"reap_run", "keep_run_checkpoints"}
+    assert offers("local") == {"capability_range"}
+    assert offers("docker") == {"capability_range", "reap_run", "keep_run_checkpoints"}
     for cloud in ("e2b", "daytona", "modal"):
         assert offers(cloud) == {"declared_capabilities", "reap_run", "reap_labelled"}

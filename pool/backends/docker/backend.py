@@ -37,7 +37,7 @@ from dataclasses import replace
 from typing import Any
 
 from pool.backends.docker import hooks
-from pool.backends.docker.capabilities import declared
+from pool.backends.docker.capabilities import capability_range, declared
 from pool.backends.docker.images.bases import Bases
 from pool.backends.docker.images.builder import Builder
 from pool.backends.docker.images.catalog import ROLE, SANDBOX
@@ -200,6 +200,12 @@ class DockerBackend:
             egress=self.egress.capability_fields,
             disk=self.link.containers.disk.enforcement,
         )
+
+    @classmethod
+    def capability_range(cls) -> dict[str, Capabilities]:
+        """What the backend declares on a typical machine, then under each condition that changes it (see
+        :mod:`.capabilities`), stated without an engine."""
+        return capability_range()
 
     @property
     def health(self) -> str | None:

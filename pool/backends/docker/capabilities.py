@@ -27,15 +27,20 @@
   worse than none, so shared mode is offered only to whoever asks for it.
 - ``sandbox_location`` and ``snapshot_location`` are "node": the engine is this
   machine's (or the one ``base_url`` names), and images are built per engine.
+
+:func:`capability_range` states these values without an engine: on a typical machine, then under
+each condition that changes them (the documentation's table comes from it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from pool.backends.docker.transport.engine import EngineInfo
 from pool.capabilities import Capabilities, ChangesSource, Enforcement, Location, VerifierIsolation
+from pool.egress.service import EgressService
 
 
 def declared(
@@ -68,3 +73,32 @@ def declared(
         bases=("host", "rootfs", "image", "dockerfile"),
         changes=ChangesSource.ENGINE,
     )
+
+
+def capability_range() -> dict[str, Capabilities]:
+    """What a backend with the default options declares on a typical machine, then under each condition
+    that changes it (``DockerBackend.capability_range``): the engine's ``docker info`` and storage
+    driver, where the engine runs, running as root, ``shared_verification``."""
+    engine = EngineInfo("", ("seccomp",), memory_limit=True, pids_limit=True, cpu_limit=True, storage_driver="overlay2")
+    typical: dict[str, Any] = {
+        "info": engine,
+        "shared_verification": False,
+        "egress": EgressService(None).capability_fields,
+        "disk": Enforcement.TMPFS,
+    }
+
+    def under(**changes: Any) -> Capabilities:
+        return declared(**{**typical, **changes})
+
+    return {
+        "an engine on this machine, overlay2 on ext4, root": under(),
+        "a storage driver with a quota (overlay2 on xfs with pquota, btrfs, zfs)": under(disk=Enforcement.QUOTA),
+        "a remote engine or not root, on a driver without a quota (allowed only with `disk_limit_mb=None`: "
+        "otherwise the backend refuses to start)": under(
+            egress=EgressService(None, available=False).capability_fields, disk=Enforcement.NONE
+        ),
+        "an engine without cgroup limits (docker info)": under(
+            info=replace(engine, memory_limit=False, pids_limit=False, cpu_limit=False)
+        ),
+        "the option `shared_verification=True`": under(shared_verification=True),
+    }

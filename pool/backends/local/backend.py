@@ -29,7 +29,7 @@ from pool.backends.local.settings import MIB, LocalSettings
 from pool.backends.local.store import layers
 from pool.backends.local.store.catalogue import SnapshotStore, default_runtime_dir, default_store_dir
 from pool.build import hostview
-from pool.capabilities import Capabilities, ChangesSource, Enforcement, Location, VerifierIsolation
+from pool.capabilities import Capabilities
 from pool.egress.service import EgressService
 from pool.egress.settings import EgressSettings
 from pool.errors import (
@@ -42,7 +42,7 @@ from pool.errors import (
 from pool.labels import OWNER, check_labels, new_owner
 from pool.resources import DEFAULT_TIMEOUT_S
 from pool.snapshots import Snapshot
-from pool.templates import HOST_BASE, Template
+from pool.templates import Template
 
 
 def _setting(name: str) -> Any:
@@ -205,30 +205,15 @@ class LocalBackend:
 
     @property
     def capabilities(self) -> Capabilities:
-        """What this backend enforces on this machine."""
-        cg = self.settings.cgroup_controllers
-        return Capabilities(
-            in_place_restore=True,
-            memory_snapshot=False,
-            fork=True,
-            gpu=False,
-            **self.egress.capability_fields,
-            limits={
-                "memory": Enforcement.CGROUP if "memory" in cg else Enforcement.RLIMIT,
-                "pids": Enforcement.CGROUP if "pids" in cg else Enforcement.RLIMIT,
-                "cpu": Enforcement.CGROUP if "cpu" in cg else Enforcement.NONE,
-                "disk": Enforcement.TMPFS,
-            },
-            isolation=("user", "mount", "pid", "network", "ipc", "uts"),
-            rootless=self.rootless,
-            verification=("strict", "shared"),
-            verifier_isolation=_verifier_isolation(kernel.landlock_abi()),
-            sandbox_location=Location.NODE,
-            snapshot_location=Location.NODE,
-            bases=(HOST_BASE, "rootfs", "image", "dockerfile"),
-            changes=ChangesSource.HOST,
-            shell_session=True,
-        )
+        """What this backend enforces on this machine (see :mod:`.kernel`)."""
+        controllers, fields = self.settings.cgroup_controllers, self.egress.capability_fields
+        return kernel.capabilities(controllers, fields, rootless=self.rootless, landlock_abi=kernel.landlock_abi())
+
+    @classmethod
+    def capability_range(cls) -> dict[str, Capabilities]:
+        """What the backend declares on a kernel that gives it everything, then without each part (see
+        :mod:`.kernel`), stated without starting it."""
+        return kernel.capability_range()
 
     def build(self, template: Template) -> Snapshot:
         """Build (or find in the store) the snapshot of a template.
@@ -461,12 +446,6 @@ class LocalBackend:
                 sandbox.close()
             raise error
         return made
-
-
-def _verifier_isolation(landlock_abi: int) -> VerifierIsolation:
-    if landlock_abi >= 6:
-        return VerifierIsolation.SIGNALS_PTRACE
-    return VerifierIsolation.PTRACE if landlock_abi >= 1 else VerifierIsolation.NONE
 
 
 def _pid_alive(pid: int) -> bool:

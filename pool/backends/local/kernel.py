@@ -1,13 +1,25 @@
-"""Kernel feature checks, and errors that name the missing feature and the way out."""
+"""Kernel feature checks, what they let the backend declare, and errors that name the missing feature and the way out.
+
+The local backend's :class:`~pool.capabilities.Capabilities` follow from the kernel and from running
+as root: memory, processes and CPU are cgroup limits where the backend has the controllers
+(otherwise rlimits for memory and processes, and CPU unlimited); the egress proxy reaches into
+sandboxes only as root (rootless: loopback only); a shared verifier is kept from the agent's signals
+only from Landlock ABI 6 (Linux 6.12), from its tracing from ABI 1.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import platform
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from pool.capabilities import Capabilities, ChangesSource, Enforcement, Location, VerifierIsolation
+from pool.egress.service import EgressService
 from pool.errors import UnsupportedError
+from pool.templates import HOST_BASE
 
 _ALTERNATIVES = "Alternatives: run as root, or use another backend (docker, e2b, daytona, modal)."
 
@@ -64,3 +76,62 @@ def landlock_abi() -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     abi = int(libc.syscall(number, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
     return max(abi, 0)
+
+
+def capabilities(
+    controllers: frozenset[str], egress: Mapping[str, Any], *, rootless: bool, landlock_abi: int
+) -> Capabilities:
+    """The local backend's capabilities with the cgroup ``controllers`` it may use, its egress service's
+    ``capability_fields``, and the kernel's Landlock ABI (see the module docstring)."""
+    return Capabilities(
+        in_place_restore=True,
+        memory_snapshot=False,
+        fork=True,
+        gpu=False,
+        **egress,
+        limits={
+            "memory": Enforcement.CGROUP if "memory" in controllers else Enforcement.RLIMIT,
+            "pids": Enforcement.CGROUP if "pids" in controllers else Enforcement.RLIMIT,
+            "cpu": Enforcement.CGROUP if "cpu" in controllers else Enforcement.NONE,
+            "disk": Enforcement.TMPFS,
+        },
+        isolation=("user", "mount", "pid", "network", "ipc", "uts"),
+        rootless=rootless,
+        verification=("strict", "shared"),
+        verifier_isolation=_verifier_isolation(landlock_abi),
+        sandbox_location=Location.NODE,
+        snapshot_location=Location.NODE,
+        bases=(HOST_BASE, "rootfs", "image", "dockerfile"),
+        changes=ChangesSource.HOST,
+        shell_session=True,
+    )
+
+
+def capability_range() -> dict[str, Capabilities]:
+    """The capabilities as root on a kernel that gives the backend everything, then under each
+    condition that takes something away (``LocalBackend.capability_range``)."""
+    every = frozenset(("memory", "pids", "cpu"))
+    typical: dict[str, Any] = {
+        "controllers": every,
+        "egress": EgressService(None).capability_fields,
+        "rootless": False,
+        "landlock_abi": 6,
+    }
+
+    def under(**changes: Any) -> Capabilities:
+        return capabilities(**{**typical, **changes})
+
+    loopback = EgressService(None, available=False).capability_fields
+    return {
+        "root, with the memory, pids and cpu cgroup controllers, Landlock ABI 6+ (Linux 6.12)": under(),
+        "no cgroup controllers for the backend": under(controllers=frozenset()),
+        "rootless (snapgym not root)": under(controllers=frozenset(), egress=loopback, rootless=True),
+        "Landlock ABI 1-5 (Linux 5.13-6.11)": under(landlock_abi=1),
+        "no Landlock": under(landlock_abi=0),
+    }
+
+
+def _verifier_isolation(landlock_abi: int) -> VerifierIsolation:
+    if landlock_abi >= 6:
+        return VerifierIsolation.SIGNALS_PTRACE
+    return VerifierIsolation.PTRACE if landlock_abi >= 1 else VerifierIsolation.NONE
