@@ -44,7 +44,7 @@ from pool.backends.docker.images.catalog import ROLE, SANDBOX
 from pool.backends.docker.images.checkpoints import Checkpoints
 from pool.backends.docker.link import EngineLink
 from pool.backends.docker.sandbox import DockerSandbox
-from pool.backends.docker.settings import MIB, DockerSettings, check_positive
+from pool.backends.docker.settings import MIB, DockerRegistry, DockerSettings, check_positive
 from pool.backends.docker.transport import diskquota, engine, helper, reaper
 from pool.backends.docker.transport.containers import Containers
 from pool.capabilities import Capabilities
@@ -89,6 +89,9 @@ class DockerBackend:
             ``pool.egress.EgressSettings``, or its fields as a mapping). The proxy runs in this
             process and listens inside each container's network namespace: it needs root and
             an engine on this machine.
+        registry: registry mirrors to pull through (a :class:`~.settings.DockerRegistry`, or
+            ``{"mirrors": {"docker.io": ["127.0.0.1:5000"]}}``); the engine's own settings give
+            credentials, CAs and insecure registries.
     """
 
     name = "docker"
@@ -110,7 +113,9 @@ class DockerBackend:
         api_timeout_s: float = 600.0,
         shared_verification: bool = False,
         egress: EgressSettings | Mapping[str, Any] | None = None,
+        registry: DockerRegistry | Mapping[str, Any] | None = None,
     ) -> None:
+        mirrors = DockerRegistry.parse(registry)
         settings = DockerSettings(
             owner=new_owner(),
             memory_limit_mb=memory_limit_mb,
@@ -150,7 +155,7 @@ class DockerBackend:
         except BaseException:
             self.client.close()
             raise
-        self.bases = Bases(self.client, prefix=image_prefix, base_url=self.base_url)
+        self.bases = Bases(self.client, prefix=image_prefix, base_url=self.base_url, mirrors=mirrors.mirrors)
         self.settings = replace(settings, host_binds=self.bases.host_view.binds)
         self.link = EngineLink(
             self.client,

@@ -8,14 +8,56 @@ image names' prefix and the labels that say which process owns a container.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from pool.backends.docker.transport.containers import Limits
+from pool.build.references import normalize_host
 from pool.errors import ConfigError
 from pool.resources import DEFAULT_TIMEOUT_S, Resources
 
 MIB = 1 << 20
 _PREFIX = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+
+
+@dataclass(frozen=True, slots=True)
+class DockerRegistry:
+    """How the Docker backend pulls images it does not have (the engine's own logins, CAs and
+    ``insecure-registries`` apply: credentials are ``docker login`` on the engine's machine)."""
+
+    mirrors: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Registry host (``docker.io`` for Docker Hub) -> mirror hosts (``host[:port]``), pulled from in
+    order before the registry itself; what a mirror gave is tagged with the name the task used."""
+
+    def __post_init__(self) -> None:
+        mirrors = {}
+        for host, hosts in dict(self.mirrors).items():
+            listed = [hosts] if isinstance(hosts, str) else list(hosts)
+            if not listed or not all(isinstance(h, str) and h and "/" not in h for h in listed):
+                raise ConfigError(
+                    f"DockerBackend(registry.mirrors[{host!r}]) must list mirror hosts as host[:port] "
+                    f"(no scheme or path), got {hosts!r}"
+                )
+            mirrors[normalize_host(str(host))] = tuple(listed)
+        object.__setattr__(self, "mirrors", mirrors)
+
+    @classmethod
+    def parse(cls, value: DockerRegistry | Mapping[str, Any] | None) -> DockerRegistry:
+        """The settings from a mapping of their fields (None: the defaults).
+
+        Raises:
+            ConfigError: a key other than ``mirrors`` (naming it), or a bad mirror.
+        """
+        if value is None or isinstance(value, DockerRegistry):
+            return value or cls()
+        unknown = sorted(set(value) - {"mirrors"})
+        if unknown:
+            raise ConfigError(
+                f"DockerBackend(registry=...) takes only 'mirrors', not {', '.join(map(repr, unknown))}; the "
+                "engine's own settings give credentials (docker login), CAs and insecure registries (daemon.json)"
+            )
+        return cls(**value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +38,9 @@ from pool.testing import check_backend
 from pool.verification import VerificationPlan, VerifyMode
 from tests.support.backends import backend_missing
 from tests.support.docker_fixtures import PREFIX, EngineProxy, backend, remove_prefix, rootfs_tarball
+from tests.support.oci_fixtures import Registry, free_port, push, tiny_image
 
+pytest_plugins = ["tests.support.oci_fixtures"]
 pytestmark = [pytest.mark.docker, backend_missing("docker")]
 
 WORKSPACE = Template(
@@ -496,3 +499,22 @@ def test_reap_by_run_removes_every_container_of_that_run_only(docker_backend: Do
     finally:
         mine.close()
         other.close()
+
+
+def test_an_image_is_pulled_through_a_registry_mirror(tmp_path: Path, mirror_registry: Registry) -> None:
+    """``registry.mirrors``: an image the engine lacks and its registry cannot give (nothing listens
+    there) comes from the mirror, and is tagged with the name the task used, so the next build finds
+    it; a registry with no mirror still says how to provide the image."""
+    name = uuid.uuid4().hex[:12]
+    push(tiny_image(tmp_path, name).ref("latest"), mirror_registry, f"team/{name}:1", fmt="v2s2")
+    down = f"127.0.0.1:{free_port()}"
+    reference = f"{down}/team/{name}:1"
+    with backend() as plain, pytest.raises(ConfigError, match=r"cannot pull it.*registry mirror"):
+        plain.bases.image(reference)  # what a template's base or a Dockerfile's FROM goes through
+    with backend(registry={"mirrors": {down: [mirror_registry.host]}}) as mirrored:
+        pulled = mirrored.bases.image(reference)
+        assert mirrored.api.inspect_image(reference)["Id"] == pulled.image_id  # tagged as the task named it
+        assert "TINY=" + name in mirrored.api.inspect_image(reference)["Config"]["Env"]
+        assert mirrored.bases.image(reference).image_id == pulled.image_id  # found again, not pulled
+    with pytest.raises(ConfigError, match="takes only 'mirrors'"):
+        DockerBackend(registry={"credentials": {}})

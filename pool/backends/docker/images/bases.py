@@ -9,7 +9,8 @@
 - ``docker-archive:/saved.tar[:ref]``: ``docker load``; ``oci:/layout[:tag]`` and
   ``oci-archive:/img.tar[:tag]``: ``skopeo copy`` into the engine;
   ``docker-daemon:ref``: the engine's own; anything else is a registry
-  reference the engine has or pulls. Identity: the image ID.
+  reference the engine has or pulls (from the backend's ``registry.mirrors`` first, tagged
+  then with the name the task used). Identity: the image ID.
 
 Imported and loaded bases are tagged ``<prefix>/base:<key>`` so the next
 process finds them without importing again.
@@ -22,7 +23,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 from pool.backends.docker.transport.engine import engine_errors
 from pool.build import hostview
 from pool.build.digest import source_key
+from pool.build.references import normalize_reference, split_reference
 from pool.build.rootfs import RootfsSource
 from pool.errors import BackendError, ConfigError
 from pool.templates import HOST_BASE
@@ -76,7 +78,8 @@ def missing_image_error(reference: str, why: str) -> ConfigError:
         f"the Docker engine has no image {reference!r} and cannot pull it ({why}). Provide it: save it on a "
         f"machine that can pull it (docker pull {reference} && docker save {reference} -o image.tar) and load "
         "it here (docker load -i image.tar, or use 'docker-archive:/path/image.tar' as the base or image "
-        "source); or point the engine at a registry mirror (dockerd --registry-mirror=...); or log in to a "
+        "source); or pull through a registry mirror (backend.registry.mirrors={docker.io:[host:port]}, or "
+        "dockerd --registry-mirror=...); or log in to a "
         "private registry (docker login)"
     )
 
@@ -84,8 +87,11 @@ def missing_image_error(reference: str, why: str) -> ConfigError:
 class Bases:
     """The engine's images for template bases, made on first use and cached."""
 
-    def __init__(self, client: Any, *, prefix: str, base_url: str) -> None:
+    def __init__(
+        self, client: Any, *, prefix: str, base_url: str, mirrors: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
         self._client = client
+        self._mirrors = dict(mirrors or {})
         self._prefix = prefix
         self._base_url = base_url
         self._lock = threading.Lock()
@@ -117,11 +123,29 @@ class Bases:
                 return BaseImage.of(images.get(reference).attrs)
         except BackendError:
             pass
+        failures = []
+        for candidate, name in self._pulls(reference):
+            try:
+                with engine_errors(f"pulling the image {candidate}"):
+                    pulled = images.pull(candidate)
+            except BackendError as exc:
+                failures.append(f"{candidate}: {str(exc).split(': ', 1)[-1]}")
+                continue
+            if name is not None:  # from a mirror: found again by the name the task used
+                with engine_errors(f"tagging {candidate} as {name[0]}:{name[1]}"):
+                    pulled.tag(*name)
+            return BaseImage.of(pulled.attrs)
+        raise missing_image_error(reference, "; ".join(failures))
+
+    def _pulls(self, reference: str) -> list[tuple[str, tuple[str, str] | None]]:
+        """What to pull for ``reference``, in order: its registry's mirrors (each with the
+        ``(repository, tag)`` to tag the result with, None for a pinned digest), then itself."""
         try:
-            with engine_errors(f"pulling the image {reference}"):
-                return BaseImage.of(images.pull(reference).attrs)
-        except BackendError as exc:
-            raise missing_image_error(reference, str(exc).split(": ", 1)[-1]) from None
+            host, path, suffix = split_reference(normalize_reference(reference)[0])
+        except ConfigError:
+            return [(reference, None)]  # the engine says what is wrong with it
+        name = (f"{host}/{path}", suffix[1:]) if suffix.startswith(":") else None
+        return [*((f"{mirror}/{path}{suffix}", name) for mirror in self._mirrors.get(host, ())), (reference, None)]
 
     def _realise(self, spec: str) -> BaseImage:
         if spec == HOST_BASE:

@@ -14,18 +14,12 @@ from __future__ import annotations
 
 import enum
 import os
-import re
 from dataclasses import dataclass
 
+from pool.build.references import DOCKER_HUB, normalize_host, normalize_reference
 from pool.errors import ConfigError
 
-DOCKER_HUB = "docker.io"
-_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-_DOMAIN = re.compile(rf"^(?:{_LABEL})(?:\.{_LABEL})*(?::\d+)?$")
-_PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+__all__ = ["DOCKER_HUB", "ImageSource", "Transport", "normalize_host", "normalize_reference", "parse_source"]
 
 
 class Transport(enum.Enum):
@@ -111,42 +105,6 @@ def parse_source(text: str) -> ImageSource:
             return ImageSource(text, transport, rest)
     reference, pinned = normalize_reference(text.removeprefix("docker://"), original=text)
     return ImageSource(text, Transport.REGISTRY, reference, pinned)
-
-
-def normalize_reference(ref: str, *, original: str | None = None) -> tuple[str, str | None]:
-    """``(host/repo:tag or host/repo@digest, pinned digest)`` for a registry reference, as Docker reads it.
-
-    Raises:
-        ConfigError: the reference is malformed.
-    """
-    shown = original or ref
-    name, _, digest = ref.partition("@")
-    if digest and not _DIGEST.match(digest):
-        raise ConfigError(f"image {shown!r}: a pinned digest must be sha256: and 64 lowercase hex digits")
-    tag = None
-    head, _, last = name.rpartition("/")
-    if ":" in last:
-        last, tag = last.split(":", 1)
-        name = f"{head}/{last}" if head else last
-    host, _, path = name.partition("/")
-    if not path or not (host == "localhost" or "." in host or ":" in host):
-        host, path = DOCKER_HUB, name
-    host = normalize_host(host)
-    if host == DOCKER_HUB and "/" not in path:
-        path = f"library/{path}"
-    if not _DOMAIN.match(host) or not all(_PATH_COMPONENT.match(part) for part in path.split("/")):
-        raise ConfigError(f"{shown!r} is not a valid image reference: {_FORMS}")
-    if tag is not None and not _TAG.match(tag):
-        raise ConfigError(f"image {shown!r}: {tag!r} is not a valid tag")
-    if digest:
-        return f"{host}/{path}{':' + tag if tag else ''}@{digest}", digest
-    return f"{host}/{path}:{tag or 'latest'}", None
-
-
-def normalize_host(host: str) -> str:
-    """A registry host as registries.conf and auth files name it (Docker Hub's aliases are ``docker.io``)."""
-    host = host.strip().lower()
-    return DOCKER_HUB if host in _HUB_ALIASES else host
 
 
 def _absolute(rest: str) -> str:
