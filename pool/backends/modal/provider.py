@@ -3,7 +3,10 @@
 A sandbox runs ``sleep infinity`` under an app (``app_name``) from an image id:
 the base image, or a filesystem snapshot (``snapshot_filesystem``). Commands run
 as ``bash -c`` through Modal's exec, each stream cut at the cap inside the
-sandbox (:mod:`pool.backends.remote.capped`). A create is named ``sg-<key>`` (names are
+sandbox (:mod:`pool.backends.remote.capped`) and read as bytes (the SDK's text mode decodes
+strictly and raises on output that is not UTF-8); a script longer than the SDK takes as
+arguments (64 KiB, checked in the client) is written through the file API and run from there.
+Tags are set by the create itself, so a sandbox is never without its labels. A create is named ``sg-<key>`` (names are
 unique within an app), so a retry whose first answer was lost takes that
 sandbox. Modal images have no names to find them by, so a build's image id is
 remembered in a small registry file on this machine (``registry_file``).
@@ -27,7 +30,7 @@ import modal.exception as mx
 
 from pool.backends.modal.errors import provider_errors
 from pool.backends.modal.network import outbound_policy
-from pool.backends.remote.capped import capped_script, cut
+from pool.backends.remote.capped import LONG_SCRIPT_BYTES, capped_script, cut, run_from_file, script_file
 from pool.backends.remote.provider import CreateRequest, Listed, RawResult
 from pool.errors import UnsupportedError
 from pool.network.policy import NetworkPolicy
@@ -63,10 +66,10 @@ class ModalProvider:
                 sandbox = modal.Sandbox.create(
                     "sleep", "infinity", app=self.app, name=name, image=image, timeout=self.lifetime_s,
                     block_network=not request.internet, gpu=self._gpu(request.resources), client=self.client,
+                    tags=dict(request.labels),
                 )  # fmt: skip
-            except mx.AlreadyExistsError:  # a retry of a create whose answer was lost
+            except mx.AlreadyExistsError:  # a retry of a create whose answer was lost: it has its tags
                 sandbox = modal.Sandbox.from_name(self.app_name, name, client=self.client)
-            sandbox.set_tags(dict(request.labels))
         return sandbox
 
     def sandbox_id(self, remote: Any) -> str:
@@ -82,8 +85,13 @@ class ModalProvider:
     def run(self, remote: Any, command: str, *, cwd: str, env: Mapping[str, str], timeout_s: float,
             cap: int) -> RawResult:  # fmt: skip
         script = capped_script(command, cwd=cwd, env=env, cap=cap)
+        if len(script.encode()) > LONG_SCRIPT_BYTES:  # the SDK refuses arguments over 64 KiB
+            path = script_file()
+            with provider_errors("writing a long command's script", file_operation=True):
+                remote.filesystem.write_bytes(script.encode(), path)
+            script = run_from_file(path)
         with provider_errors("running a command"):
-            process = remote.exec("bash", "-c", script, timeout=math.ceil(timeout_s))
+            process = remote.exec("bash", "-c", script, timeout=math.ceil(timeout_s), text=False)
             code = process.wait()
             stdout, stdout_cut = cut(process.stdout.read(), cap)
             stderr, stderr_cut = cut(process.stderr.read(), cap)

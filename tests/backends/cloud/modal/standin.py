@@ -22,7 +22,8 @@ start from. Sandboxes past their ``timeout`` are terminated by a reaper thread.
 
 Known differences from Modal: only ``Image.from_id`` of the base or a snapshot is served (no image
 builds: ``image=None`` fails UNIMPLEMENTED on ``EnvironmentGetOrCreate``); output is sent when a
-command ends, decoded as UTF-8 with invalid bytes replaced; GPUs, CPU, memory, network settings,
+command ends, as the raw bytes the command wrote (the SDK decodes them, strictly in text mode); GPUs,
+CPU, memory, network settings,
 regions and volumes are recorded, not provided; commands run as root; no PTY, tunnels, sandbox
 entrypoint stdio, memory snapshots or ``filesystem.watch``. Tests inject faults with
 :meth:`ModalStandin.fail_next` and read :attr:`ModalStandin.requests`, :attr:`ModalStandin.commands`
