@@ -9,7 +9,10 @@ arguments (64 KiB, checked in the client) is written through the file API and ru
 Tags are set by the create itself, so a sandbox is never without its labels. A create is named ``sg-<key>`` (names are
 unique within an app), so a retry whose first answer was lost takes that
 sandbox. Modal images have no names to find them by, so a build's image id is
-remembered in a small registry file on this machine (``registry_file``).
+remembered in a small registry file on this machine (``registry_file``). Modal expires snapshot
+images (30 days by default): a create from an image that is gone raises
+:class:`~pool.errors.SnapshotNotFoundError` (not a crashed sandbox) and forgets the image, so the
+next build of its template makes it anew.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,7 @@ from pool.backends.modal.errors import provider_errors
 from pool.backends.modal.network import outbound_policy
 from pool.backends.remote.capped import LONG_SCRIPT_BYTES, capped_script, cut, run_from_file, script_file
 from pool.backends.remote.provider import CreateRequest, Listed, RawResult
-from pool.errors import UnsupportedError
+from pool.errors import SnapshotNotFoundError, UnsupportedError
 from pool.network.policy import NetworkPolicy
 from pool.resources import Resources
 
@@ -70,6 +73,14 @@ class ModalProvider:
                 )  # fmt: skip
             except mx.AlreadyExistsError:  # a retry of a create whose answer was lost: it has its tags
                 sandbox = modal.Sandbox.from_name(self.app_name, name, client=self.client)
+            except mx.NotFoundError as exc:
+                if not source.startswith("im-"):
+                    raise
+                self._forget(source)  # the next build makes it anew
+                raise SnapshotNotFoundError(
+                    f"Modal no longer has the image {source} ({exc}; snapshot images expire, 30 days by default): "
+                    "build the template again, backend.build() makes it anew"
+                ) from None
         return sandbox
 
     def sandbox_id(self, remote: Any) -> str:
@@ -169,6 +180,15 @@ class ModalProvider:
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def _remember(self, name: str, image_id: str) -> None:
+        self._update(lambda known: known.__setitem__(name, image_id))
+
+    def _forget(self, image_id: str) -> None:
+        """Drop every name of an image Modal no longer has."""
+        if image_id in self._registry().values():
+            self._update(lambda known: [known.pop(k) for k in [k for k, v in known.items() if v == image_id]])
+
+    def _update(self, change: Callable[[dict[str, str]], object]) -> None:
+        """Change the registry file under its lock."""
         self.registry.parent.mkdir(parents=True, exist_ok=True)
         with self._lock, open(self.registry, "a+") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -177,7 +197,7 @@ class ModalProvider:
                 known = json.loads(handle.read() or "{}")
             except ValueError:
                 known = {}
-            known[name] = image_id
+            change(known)
             handle.seek(0)
             handle.truncate()
             handle.write(json.dumps(known, indent=1, sort_keys=True))

@@ -247,6 +247,12 @@ class ModalStandin:
             self._images[record.image_id] = record
         return record
 
+    def expire_image(self, image_id: str) -> None:
+        """Forget an image, as Modal does when a filesystem snapshot's image expires (30 days by default):
+        ``ImageFromId`` answers NOT_FOUND from then on."""
+        with self.lock:
+            self._images.pop(image_id, None)
+
     def image(self, image_id: str) -> ImageRecord | None:
         with self.lock:
             return self._images.get(image_id)

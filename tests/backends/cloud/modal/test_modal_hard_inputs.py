@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pool import Template
+from pool import SnapshotNotFoundError, Template
 from pool.backends.modal import ModalBackend
 from tests.backends.cloud.modal.standin import ModalStandin
 
@@ -66,3 +66,17 @@ def test_the_builtin_task_top_ips_builds_and_scores_on_modal(modal_standin: Moda
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["mean_reward"] == 1.0 and summary["counts"].get("scored") == 1, summary
+
+
+def test_an_expired_image_is_built_again_and_its_snapshot_is_not_found(
+    modal_standin: ModalStandin, modal_backend: ModalBackend, tmp_path: Path
+) -> None:
+    first = modal_backend.build(TEMPLATE)
+    modal_standin.expire_image(first.layers[0])  # Modal expires snapshot images (30 days by default)
+    with pytest.raises(SnapshotNotFoundError, match="no longer has the image"):
+        modal_backend.create(first)
+    second = modal_backend.build(TEMPLATE)
+    assert second.layers[0] != first.layers[0]
+    assert first.layers[0] not in json.loads((tmp_path / "images.json").read_text()).values()
+    with modal_backend.create(second) as sandbox:
+        assert sandbox.exec("ls -d /w").stdout == "/w\n"
