@@ -145,7 +145,11 @@ class ModalProvider:
     def listed(self, labels: Mapping[str, str]) -> Iterator[Listed]:
         with provider_errors("listing sandboxes"):
             for sandbox in modal.Sandbox.list(app_id=self.app.app_id, tags=dict(labels), client=self.client):
-                yield Listed(str(sandbox.object_id), dict(sandbox.get_tags()))
+                try:
+                    tags = sandbox.get_tags()  # a call of its own: the sandbox may have ended since the list
+                except (mx.NotFoundError, mx.SandboxTerminatedError):
+                    continue
+                yield Listed(str(sandbox.object_id), dict(tags))
 
     def kill_id(self, sandbox_id: str) -> None:
         with provider_errors(f"terminating {sandbox_id}"), contextlib.suppress(mx.NotFoundError):

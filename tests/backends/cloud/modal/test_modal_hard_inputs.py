@@ -80,3 +80,15 @@ def test_an_expired_image_is_built_again_and_its_snapshot_is_not_found(
     assert first.layers[0] not in json.loads((tmp_path / "images.json").read_text()).values()
     with modal_backend.create(second) as sandbox:
         assert sandbox.exec("ls -d /w").stdout == "/w\n"
+
+
+def test_a_sandbox_that_ends_while_the_reaper_lists_it_does_not_abort_the_reap(
+    modal_standin: ModalStandin, modal_backend: ModalBackend
+) -> None:
+    snapshot = modal_backend.build(TEMPLATE)
+    made = [modal_backend.create(snapshot, labels={"snapgym.run": "r9"}) for _ in range(2)]
+    for rpc in ("SandboxTagsGet", "SandboxTagsGetV2"):  # the one listing uses: the sandbox ended since the list
+        modal_standin.fail_next(rpc, "NOT_FOUND", message="sandbox ended")
+    found = modal_backend.reap_run("r9")
+    assert any(r.rpc.startswith("SandboxTagsGet") and r.status != "OK" for r in modal_standin.requests)
+    assert found and {str(sandbox.remote_id) for sandbox in made} & set(found)
