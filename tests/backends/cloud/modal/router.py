@@ -165,7 +165,7 @@ class Router(TaskCommandRouterBase):
         lifetime_s = max(1.0, ex.box.record.end_at - time.time())
         # the streams go to files and come back as the bytes the command wrote (Modal's server sends
         # raw bytes; the SDK's text mode decodes them strictly), not as the local backend's decoded text
-        out = f"/tmp/.modal-standin-{uuid.uuid4().hex}"
+        out = f"/dev/shm/.modal-standin-{uuid.uuid4().hex}"  # not /tmp, where commands list what they left
         relay = f"python3 -I -S -c {shlex.quote(_RELAY)} {shlex.quote(ex.spool)} {shlex.join(ex.argv)}"
         relay = f"{relay} >{out}.1 2>{out}.2"
         try:
