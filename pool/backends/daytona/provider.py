@@ -23,7 +23,7 @@ import daytona
 
 from pool.backends.daytona.errors import provider_errors
 from pool.backends.daytona.network import provider_network
-from pool.backends.remote.capped import capped_script
+from pool.backends.remote.capped import LONG_SCRIPT_BYTES, capped_script, cut, run_from_file, script_file
 from pool.backends.remote.provider import CreateRequest, Listed, RawResult
 from pool.network.policy import NetworkPolicy
 
@@ -77,6 +77,10 @@ class DaytonaProvider:
     def run(self, remote: Any, command: str, *, cwd: str, env: Mapping[str, str], timeout_s: float,
             cap: int) -> RawResult:  # fmt: skip
         script = capped_script(command, cwd=cwd, env=env, cap=cap)
+        if len(script.encode()) > LONG_SCRIPT_BYTES:  # one argument of bash: the kernel's 128 KiB
+            path = script_file()
+            self.write(remote, path, script.encode())
+            script = run_from_file(path)
         request = daytona.SessionExecuteRequest(command=f"bash -c {shlex.quote(script)}", run_async=False)
         self._session(remote)
         with provider_errors("running a command"):
@@ -86,7 +90,8 @@ class DaytonaProvider:
                 return RawResult(137, "", "", lost=True)
         stdout, stderr = str(result.stdout or ""), str(result.stderr or "")
         code = result.exit_code if result.exit_code is not None else 137
-        return RawResult(int(code), stdout[:cap], stderr[:cap], len(stdout.encode()) > cap, len(stderr.encode()) > cap)
+        (stdout, stdout_cut), (stderr, stderr_cut) = cut(stdout, cap), cut(stderr, cap)  # bytes, not characters
+        return RawResult(int(code), stdout, stderr, stdout_cut, stderr_cut)
 
     def read(self, remote: Any, path: str) -> bytes:
         with provider_errors(f"reading {path}", file_operation=True):

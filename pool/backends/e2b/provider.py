@@ -10,6 +10,7 @@ import e2b
 
 from pool.backends.e2b.errors import provider_errors
 from pool.backends.e2b.network import provider_network
+from pool.backends.remote.capped import LONG_SCRIPT_BYTES, run_from_file, script_file
 from pool.backends.remote.provider import CreateRequest, Listed, RawResult
 from pool.network.policy import NetworkPolicy
 from pool.results import CappedBuffer
@@ -59,6 +60,10 @@ class E2BProvider:
         """Streams the output through capped callbacks (the client keeps at most ``cap`` per stream)."""
         out, err = CappedBuffer(cap), CappedBuffer(cap)
         exit_code, lost = 0, False
+        if len(command.encode()) > LONG_SCRIPT_BYTES:  # one argument of bash: the kernel's 128 KiB
+            path = script_file()
+            self.write(remote, path, command.encode())
+            command = run_from_file(path)
         with provider_errors("running a command"):
             try:
                 result = remote.commands.run(

@@ -3,10 +3,16 @@
 A sandbox runs ``sleep infinity`` under an app (``app_name``) from an image id:
 the base image, or a filesystem snapshot (``snapshot_filesystem``). Commands run
 as ``bash -c`` through Modal's exec, each stream cut at the cap inside the
-sandbox (:mod:`pool.backends.remote.capped`). A create is named ``sg-<key>`` (names are
+sandbox (:mod:`pool.backends.remote.capped`) and read as bytes (the SDK's text mode decodes
+strictly and raises on output that is not UTF-8); a script longer than the SDK takes as
+arguments (64 KiB, checked in the client) is written through the file API and run from there.
+Tags are set by the create itself, so a sandbox is never without its labels. A create is named ``sg-<key>`` (names are
 unique within an app), so a retry whose first answer was lost takes that
 sandbox. Modal images have no names to find them by, so a build's image id is
-remembered in a small registry file on this machine (``registry_file``).
+remembered in a small registry file on this machine (``registry_file``). Modal expires snapshot
+images (30 days by default): a create from an image that is gone raises
+:class:`~pool.errors.SnapshotNotFoundError` (not a crashed sandbox) and forgets the image, so the
+next build of its template makes it anew.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +33,9 @@ import modal.exception as mx
 
 from pool.backends.modal.errors import provider_errors
 from pool.backends.modal.network import outbound_policy
-from pool.backends.remote.capped import capped_script, cut
+from pool.backends.remote.capped import LONG_SCRIPT_BYTES, capped_script, cut, run_from_file, script_file
 from pool.backends.remote.provider import CreateRequest, Listed, RawResult
-from pool.errors import UnsupportedError
+from pool.errors import SnapshotNotFoundError, UnsupportedError
 from pool.network.policy import NetworkPolicy
 from pool.resources import Resources
 
@@ -63,10 +69,18 @@ class ModalProvider:
                 sandbox = modal.Sandbox.create(
                     "sleep", "infinity", app=self.app, name=name, image=image, timeout=self.lifetime_s,
                     block_network=not request.internet, gpu=self._gpu(request.resources), client=self.client,
+                    tags=dict(request.labels),
                 )  # fmt: skip
-            except mx.AlreadyExistsError:  # a retry of a create whose answer was lost
+            except mx.AlreadyExistsError:  # a retry of a create whose answer was lost: it has its tags
                 sandbox = modal.Sandbox.from_name(self.app_name, name, client=self.client)
-            sandbox.set_tags(dict(request.labels))
+            except mx.NotFoundError as exc:
+                if not source.startswith("im-"):
+                    raise
+                self._forget(source)  # the next build makes it anew
+                raise SnapshotNotFoundError(
+                    f"Modal no longer has the image {source} ({exc}; snapshot images expire, 30 days by default): "
+                    "build the template again, backend.build() makes it anew"
+                ) from None
         return sandbox
 
     def sandbox_id(self, remote: Any) -> str:
@@ -82,8 +96,13 @@ class ModalProvider:
     def run(self, remote: Any, command: str, *, cwd: str, env: Mapping[str, str], timeout_s: float,
             cap: int) -> RawResult:  # fmt: skip
         script = capped_script(command, cwd=cwd, env=env, cap=cap)
+        if len(script.encode()) > LONG_SCRIPT_BYTES:  # the SDK refuses arguments over 64 KiB
+            path = script_file()
+            with provider_errors("writing a long command's script", file_operation=True):
+                remote.filesystem.write_bytes(script.encode(), path)
+            script = run_from_file(path)
         with provider_errors("running a command"):
-            process = remote.exec("bash", "-c", script, timeout=math.ceil(timeout_s))
+            process = remote.exec("bash", "-c", script, timeout=math.ceil(timeout_s), text=False)
             code = process.wait()
             stdout, stdout_cut = cut(process.stdout.read(), cap)
             stderr, stderr_cut = cut(process.stderr.read(), cap)
@@ -126,7 +145,11 @@ class ModalProvider:
     def listed(self, labels: Mapping[str, str]) -> Iterator[Listed]:
         with provider_errors("listing sandboxes"):
             for sandbox in modal.Sandbox.list(app_id=self.app.app_id, tags=dict(labels), client=self.client):
-                yield Listed(str(sandbox.object_id), dict(sandbox.get_tags()))
+                try:
+                    tags = sandbox.get_tags()  # a call of its own: the sandbox may have ended since the list
+                except (mx.NotFoundError, mx.SandboxTerminatedError):
+                    continue
+                yield Listed(str(sandbox.object_id), dict(tags))
 
     def kill_id(self, sandbox_id: str) -> None:
         with provider_errors(f"terminating {sandbox_id}"), contextlib.suppress(mx.NotFoundError):
@@ -161,6 +184,15 @@ class ModalProvider:
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def _remember(self, name: str, image_id: str) -> None:
+        self._update(lambda known: known.__setitem__(name, image_id))
+
+    def _forget(self, image_id: str) -> None:
+        """Drop every name of an image Modal no longer has."""
+        if image_id in self._registry().values():
+            self._update(lambda known: [known.pop(k) for k in [k for k, v in known.items() if v == image_id]])
+
+    def _update(self, change: Callable[[dict[str, str]], object]) -> None:
+        """Change the registry file under its lock."""
         self.registry.parent.mkdir(parents=True, exist_ok=True)
         with self._lock, open(self.registry, "a+") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -169,7 +201,7 @@ class ModalProvider:
                 known = json.loads(handle.read() or "{}")
             except ValueError:
                 known = {}
-            known[name] = image_id
+            change(known)
             handle.seek(0)
             handle.truncate()
             handle.write(json.dumps(known, indent=1, sort_keys=True))

@@ -39,7 +39,7 @@ from pool.build.hostview import DEFAULT_PATH
 from pool.build.images import BaseConfig, recipe_for, run_recipe
 from pool.build.network import BuildRoute, build_route
 from pool.capabilities import Capabilities, EgressControl, Enforcement, Location
-from pool.errors import ConfigError
+from pool.errors import ConfigError, SandboxCrashedError
 from pool.labels import OWNER, RUN, check_labels, new_owner, owner_is_gone
 from pool.resources import require_supported
 from pool.snapshots import BASE_ENV, Snapshot
@@ -252,7 +252,8 @@ class RemoteBackend(abc.ABC):
         found = [listed.sandbox_id for listed in self.provider.listed({RUN: run})]
         if not dry_run:
             for sandbox_id in found:
-                self.provider.kill_id(sandbox_id)
+                with contextlib.suppress(SandboxCrashedError):  # it ended since the list: nothing to end
+                    self.provider.kill_id(sandbox_id)
         return found
 
     def reap_labelled(self, labels: Mapping[str, str]) -> int:

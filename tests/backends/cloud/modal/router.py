@@ -23,6 +23,7 @@ import re
 import shlex
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,7 @@ from grpclib.server import Stream
 from modal_proto import task_command_router_pb2 as sr
 from modal_proto.task_command_router_grpc import TaskCommandRouterBase
 
-from pool import CommandRejectedError, SnapgymError
+from pool import CommandRejectedError, FileOperationError, SnapgymError
 from pool.backends.local import LocalSandbox
 from tests.backends.cloud.modal.fstools import FS_TOOLS, Outcome, parse, run, write
 from tests.backends.cloud.modal.wire import (
@@ -162,19 +163,23 @@ class Router(TaskCommandRouterBase):
 
     def _run(self, ex: _Exec, stdout_devnull: bool, stderr_config: int) -> None:
         lifetime_s = max(1.0, ex.box.record.end_at - time.time())
+        # the streams go to files and come back as the bytes the command wrote (Modal's server sends
+        # raw bytes; the SDK's text mode decodes them strictly), not as the local backend's decoded text
+        out = f"/dev/shm/.modal-standin-{uuid.uuid4().hex}"  # not /tmp, where commands list what they left
         relay = f"python3 -I -S -c {shlex.quote(_RELAY)} {shlex.quote(ex.spool)} {shlex.join(ex.argv)}"
+        relay = f"{relay} >{out}.1 2>{out}.2"
         try:
             timeout_s = ex.timeout_s or lifetime_s
             result = ex.local.exec(
                 relay, timeout_s=timeout_s, cwd=ex.workdir, env=ex.env, max_output_bytes=MAX_OUTPUT_BYTES
             )
+            stdout, stderr = (_take(ex.local, f"{out}.{n}") for n in (1, 2))
         except CommandRejectedError as exc:
             self._finish(ex, Outcome(126, stderr=f"{exc}\n".encode()))
             return
         except Exception as exc:  # the sandbox ended under it
             ex.done.set_exception(exc)
             return
-        stdout, stderr = result.stdout.encode(), result.stderr.encode()
         if stderr_config == sr.TASK_EXEC_STDERR_CONFIG_STDOUT:
             stdout, stderr = stdout + stderr, b""
         elif stderr_config == sr.TASK_EXEC_STDERR_CONFIG_DEVNULL:
@@ -346,6 +351,16 @@ class Router(TaskCommandRouterBase):
             with self._lock:
                 self._snapshots[request.snapshot_id] = known
         return sr.TaskSnapshotFilesystemResponse(image_id=known)
+
+
+def _take(local: Any, path: str) -> bytes:
+    """A stream's file, read (up to the cap) and removed; empty if the command removed it."""
+    try:
+        data = local.read_file(path, max_bytes=MAX_OUTPUT_BYTES)
+    except FileOperationError:
+        return b""
+    local.exec(f"rm -f {path}")
+    return bytes(data)
 
 
 _RELAY = r"""

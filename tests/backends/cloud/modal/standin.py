@@ -22,7 +22,8 @@ start from. Sandboxes past their ``timeout`` are terminated by a reaper thread.
 
 Known differences from Modal: only ``Image.from_id`` of the base or a snapshot is served (no image
 builds: ``image=None`` fails UNIMPLEMENTED on ``EnvironmentGetOrCreate``); output is sent when a
-command ends, decoded as UTF-8 with invalid bytes replaced; GPUs, CPU, memory, network settings,
+command ends, as the raw bytes the command wrote (the SDK decodes them, strictly in text mode); GPUs,
+CPU, memory, network settings,
 regions and volumes are recorded, not provided; commands run as root; no PTY, tunnels, sandbox
 entrypoint stdio, memory snapshots or ``filesystem.watch``. Tests inject faults with
 :meth:`ModalStandin.fail_next` and read :attr:`ModalStandin.requests`, :attr:`ModalStandin.commands`
@@ -245,6 +246,12 @@ class ModalStandin:
         with self.lock:
             self._images[record.image_id] = record
         return record
+
+    def expire_image(self, image_id: str) -> None:
+        """Forget an image, as Modal does when a filesystem snapshot's image expires (30 days by default):
+        ``ImageFromId`` answers NOT_FOUND from then on."""
+        with self.lock:
+            self._images.pop(image_id, None)
 
     def image(self, image_id: str) -> ImageRecord | None:
         with self.lock:
