@@ -27,7 +27,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.episode.network import NetworkSetting
+from envs.episode.network import NetworkSetting, failed_connections, reached_hosts
 from envs.shell import ShellEnv
 from envs.spaces.actions import SUBMIT
 from envs.tasks.oracle import run_solution
@@ -36,7 +36,7 @@ from envs.wrappers import sandbox_env
 from pool.backends import load_backend
 from pool.contract import Backend
 from pool.errors import ConfigError, SnapgymError
-from pool.network.audit import ALLOWED
+from pool.network.audit import Connection, NetworkLog
 
 _REASON_CHARS = 400
 
@@ -61,17 +61,8 @@ class Play:
         """The play an environment's final step describes (``reward`` and ``info``)."""
         verifier = info.get("verifier") or {}
         connections = (info.get("network") or {}).get("connections") or []
-        verifying = [c for c in connections if c.get("phase") == "verifier"]
-        failed = tuple(
-            f"{c['host']}:{c['port']} ({c['verdict']}: {c.get('error') or c.get('rule')})"
-            for c in verifying
-            if c.get("verdict") != ALLOWED or c.get("error")
-        )
-        reached = tuple(
-            dict.fromkeys(
-                f"{c['host']}:{c['port']}" for c in verifying if c.get("verdict") == ALLOWED and not c.get("error")
-            )
-        )
+        log = NetworkLog(tuple(Connection(**c) for c in connections))
+        failed, reached = failed_connections(log), reached_hosts(log)
         output = str(verifier.get("output") or "")
         if not info.get("scored", True):
             why = info.get("unscored_reason") or "unscored"

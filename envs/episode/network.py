@@ -126,6 +126,17 @@ def failed_connections(log: NetworkLog) -> tuple[str, ...]:
     )
 
 
+def reached_hosts(log: NetworkLog) -> tuple[str, ...]:
+    """``host:port`` of the verifier's connection attempts that got through, without an error."""
+    return tuple(
+        dict.fromkeys(
+            f"{c.host}:{c.port}"
+            for c in sorted(log.connections, key=lambda c: c.time)
+            if c.phase == Phase.VERIFIER.value and c.verdict not in (DENIED, UNREACHABLE) and not c.error
+        )
+    )
+
+
 def network_failure(log: NetworkLog, reward: float | None) -> NetworkFailure | None:
     """The network's share in a failed verification (see the module docstring), or None."""
     if reward is None or reward > 0.0:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
@@ -25,6 +24,7 @@ from pool.egress.proxy import EgressProxy
 from pool.egress.settings import EgressSettings
 from pool.network.audit import Connection
 from pool.network.policy import NetworkPolicy, Phase
+from tests.support.tcp_server import TcpServer, read_head
 
 BLOB = "127.0.0.6"
 SIZE = 8 << 20
@@ -32,35 +32,18 @@ PAYLOAD = os.urandom(SIZE)
 SETTINGS = EgressSettings(hosts={"blob.test": BLOB}, trusted_networks=("127.0.0.0/8",), connect_timeout_s=2)
 
 
-class _Blob:
-    """An origin that answers any request with PAYLOAD at full speed and closes at once."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server((BLOB, 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            head = b""
-            while b"\r\n\r\n" not in head and (chunk := conn.recv(4096)):
-                head += chunk
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % SIZE + PAYLOAD)
+def _answer(conn: socket.socket) -> None:
+    """An origin's answer to any request: PAYLOAD at full speed, then it closes at once."""
+    with conn:
+        read_head(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % SIZE + PAYLOAD)
 
 
 @pytest.fixture(scope="module")
-def blob() -> Iterator[_Blob]:
-    server = _Blob()
+def blob() -> Iterator[TcpServer]:
+    server = TcpServer(BLOB, _answer)
     yield server
-    server.sock.close()
+    server.close()
 
 
 def _gate(proxy: EgressProxy) -> tuple[Gate, int]:
@@ -68,7 +51,7 @@ def _gate(proxy: EgressProxy) -> tuple[Gate, int]:
     return proxy.open_gate(listener, NetworkPolicy.parse("public"), Phase.VERIFIER), listener.getsockname()[1]
 
 
-def _slow_client(port: int, blob: _Blob, *, pace_s: float = 0.002, stop_after: int | None = None) -> bytes:
+def _slow_client(port: int, blob: TcpServer, *, pace_s: float = 0.002, stop_after: int | None = None) -> bytes:
     """GET the blob through the proxy with a small receive buffer, reading 16 KiB per ``pace_s``; with
     ``stop_after``, stop reading (but keep the connection) once that many bytes came."""
     sock = socket.socket()
@@ -101,7 +84,7 @@ def _record(gate: Gate) -> Connection:
 
 
 @pytest.mark.parametrize("pace_s", [0.0005, 0.004])
-def test_a_slow_reader_gets_every_byte_and_the_record_counts_them(blob: _Blob, pace_s: float) -> None:
+def test_a_slow_reader_gets_every_byte_and_the_record_counts_them(blob: TcpServer, pace_s: float) -> None:
     with EgressProxy(SETTINGS, limits=ProxyLimits(idle_timeout_s=10)) as proxy:
         gate, port = _gate(proxy)
         for _ in range(3):
@@ -112,7 +95,7 @@ def test_a_slow_reader_gets_every_byte_and_the_record_counts_them(blob: _Blob, p
             assert record.error is None and record.bytes_down == len(got), record
 
 
-def test_a_reader_that_stops_is_cut_and_its_record_says_so(blob: _Blob) -> None:
+def test_a_reader_that_stops_is_cut_and_its_record_says_so(blob: TcpServer) -> None:
     with EgressProxy(SETTINGS, limits=ProxyLimits(idle_timeout_s=1)) as proxy:
         gate, port = _gate(proxy)
         got = _slow_client(port, blob, stop_after=1 << 20)

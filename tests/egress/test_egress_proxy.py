@@ -28,6 +28,7 @@ from pool.egress.settings import EgressSettings
 from pool.errors import BackendError, ConfigError
 from pool.network.audit import Connection
 from pool.network.policy import NetworkPolicy, Phase
+from tests.support.tcp_server import TcpServer
 from tests.support.testca import TestCA
 
 WEB, SECURE, ECHO = "127.0.0.2", "127.0.0.3", "127.0.0.4"
@@ -96,17 +97,8 @@ class _Echo:
     received: list[bytes] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.sock = socket.create_server((ECHO, 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+        self.server = TcpServer(ECHO, self._echo)
+        self.port = self.server.port
 
     def _echo(self, conn: socket.socket) -> None:
         got = b""
@@ -120,7 +112,7 @@ class _Echo:
         self.received.append(got)
 
     def close(self) -> None:
-        self.sock.close()
+        self.server.close()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import hashlib
 import random
 import socket
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from pool.egress.proxy import EgressProxy
 from pool.egress.settings import EgressSettings
 from pool.network.audit import Connection
 from pool.network.policy import NetworkPolicy, Phase
+from tests.support.tcp_server import TcpServer, read_head
 
 pytestmark = pytest.mark.slow
 
@@ -47,23 +47,12 @@ class _Origin:
     with 1 ms pauses (``slow``), or half of it and then a reset (``reset``)."""
 
     def __init__(self) -> None:
-        self.sock = socket.create_server((ORIGIN, 0), backlog=64)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+        self.server = TcpServer(ORIGIN, self._answer)
+        self.port = self.server.port
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
-            head = b""
-            while b"\r\n\r\n" not in head and (chunk := conn.recv(4096)):
-                head += chunk
+            head = read_head(conn)
             _, size, seed, pace = head.split(b" ")[1].decode().split("/")
             body = body_of(int(size), int(seed))
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
@@ -86,7 +75,7 @@ class _Origin:
 def origin() -> Iterator[_Origin]:
     server = _Origin()
     yield server
-    server.sock.close()
+    server.server.close()
 
 
 def download(port: int, origin: _Origin, size: int, seed: int, pace: str, *, hang_up_at: int | None = None) -> bytes:
