@@ -34,6 +34,7 @@ class DaytonaProvider:
     """Daytona sandboxes: created from a snapshot, run as root in a session, filtered by Daytona's egress rules."""
 
     name = "daytona"
+    applied_resources: frozenset[str] = frozenset()
 
     def __init__(self, config: Any, *, base_snapshot: str | None, lifetime_s: int, request_timeout_s: float) -> None:
         """``config``: a ``daytona.DaytonaConfig``."""

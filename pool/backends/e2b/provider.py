@@ -25,6 +25,7 @@ class E2BProvider:
     """E2B sandboxes: created from a template or snapshot, run as root, filtered by E2B's egress rules."""
 
     name = "e2b"
+    applied_resources: frozenset[str] = frozenset()
 
     def __init__(self, api: Mapping[str, Any], *, base_template: str, lifetime_s: int) -> None:
         """``api``: the SDK's connection options (``api_key``, ``domain``, ``api_url``, ``sandbox_url``,

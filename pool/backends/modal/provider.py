@@ -44,6 +44,7 @@ class ModalProvider:
     """Modal sandboxes (GPU ones too), created from image ids, networked only as the build asks."""
 
     name = "modal"
+    applied_resources: frozenset[str] = frozenset({"gpus"})
 
     def __init__(
         self, client: Any, *, app_name: str, base_image: str, lifetime_s: int, gpu: str | None, registry: Path

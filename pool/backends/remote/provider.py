@@ -15,8 +15,9 @@ gone, :class:`~pool.errors.FileOperationError` (with an errno) for files,
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pool.network.policy import NetworkPolicy
@@ -45,6 +46,31 @@ class Listed:
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderImage:
+    """A registry image a provider sandbox starts from: a task's ``docker_image`` or its Dockerfile's
+    ``FROM``, resolved on the host (:mod:`pool.backends.remote.images`)."""
+
+    reference: str
+    """Where the provider pulls it from, as Docker writes it: ``host/path@sha256:<digest>`` (pinned to
+    what snapgym resolved, so the provider runs exactly that) or ``host/path:tag``."""
+    digest: str | None = None
+    """The manifest digest snapgym resolved (None: the reference could not be resolved here)."""
+    username: str | None = field(default=None, repr=False)
+    """The registry's user name, where the image is private (the provider pulls with it)."""
+    password: str | None = field(default=None, repr=False)
+    """The registry's password or token (never printed)."""
+    insecure: bool = False
+    """The registry speaks plain HTTP (a private or test registry)."""
+
+    @property
+    def key(self) -> str:
+        """A short name for this image, the same in every process: what a provider's own image or
+        template of it is named after (the digest when known, else a hash of the reference)."""
+        text = self.digest or self.reference
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True, slots=True)
 class CreateRequest:
     """One sandbox a provider is asked to create."""
 
@@ -57,7 +83,11 @@ class CreateRequest:
     internet: bool = False
     """Network from the start (a build's ``public`` policy); else none until a policy is set."""
     resources: Resources | None = None
-    """What the sandbox needs, where the provider sets it per sandbox (GPUs)."""
+    """What the sandbox needs: the provider sets what it can (:attr:`Provider.applied_resources`)."""
+    image: ProviderImage | None = None
+    """Start from this registry image (a template's build only; ``source`` is None then): its root
+    filesystem, as the provider runs images. A provider that needs its own image or template made
+    first (E2B's template build) makes it here, once per :attr:`ProviderImage.key`."""
 
 
 class Provider(Protocol):
@@ -66,8 +96,18 @@ class Provider(Protocol):
     name: str
     """The backend's name (``e2b``, ``daytona``)."""
 
+    applied_resources: frozenset[str]
+    """Which of :class:`~pool.resources.Resources`' fields (``cpus``, ``memory_mb``, ``storage_mb``,
+    ``gpus``) the provider sets on a sandbox made from a :class:`CreateRequest`; the others are
+    reported as not applied, never silently dropped."""
+
     def create(self, request: CreateRequest) -> Any:
-        """A started sandbox as ``request`` describes it, with the backend's lifetime."""
+        """A started sandbox as ``request`` describes it, with the backend's lifetime.
+
+        Raises:
+            ImageError: ``request.image`` cannot be pulled or built by the provider (the message says
+                why and how to provide it).
+        """
 
     def sandbox_id(self, remote: Any) -> str:
         """The provider's id of a sandbox."""
