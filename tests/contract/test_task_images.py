@@ -24,7 +24,7 @@ import pytest
 
 import envs
 from pool import Backend, LocalBackend, available_backends, load_backend
-from pool.backends.local.oci.settings import RegistrySettings
+from pool.build.registry.settings import RegistrySettings
 from tests.support.backends import backend_params, need_backend
 from tests.support.needs import needs
 from tests.support.oci_fixtures import (
