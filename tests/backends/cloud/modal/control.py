@@ -10,10 +10,11 @@ one (GPU) is ``sb-`` and 22, which is how the SDK tells them apart. PYTEST_DONT_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
 from google.protobuf import empty_pb2
@@ -23,6 +24,9 @@ from grpclib import GRPCError, Status
 from modal_proto import api_pb2
 from modal_proto.api_grpc import ModalClientBase
 
+from pool.errors import UnsupportedError
+from pool.network.policy import NetworkPolicy, Phase
+from tests.backends.cloud.modal.images import BUILDER_VERSION
 from tests.backends.cloud.modal.wire import (
     NETWORK,
     SandboxRecord,
@@ -30,6 +34,7 @@ from tests.backends.cloud.modal.wire import (
     new_id,
     not_found,
     refuse,
+    replies,
     serve_the_rest,
     unary,
 )
@@ -118,7 +123,30 @@ class ControlPlane(ModalClientBase):
     async def SecretGetOrCreate(self, request: api_pb2.SecretGetOrCreateRequest, metadata: dict[str, str]) -> Message:
         if not request.env_dict:
             raise not_found(f"Secret '{request.deployment_name}'")
-        return api_pb2.SecretGetOrCreateResponse(secret_id=self.standin.add_secret(dict(request.env_dict)))
+        secret_id = self.standin.add_secret(dict(request.env_dict))
+        keys = sorted(request.env_dict)  # the SDK reads a registry secret's kind from its keys
+        return api_pb2.SecretGetOrCreateResponse(secret_id=secret_id, metadata=api_pb2.SecretMetadata(keys=keys))
+
+    @unary
+    async def EnvironmentGetOrCreate(
+        self, request: api_pb2.EnvironmentGetOrCreateRequest, metadata: dict[str, str]
+    ) -> Message:
+        settings = api_pb2.EnvironmentSettings(image_builder_version=BUILDER_VERSION)
+        meta = api_pb2.EnvironmentMetadata(name=request.deployment_name or "main", settings=settings)
+        return api_pb2.EnvironmentGetOrCreateResponse(environment_id=new_id("en"), metadata=meta)
+
+    @unary
+    async def ImageGetOrCreate(self, request: api_pb2.ImageGetOrCreateRequest, metadata: dict[str, str]) -> Message:
+        if self.standin.app_name(request.app_id) is None:
+            raise not_found(f"App {request.app_id}")
+        return self.standin.builds.get_or_create(request)
+
+    @replies
+    async def ImageJoinStreaming(
+        self, request: api_pb2.ImageJoinStreamingRequest, metadata: dict[str, str]
+    ) -> AsyncIterator[api_pb2.ImageJoinStreamingResponse]:
+        async for reply in self.standin.builds.join(request):
+            yield reply
 
     # -- create --------------------------------------------------------------------------------
 
@@ -157,6 +185,10 @@ class ControlPlane(ModalClientBase):
         local = await asyncio.to_thread(s.backend.create, image.snapshot)
         if d.HasField("workdir"):
             await asyncio.to_thread(local.exec, f"mkdir -p {shlex.quote(workdir)}")
+        network = "blocked" if d.block_network else NETWORK.get(d.network_access.network_access_type, "open")
+        if network == "open":  # through the local backend's egress proxy (its commands get HTTP_PROXY)
+            with contextlib.suppress(UnsupportedError):  # a rootless local backend: recorded only
+                await asyncio.to_thread(local.set_network, NetworkPolicy.public(), phase=Phase.AGENT)
         gpu = d.resources.gpu_config if d.resources.gpu_config.gpu_type else None
         now = time.time()
         v1 = api == "v1"
@@ -175,7 +207,7 @@ class ControlPlane(ModalClientBase):
             gpu=(gpu.gpu_type if gpu.count <= 1 else f"{gpu.gpu_type}:{gpu.count}") if gpu else None,
             cpu=d.resources.milli_cpu / 1000 if d.resources.milli_cpu else None,
             memory_mb=d.resources.memory_mb or None,
-            network="blocked" if d.block_network else NETWORK.get(d.network_access.network_access_type, "open"),
+            network=network,
             outbound_cidrs=tuple(d.network_access.allowed_cidrs),
             outbound_domains=tuple(d.network_access.allowed_domains),
             network_changes=(),
@@ -183,7 +215,8 @@ class ControlPlane(ModalClientBase):
             created_at=now,
             end_at=now + d.timeout_secs,
         )
-        box = s.add_box(record, local)
+        python3 = image.kind == "base" or (await asyncio.to_thread(local.exec, "command -v python3")).ok
+        box = s.add_box(record, local, python3=python3)
         if record.entrypoint:
             started = f"/tmp/.modal-entrypoint-{record.sandbox_id}"
             args = (box, local, record.timeout_s + _ENTRYPOINT_GRACE_S, started)

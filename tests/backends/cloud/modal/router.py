@@ -5,8 +5,9 @@
 Every call carries ``authorization: Bearer <jwt>`` with a JWT the API server issued for the task.
 A call for a task whose sandbox has finished answers NOT_FOUND (the SDK: ``NotFoundError``).
 
-An exec runs as ``python3`` relaying the command's stdin: it starts the argv with a pipe on stdin
-that stays open until the client's EOF (``stdin.write_eof(); stdin.drain()``), as on Modal, so
+An exec runs under a relay of the command's stdin (the sandbox's ``python3``; in an image without
+one, such as a registry image's, a ``bash`` script feeding a FIFO): it starts the argv with a pipe
+on stdin that stays open until the client's EOF (``stdin.write_eof(); stdin.drain()``), as on Modal, so
 ``sb.exec("cat")`` waits for it and a command that never reads stdin does not care. What the client
 writes reaches the relay through files under :data:`SPOOL` in the sandbox. Output is sent when the
 command ends. A command past ``timeout`` is killed; the router then holds its stdio and exit until
@@ -166,7 +167,10 @@ class Router(TaskCommandRouterBase):
         # the streams go to files and come back as the bytes the command wrote (Modal's server sends
         # raw bytes; the SDK's text mode decodes them strictly), not as the local backend's decoded text
         out = f"/dev/shm/.modal-standin-{uuid.uuid4().hex}"  # not /tmp, where commands list what they left
-        relay = f"python3 -I -S -c {shlex.quote(_RELAY)} {shlex.quote(ex.spool)} {shlex.join(ex.argv)}"
+        program = f"python3 -I -S -c {shlex.quote(_RELAY)}"
+        if not ex.box.python3:
+            program = f"bash -c {shlex.quote(_SH_RELAY)} relay"
+        relay = f"{program} {shlex.quote(ex.spool)} {shlex.join(ex.argv)}"
         relay = f"{relay} >{out}.1 2>{out}.2"
         try:
             timeout_s = ex.timeout_s or lifetime_s
@@ -413,3 +417,34 @@ sys.exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS
 ignores), fed from ``spool``'s numbered chunks (each complete once its ``.ok`` exists) until
 ``eof``; exits with the command's status (128+N for signal N). Only builtin modules: importing
 ``subprocess`` or ``signal`` would cost 10-30 ms an exec."""
+
+
+_SH_RELAY = r"""
+spool=$1; shift
+mkdir -p "$spool" && mkfifo "$spool/.in" "$spool/.tick" || exit 126
+exec 5>&2 2>/dev/null
+"$@" <"$spool/.in" 2>&5 5>&- &
+pid=$!
+trap '' PIPE
+exec 3>"$spool/.in" 4<>"$spool/.tick" 5>&-
+n=0 open=1
+while kill -0 "$pid" 2>/dev/null; do
+  if [ -e "$spool/$n.ok" ]; then
+    cat "$spool/$n" >&3
+    n=$((n + 1))
+  elif [ "$open" = 1 ] && [ -e "$spool/eof" ]; then
+    exec 3>&-
+    open=0
+  else
+    read -t 0.005 -u 4 _
+  fi
+done
+wait "$pid"
+status=$?
+rm -rf "$spool"
+rmdir "${spool%/*}" 2>/dev/null
+exit "$status"
+""".strip()
+""":data:`_RELAY` for a sandbox without ``python3``: the command reads a FIFO the script writes each
+chunk into, closed at ``eof``; the shell's own notices go nowhere (stderr is the command's, fd 5),
+and ``read -t`` on a FIFO nobody writes is its sleep (no process per wait)."""

@@ -20,12 +20,15 @@ host userland under a writable layer, workdir ``/root``); ``snapshot_filesystem`
 snapshot with an image id of its own, which ``Image.from_id`` and ``Sandbox.create(image=...)``
 start from. Sandboxes past their ``timeout`` are terminated by a reaper thread.
 
-Known differences from Modal: only ``Image.from_id`` of the base or a snapshot is served (no image
-builds: ``image=None`` fails UNIMPLEMENTED on ``EnvironmentGetOrCreate``); output is sent when a
-command ends, as the raw bytes the command wrote (the SDK decodes them, strictly in text mode); GPUs,
-CPU, memory, network settings,
-regions and volumes are recorded, not provided; commands run as root; no PTY, tunnels, sandbox
-entrypoint stdio, memory snapshots or ``filesystem.watch``. Tests inject faults with
+Images: ``Image.from_id`` of the base or a snapshot, and ``Image.from_registry`` of an image the
+local backend can pull (:mod:`.images`: one build per definition, a failed pull is a failed
+build). A sandbox created with the network (no ``block_network``, no allowlist) reaches it through
+the local backend's egress proxy (its commands get ``HTTP_PROXY``); other network settings are
+recorded, not enforced. Known differences from Modal: no other image builds (``image=None``,
+``debian_slim``, ``pip_install`` fail UNIMPLEMENTED on ``ImageGetOrCreate``); output is sent when a
+command ends, as the raw bytes the command wrote (the SDK decodes them, strictly in text mode);
+GPUs, CPU, memory, regions and volumes are recorded, not provided; commands run as root; no PTY,
+tunnels, sandbox entrypoint stdio, memory snapshots or ``filesystem.watch``. Tests inject faults with
 :meth:`ModalStandin.fail_next` and read :attr:`ModalStandin.requests`, :attr:`ModalStandin.commands`
 and :meth:`ModalStandin.sandboxes`.
 
@@ -53,6 +56,7 @@ from modal_proto import api_pb2
 from pool import LocalBackend, Snapshot, Template
 from pool.backends.local import LocalSandbox
 from tests.backends.cloud.modal.control import ControlPlane
+from tests.backends.cloud.modal.images import BuildRecord, ImageBuilds
 from tests.backends.cloud.modal.router import Router
 from tests.backends.cloud.modal.wire import (
     JWT_MARKER,
@@ -69,6 +73,7 @@ from tests.backends.cloud.modal.wire import (
 
 __all__ = [
     "BASE_TEMPLATE",
+    "BuildRecord",
     "JWT_MARKER",
     "TOKEN_SECRET_MARKER",
     "CommandRecord",
@@ -88,6 +93,8 @@ class Box:
 
     record: SandboxRecord
     local: LocalSandbox | None
+    python3: bool = True
+    """Whether the sandbox has a ``python3`` (the router's relay is a bash script where it has not)."""
 
 
 class ModalStandin:
@@ -130,6 +137,8 @@ class ModalStandin:
         self._created = 0
         self._clients: list[modal.Client] = []
         self._closed = False
+        self.builds = ImageBuilds(self)
+        """The image builder (``Image.from_registry``); :meth:`ImageBuilds.records` lists its builds."""
         self.base_snapshot = backend.build(BASE_TEMPLATE)
         self.base_image_id = self.add_image(self.base_snapshot, "base").image_id
         self.loop = asyncio.new_event_loop()
@@ -186,7 +195,7 @@ class ModalStandin:
             return {sid: box.record for sid, box in self._boxes.items()}
 
     def images(self) -> dict[str, ImageRecord]:
-        """Every image id the stand-in serves: the base and each filesystem snapshot."""
+        """Every image id the stand-in serves: the base, each registry image built, each filesystem snapshot."""
         with self.lock:
             return dict(self._images)
 
@@ -241,8 +250,10 @@ class ModalStandin:
 
     # -- state the servicers share -------------------------------------------------------------
 
-    def add_image(self, snapshot: Snapshot, kind: str, sandbox_id: str | None = None) -> ImageRecord:
-        record = ImageRecord(new_id("im"), kind, snapshot, sandbox_id, time.time())
+    def add_image(
+        self, snapshot: Snapshot, kind: str, sandbox_id: str | None = None, *, image_id: str | None = None
+    ) -> ImageRecord:
+        record = ImageRecord(image_id or new_id("im"), kind, snapshot, sandbox_id, time.time())
         with self.lock:
             self._images[record.image_id] = record
         return record
@@ -313,8 +324,8 @@ class ModalStandin:
             self._create_times.append(now)
             return True
 
-    def add_box(self, record: SandboxRecord, local: LocalSandbox) -> Box:
-        box = Box(record, local)
+    def add_box(self, record: SandboxRecord, local: LocalSandbox, *, python3: bool = True) -> Box:
+        box = Box(record, local, python3)
         with self.lock:
             self._boxes[record.sandbox_id] = box
             self._created += 1

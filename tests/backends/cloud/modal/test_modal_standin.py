@@ -324,8 +324,9 @@ def test_an_entrypoint_ends_its_sandbox_with_its_exit_code(session: Session) -> 
 
 
 def test_what_the_stand_in_does_not_serve_is_unimplemented_and_logged(session: Session) -> None:
-    with pytest.raises(UnimplementedError, match="EnvironmentGetOrCreate"):
-        modal.Sandbox.create(app=session.app, client=session.client)  # image=None builds an image
+    with pytest.raises(UnimplementedError, match="builds only registry images"):
+        modal.Sandbox.create(app=session.app, client=session.client)  # image=None builds debian_slim
+    assert session.rpcs("ImageGetOrCreate") == ["UNIMPLEMENTED"]
     with pytest.raises(UnimplementedError):
         session.create().tunnels(timeout=1)
     assert session.rpcs("SandboxGetTunnelsV2") == ["UNIMPLEMENTED"]

@@ -132,7 +132,7 @@ class ImageRecord:
 
     image_id: str
     kind: str
-    """``base`` or ``filesystem-snapshot``."""
+    """``base``, ``registry`` (an ``Image.from_registry`` build) or ``filesystem-snapshot``."""
     snapshot: Snapshot
     sandbox_id: str | None
     """The sandbox a filesystem snapshot was taken of."""
