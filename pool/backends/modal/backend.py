@@ -5,7 +5,8 @@ digest, hand-offs, strict verification, pacing, reaping) is :mod:`pool.backends.
 this module is Modal's options and capabilities, :mod:`.provider` its SDK calls.
 A template or task that asks for GPUs (``Resources.gpus``, ``gpu_types``; task.toml
 ``[environment] gpus``/``gpu_types``) gets Modal GPU sandboxes (``gpu="A10G"``,
-``"H100:2"``). Builds start from ``base_image`` and end in
+``"H100:2"``), with its CPUs and memory. Builds start from ``base_image``, or from a task's
+registry image (``Image.from_registry``, see :mod:`.images`), and end in
 ``snapshot_filesystem`` (files only). Every sandbox is created with
 ``block_network`` and Modal's lifetime (``timeout``), so nothing outlives a runner
 killed with SIGKILL by more than ``sandbox_timeout_s``; a phase's network policy
@@ -82,8 +83,8 @@ class ModalBackend(RemoteBackend):
             base_image: what builds start from (snapgym's ``host`` base): ``debian_slim``, an image id
                 (``im-...``), or a registry reference.
             gpu: the GPU type for a task that asks for GPUs without naming a type (e.g. ``A10G``).
-            registry_file: where the image ids of built templates are remembered on this machine
-                (default: under ``~/.cache/snapgym``); Modal images have no names to find them by.
+            registry_file: where the image ids of built templates and of task images are remembered
+                on this machine (default: under ``~/.cache/snapgym``); Modal images have no names to find them by.
             **options: the options every cloud backend takes (:class:`~pool.backends.remote.options.RemoteOptions`).
         """
         token = self.credentials.resolve({"token_id": token_id, "token_secret": token_secret})
@@ -103,7 +104,9 @@ class ModalBackend(RemoteBackend):
     @classmethod
     def declared_capabilities(cls) -> Capabilities:
         """The capabilities, stated without credentials or a connection (they do not depend on options)."""
-        return cloud_capabilities(gpu=True, gpu_types=GPU_TYPES, isolation=("gvisor",))
+        return cloud_capabilities(
+            gpu=True, gpu_types=GPU_TYPES, isolation=("gvisor",), bases=("host", "image", "dockerfile")
+        )
 
     @property
     def base_identity(self) -> str:

@@ -1,7 +1,11 @@
-"""Modal through its SDK, as a :class:`~pool.backends.remote.provider.Provider`: the only module that calls ``modal``.
+"""Modal through its SDK, as a :class:`~pool.backends.remote.provider.Provider`: with :mod:`.images`,
+the only modules that call ``modal``.
 
 A sandbox runs ``sleep infinity`` under an app (``app_name``) from an image id:
-the base image, or a filesystem snapshot (``snapshot_filesystem``). Commands run
+the base image, a filesystem snapshot (``snapshot_filesystem``), or a task's registry
+image (a template's build: ``Image.from_registry``, see :mod:`.images`), with the
+request's CPUs and memory (``cpu``, ``memory``: each Modal's request and hard limit) and GPUs
+(``gpu``); Modal sandboxes take no disk size. Commands run
 as ``bash -c`` through Modal's exec, each stream cut at the cap inside the
 sandbox (:mod:`pool.backends.remote.capped`) and read as bytes (the SDK's text mode decodes
 strictly and raises on output that is not UTF-8); a script longer than the SDK takes as
@@ -12,7 +16,8 @@ sandbox. Modal images have no names to find them by, so a build's image id is
 remembered in a small registry file on this machine (``registry_file``). Modal expires snapshot
 images (30 days by default): a create from an image that is gone raises
 :class:`~pool.errors.SnapshotNotFoundError` (not a crashed sandbox) and forgets the image, so the
-next build of its template makes it anew.
+next build of its template makes it anew. The image Modal built of a registry image is remembered
+there too, by the image's key, and built again if Modal no longer has it.
 """
 
 from __future__ import annotations
@@ -32,19 +37,25 @@ import modal
 import modal.exception as mx
 
 from pool.backends.modal.errors import provider_errors
+from pool.backends.modal.images import build_failed, registry_image
 from pool.backends.modal.network import outbound_policy
 from pool.backends.remote.capped import LONG_SCRIPT_BYTES, capped_script, cut, run_from_file, script_file
-from pool.backends.remote.provider import CreateRequest, Listed, RawResult
+from pool.backends.remote.provider import CreateRequest, Listed, ProviderImage, RawResult
 from pool.errors import SnapshotNotFoundError, UnsupportedError
 from pool.network.policy import NetworkPolicy
 from pool.resources import Resources
+
+IMAGE_PREFIX = "image-"
+"""Registry file names of Modal images of registry images (``image-<ProviderImage.key>``); snapshot
+names start ``snapgym-``, so :meth:`ModalProvider.find_snapshot` never takes one."""
 
 
 class ModalProvider:
     """Modal sandboxes (GPU ones too), created from image ids, networked only as the build asks."""
 
     name = "modal"
-    applied_resources: frozenset[str] = frozenset({"gpus"})
+    applied_resources: frozenset[str] = frozenset({"cpus", "memory_mb", "gpus"})
+    """Modal's ``cpu``, ``memory`` and ``gpu``; Modal sandboxes take no disk size."""
 
     def __init__(
         self, client: Any, *, app_name: str, base_image: str, lifetime_s: int, gpu: str | None, registry: Path
@@ -62,18 +73,13 @@ class ModalProvider:
             self.app = modal.App.lookup(app_name, create_if_missing=True, client=client)
 
     def create(self, request: CreateRequest) -> Any:
-        name = f"sg-{request.idempotency_key}"
+        if request.image is not None:
+            return self._create_from_image(request, request.image)
         source = request.source or self._base_image
         with provider_errors(f"creating a sandbox from {source}"):
             image = self._image(source)
             try:
-                sandbox = modal.Sandbox.create(
-                    "sleep", "infinity", app=self.app, name=name, image=image, timeout=self.lifetime_s,
-                    block_network=not request.internet, gpu=self._gpu(request.resources), client=self.client,
-                    tags=dict(request.labels),
-                )  # fmt: skip
-            except mx.AlreadyExistsError:  # a retry of a create whose answer was lost: it has its tags
-                sandbox = modal.Sandbox.from_name(self.app_name, name, client=self.client)
+                return self._start(request, image)
             except mx.NotFoundError as exc:
                 if not source.startswith("im-"):
                     raise
@@ -82,7 +88,6 @@ class ModalProvider:
                     f"Modal no longer has the image {source} ({exc}; snapshot images expire, 30 days by default): "
                     "build the template again, backend.build() makes it anew"
                 ) from None
-        return sandbox
 
     def sandbox_id(self, remote: Any) -> str:
         return str(remote.object_id)
@@ -161,6 +166,38 @@ class ModalProvider:
 
     # -- helpers --------------------------------------------------------------
 
+    def _start(self, request: CreateRequest, image: Any) -> Any:
+        """``sleep infinity`` from ``image`` with the request's resources, named after its idempotency key."""
+        name = f"sg-{request.idempotency_key}"
+        resources = request.resources or Resources()
+        cpus, memory_mb = resources.cpus, resources.memory_mb  # each as Modal's request and its hard limit
+        try:
+            return modal.Sandbox.create(
+                "sleep", "infinity", app=self.app, name=name, image=image, timeout=self.lifetime_s,
+                block_network=not request.internet, gpu=self._gpu(resources), cpu=(cpus, cpus) if cpus else None,
+                memory=(memory_mb, memory_mb) if memory_mb else None, client=self.client, tags=dict(request.labels),
+            )  # fmt: skip
+        except mx.AlreadyExistsError:  # a retry of a create whose answer was lost: it has its tags
+            return modal.Sandbox.from_name(self.app_name, name, client=self.client)
+
+    def _create_from_image(self, request: CreateRequest, image: ProviderImage) -> Any:
+        """A sandbox from a registry image: Modal's image of it, remembered by the image's key (any
+        process on this machine finds it; Modal finds it again by its definition too)."""
+        name = f"{IMAGE_PREFIX}{image.key}"
+        with provider_errors(f"creating a sandbox from the image {image.reference}"):
+            if known := self._registry().get(name):
+                try:
+                    return self._start(request, modal.Image.from_id(known, client=self.client))
+                except mx.NotFoundError:  # Modal no longer has it: built again below
+                    self._forget(known)
+            modal_image = registry_image(image)
+            try:
+                sandbox = self._start(request, modal_image)
+            except mx.ImageBuildError as exc:
+                raise build_failed(image, exc) from None
+        self._remember(name, str(modal_image.object_id))
+        return sandbox
+
     def _image(self, reference: str) -> Any:
         """An image id (``im-...``, a build or the base), ``debian_slim``, or a registry reference."""
         if reference.startswith("im-"):
@@ -169,8 +206,8 @@ class ModalProvider:
             return modal.Image.debian_slim()
         return modal.Image.from_registry(reference)
 
-    def _gpu(self, resources: Resources | None) -> str | None:
-        if resources is None or not resources.gpus:
+    def _gpu(self, resources: Resources) -> str | None:
+        if not resources.gpus:
             return None
         kind = resources.gpu_types[0] if resources.gpu_types else self.default_gpu
         if kind is None:
