@@ -190,7 +190,7 @@ class Router(TaskCommandRouterBase):
             stderr = b""
         if result.timed_out:
             with contextlib.suppress(Exception):  # the sandbox ended meanwhile
-                ex.local.exec(f"rm -rf {shlex.quote(ex.spool)}")
+                ex.local.exec(f"rm -rf {shlex.quote(ex.spool)} /dev/shm/.modal-standin-relay-{ex.exec_id}")
         self._finish(ex, Outcome(result.exit_code, b"" if stdout_devnull else stdout, stderr, result.timed_out))
 
     def _start_fs(self, ex: _Exec, op: str, args: dict[str, object]) -> None:
@@ -421,12 +421,13 @@ ignores), fed from ``spool``'s numbered chunks (each complete once its ``.ok`` e
 
 _SH_RELAY = r"""
 spool=$1; shift
-mkdir -p "$spool" && mkfifo "$spool/.in" "$spool/.tick" || exit 126
+pipes=/dev/shm/.modal-standin-relay-${spool##*/}
+mkdir -p "$pipes" && mkfifo "$pipes/in" "$pipes/tick" || exit 126
 exec 5>&2 2>/dev/null
-"$@" <"$spool/.in" 2>&5 5>&- &
+"$@" <"$pipes/in" 2>&5 5>&- &
 pid=$!
 trap '' PIPE
-exec 3>"$spool/.in" 4<>"$spool/.tick" 5>&-
+exec 3>"$pipes/in" 4<>"$pipes/tick" 5>&-
 n=0 open=1
 while kill -0 "$pid" 2>/dev/null; do
   if [ -e "$spool/$n.ok" ]; then
@@ -441,10 +442,10 @@ while kill -0 "$pid" 2>/dev/null; do
 done
 wait "$pid"
 status=$?
-rm -rf "$spool"
+rm -rf "$spool" "$pipes"
 rmdir "${spool%/*}" 2>/dev/null
 exit "$status"
 """.strip()
-""":data:`_RELAY` for a sandbox without ``python3``: the command reads a FIFO the script writes each
-chunk into, closed at ``eof``; the shell's own notices go nowhere (stderr is the command's, fd 5),
-and ``read -t`` on a FIFO nobody writes is its sleep (no process per wait)."""
+""":data:`_RELAY` for a sandbox without ``python3``: the command reads a FIFO (in /dev/shm, not /tmp)
+the script writes each chunk into, closed at ``eof``; the shell's own notices go nowhere (stderr is
+the command's, fd 5), and ``read -t`` on a FIFO nobody writes is its sleep (no process per wait)."""

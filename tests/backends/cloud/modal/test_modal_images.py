@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import modal
 import pytest
 
 from pool import LocalBackend, Resources, Template
@@ -197,3 +198,28 @@ def test_a_template_from_a_registry_image_builds_and_its_snapshot_runs(
         assert seen.ok and seen.stdout.startswith("12.") and "built\n/srv\n" in seen.stdout, seen
         record = standin.sandboxes()[str(sandbox.remote_id)]
         assert (record.cpu, record.memory_mb) == (1.0, 2048)
+
+
+def test_the_sdk_runs_commands_with_stdin_in_an_image_without_python(
+    standin: ModalStandin, debian_images: DebianImages
+) -> None:
+    """``Image.from_registry`` straight from the SDK; the image has no python3, so the stand-in's
+    relay is its bash one: stdin until EOF, exit codes and signals, stderr, nothing left behind."""
+    client = standin.client()
+    app = modal.App.lookup("snapgym-images", create_if_missing=True, client=client)
+    sb = modal.Sandbox.create(app=app, image=modal.Image.from_registry(debian_images.base), client=client)
+    assert not standin.box(sb.object_id).python3  # type: ignore[union-attr]
+    upper = sb.exec("tr", "a-z", "A-Z")
+    upper.stdin.write(b"hello ")
+    upper.stdin.drain()
+    upper.stdin.write("stdin")
+    upper.stdin.write_eof()
+    upper.stdin.drain()
+    assert upper.stdout.read() == "HELLO STDIN" and upper.wait() == 0
+    failed = sb.exec("bash", "-c", "echo oops >&2; exit 3")
+    assert failed.wait() == 3 and failed.stderr.read() == "oops\n"
+    assert sb.exec("bash", "-c", "kill -9 $$").wait() == 137
+    assert sb.exec("no-such-command").wait() == 127
+    listed = sb.exec("ls", "-A", "/tmp")
+    assert listed.wait() == 0 and ".modal-standin" not in listed.stdout.read()
+    sb.terminate()
