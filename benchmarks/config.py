@@ -180,10 +180,9 @@ def register_configs() -> None:
     store.store(group="agent", name="replay_schema", node=schemas.ReplayAgentConfig)
     store.store(group="agent", name="llm_schema", node=schemas.LLMAgentConfig)
     store.store(group="agent", name="installed_schema", node=schemas.InstalledAgentConfig)
-    from pool.backends import option_defaults
-    from pool.backends.remote.options import RemoteOptions  # no provider SDK: it is imported only when used
+    from pool.backends import cloud_option_defaults, option_defaults
 
-    store.store(group="backend/cloud", name="options", node=RemoteOptions.defaults())
+    store.store(group="backend/cloud", name="options", node=_open_mappings(cloud_option_defaults()))
     for name in ("local", "docker"):  # their SDK-free constructors are the schema (no Docker SDK is imported)
         store.store(group="backend/options", name=name, node=_open_mappings(option_defaults(name)))
 

@@ -60,11 +60,15 @@ class Snapshot:
     """What the build's commands could and did reach: the build policy, the route that realised it
     and, through the egress proxy, the attempts summarised (see pool.build.network). Empty for
     mid-episode snapshots. Not part of the content digest."""
+    unapplied: tuple[str, ...] = ()
+    """What the template asks for that the backend does not hold its sandboxes to (``storage_mb=10240``
+    on a provider without a disk setting): said in every episode's ``info``, never silently dropped."""
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values."""
         data = asdict(self)
         data["layers"] = list(self.layers)
+        data["unapplied"] = list(self.unapplied)
         data["env"] = dict(self.env)
         data["resources"] = self.resources.fingerprint()
         data["build_network"] = dict(self.build_network)
@@ -80,6 +84,7 @@ class Snapshot:
         try:
             fields = dict(data)
             fields["layers"] = tuple(fields["layers"])
+            fields["unapplied"] = tuple(fields.get("unapplied", ()))
             fields["resources"] = Resources.from_dict(fields.get("resources"))
             return cls(**fields)
         except (KeyError, TypeError, ConfigError) as exc:

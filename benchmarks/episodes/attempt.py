@@ -218,6 +218,8 @@ def _reset(env: gym.Env[Any, str], spec: EpisodeSpec, result: AttemptResult) -> 
     result.verification = info.get("verification")
     result.reset_latency_ms = float(info.get("reset_latency_s", 0.0)) * 1000
     result.reset_kind = info.get("reset_kind")
+    if info.get("resources_not_applied"):  # the ledger says what the backend did not hold the task to
+        result.extra["resources_not_applied"] = info["resources_not_applied"]
     return obs, info
 
 

@@ -101,4 +101,6 @@ def start_info(task_id: str, start: Start, sandbox: Sandbox, backend: str, *, re
     }
     if start.resume_at is not None:
         info["resumed_at_step"] = start.resume_at.step
+    if start.target.unapplied:  # what the task asks for that the backend does not hold it to
+        info["resources_not_applied"] = list(start.target.unapplied)
     return info

@@ -97,6 +97,14 @@ def option_defaults(name: str) -> dict[str, Any]:
     return defaults
 
 
+def cloud_option_defaults() -> dict[str, Any]:
+    """The options every cloud backend takes (:class:`~pool.backends.remote.options.RemoteOptions`),
+    with their defaults as plain values a config file holds (no provider SDK is imported)."""
+    from pool.backends.remote.options import RemoteOptions
+
+    return {name: _plain(value) for name, value in RemoteOptions.defaults().items()}
+
+
 def _settings_type(hint: Any) -> type[Any] | None:
     """The settings dataclass among the types an option takes (``X | Mapping | None``), if any."""
     for member in typing.get_args(hint):

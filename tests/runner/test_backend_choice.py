@@ -101,7 +101,7 @@ def test_a_cloud_backends_config_is_its_constructors_options_with_the_shared_def
 
     from benchmarks.cli import compose_config
     from benchmarks.config import register_configs
-    from pool.backends import backend_options
+    from pool.backends import backend_options, cloud_option_defaults
     from pool.backends.remote.options import RemoteOptions
 
     register_configs()
@@ -109,11 +109,15 @@ def test_a_cloud_backends_config_is_its_constructors_options_with_the_shared_def
     assert isinstance(composed, dict) and composed.pop("name") == name
     options = backend_options(name)
     assert set(composed) <= set(options) - {"api_key", "token_id", "token_secret"}
-    shared = RemoteOptions.defaults()
+    shared = cloud_option_defaults()
     assert {key: composed[key] for key in shared} == shared
-    assert all(options[key].default == default for key, default in shared.items())
-    overridden = compose_config([f"backend={name}", "backend.prewarm=false", "backend.max_creates_per_s=null"])
+    assert all(options[key].default == default for key, default in RemoteOptions.defaults().items())
+    overridden = compose_config([f"backend={name}", "backend.prewarm=false", "backend.max_creates_per_s=null",
+                                 "backend.registry.insecure_registries=[127.0.0.1:5000]",
+                                 "backend.registry.mirrors={docker.io:[mirror.example:5000]}"])  # fmt: skip
     assert overridden.backend.prewarm is False and overridden.backend.max_creates_per_s is None
+    assert list(overridden.backend.registry.insecure_registries) == ["127.0.0.1:5000"]
+    assert dict(overridden.backend.registry.mirrors) == {"docker.io": ["mirror.example:5000"]}
 
 
 @pytest.mark.parametrize("name", ["local", "docker"])
@@ -126,7 +130,7 @@ def test_a_backends_config_holds_every_constructor_option_with_its_default(name:
     from benchmarks.cli import compose_config
     from benchmarks.config import register_configs
     from pool.backends import backend_options
-    from pool.backends.local.oci.settings import RegistrySettings, registry_settings
+    from pool.build.registry.settings import RegistrySettings, registry_settings
     from pool.egress.settings import EgressSettings
 
     register_configs()
@@ -149,7 +153,7 @@ def test_registry_mirrors_and_credentials_are_set_as_users_write_them() -> None:
     settings; a mistyped key next to it is still refused by name."""
     from benchmarks.cli import check_nested_keys, compose_config
     from benchmarks.config import register_configs
-    from pool.backends.local.oci.settings import registry_settings
+    from pool.build.registry.settings import registry_settings
 
     register_configs()
     mirror = "backend.registry.mirrors={docker.io:[127.0.0.1:5000],ghcr.io:[127.0.0.1:5001]}"

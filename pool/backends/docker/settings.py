@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pool.backends.docker.transport.containers import Limits
-from pool.build.references import normalize_host
+from pool.build.registry.references import normalize_host
 from pool.errors import ConfigError
 from pool.resources import DEFAULT_TIMEOUT_S, Resources
 

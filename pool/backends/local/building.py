@@ -19,7 +19,6 @@ from pool.backends.local.instance.checkpoint import BuildResult
 from pool.backends.local.oci.fetch import ImageFetcher
 from pool.backends.local.oci.imagebase import image_base
 from pool.backends.local.oci.layer import unpack_layer
-from pool.backends.local.oci.settings import RegistrySettings
 from pool.backends.local.runtime import BACKEND_NAME
 from pool.backends.local.sandbox import LocalSandbox
 from pool.backends.local.settings import LocalSettings
@@ -32,6 +31,7 @@ from pool.build.digest import combine
 from pool.build.dockerfile import ImageCopy
 from pool.build.images import BaseConfig, Recipe, file_target, recipe_for, run_recipe
 from pool.build.network import BuildRoute, build_route
+from pool.build.registry.settings import RegistrySettings
 from pool.build.rootfs import RootfsSource
 from pool.contract import Sandbox
 from pool.egress.service import EgressService

@@ -32,16 +32,17 @@ from typing import Any, ClassVar
 from pool.backends.remote.credentials import Credentials
 from pool.backends.remote.link import PREFIX, Link, Started, recorded
 from pool.backends.remote.options import RemoteOptions
-from pool.backends.remote.provider import Provider
+from pool.backends.remote.provider import Provider, ProviderImage
 from pool.backends.remote.ratelimit import shared_limiter
 from pool.backends.remote.sandbox import RemoteSandbox
 from pool.build.hostview import DEFAULT_PATH
 from pool.build.images import BaseConfig, recipe_for, run_recipe
 from pool.build.network import BuildRoute, build_route
+from pool.build.registry.taskimages import TaskImages
 from pool.capabilities import Capabilities, EgressControl, Enforcement, Location
 from pool.errors import ConfigError, SandboxCrashedError
 from pool.labels import OWNER, RUN, check_labels, new_owner, owner_is_gone
-from pool.resources import require_supported
+from pool.resources import Resources, require_supported
 from pool.snapshots import BASE_ENV, Snapshot
 from pool.templates import HOST_BASE, Template
 
@@ -90,6 +91,7 @@ class RemoteBackend(abc.ABC):
                           self._forget)  # fmt: skip
         self._lock = threading.Lock()
         self._sandboxes: dict[str, RemoteSandbox] = {}
+        self._images = TaskImages(options.registry, backend=self.name)  # type: ignore[arg-type]
         self._closed = False
 
     @property
@@ -151,30 +153,47 @@ class RemoteBackend(abc.ABC):
     def build(self, template: Template) -> Snapshot:
         """The provider snapshot of ``template``: found by name, or built.
 
+        A template that starts from a registry image (a task's ``docker_image``, preferred when it can
+        be had, or its Dockerfile's ``FROM``) is built in a provider sandbox started from that image,
+        pinned to the digest resolved on the host (:mod:`pool.backends.remote.images`).
+
         Raises:
             BuildError: a setup step or the healthcheck failed (with its output).
-            ConfigError: a base other than ``host``; GPUs.
+            ConfigError: a base the provider cannot start from; GPUs on a backend without them.
+            ImageError: the image cannot be had (by the host or the provider).
         """
         self._check_open()
         capabilities = self.capabilities
         require_supported(template.resources, backend=self.name, gpu=capabilities.gpu, gpu_types=capabilities.gpu_types)
-        recipe = recipe_for(template, base_config=lambda spec: BaseConfig(), host_path=DEFAULT_PATH)
-        if recipe.base != HOST_BASE or recipe.images:
+        images = self._images
+        if "image" in capabilities.bases:
+            recipe = recipe_for(
+                template, base_config=images.base_config, host_path=DEFAULT_PATH, prefer_prebuilt=True,
+                can_get=images.can_get,
+            )  # fmt: skip
+        else:  # nothing is resolved for a backend that cannot start from it
+            recipe = recipe_for(template, base_config=lambda spec: BaseConfig(), host_path=DEFAULT_PATH)
+        from_image = recipe.base != HOST_BASE
+        if from_image and "image" not in capabilities.bases:
             raise ConfigError(
                 f"template {template.name!r} starts from {recipe.base!r}; the {self.name} backend builds only on "
-                "the provider's base (snapgym's 'host' base: FROM snapgym/host) so far"
+                "the provider's base (snapgym's 'host' base: FROM snapgym/host)"
             )
-        content = template.content_hash(f"{self.name}-base:{self.base_identity}")
+        if recipe.images and not from_image:
+            raise ConfigError(f"template {template.name!r}: COPY --from=<image> needs a Dockerfile FROM an image")
+        identity = images.identity(recipe.base, recipe.images) if from_image else f"base:{self.base_identity}"
+        content = template.content_hash(f"{self.name}-{identity}")
         name = f"{PREFIX}{content[:24]}"
         draft = Snapshot(
             id=content[:32],
             digest="",
             backend=self.name,
-            base=HOST_BASE,
-            env={**BASE_ENV, **recipe.env},
+            base=recipe.base,
+            env={**(BASE_ENV if not from_image else {}), **recipe.env},
             workdir=recipe.workdir,
             template=template.name,
             resources=template.resources,
+            unapplied=unapplied(template.resources, self.provider.applied_resources),
         )
         if found := self.provider.find_snapshot(f"{name}-"):
             reference, full = found
@@ -185,10 +204,13 @@ class RemoteBackend(abc.ABC):
         )  # fmt: skip
         labels = {OWNER: self.owner, "snapgym.role": "build"}
         link = dataclasses.replace(self._link, options=dataclasses.replace(self.options, prewarm=False))
-        builder = link.create(None, labels, internet=route is BuildRoute.DIRECT, resources=template.resources)
+        builder = link.create(
+            None, labels, internet=route is BuildRoute.DIRECT, resources=template.resources,
+            image=provider_image(images, recipe.base) if from_image else None,
+        )  # fmt: skip
         sandbox = RemoteSandbox(link, Started(builder, 0), draft, {})  # no spare: nothing restores a build
         try:
-            network = run_recipe(sandbox, recipe, template, copy_from_image=_no_image_copy, route=route)
+            network = run_recipe(sandbox, recipe, template, copy_from_image=images.copy_from_image, route=route)
             snapshot = link.freeze(builder, draft, name)
         finally:
             sandbox.close()
@@ -289,5 +311,21 @@ class RemoteBackend(abc.ABC):
             raise ConfigError(f"the {self.name} backend is closed")
 
 
-def _no_image_copy(sandbox: Any, step: Any) -> None:
-    raise ConfigError("COPY --from=<image> is not supported on cloud backends yet")
+def provider_image(images: TaskImages, spec: str) -> ProviderImage:
+    """What the provider is asked to start a build sandbox from: ``spec`` pinned, with its credentials."""
+    resolved = images.resolve(spec)
+    credentials = resolved.credentials
+    return ProviderImage(
+        reference=resolved.reference,
+        digest=resolved.digest,
+        username=credentials.username if credentials else None,
+        password=credentials.password if credentials else None,
+        insecure=resolved.insecure,
+    )
+
+
+def unapplied(resources: Resources, applied: frozenset[str]) -> tuple[str, ...]:
+    """The resources a template asks for that the provider does not set (``memory_mb=4096``...)."""
+    asked = {"cpus": resources.cpus, "memory_mb": resources.memory_mb, "storage_mb": resources.storage_mb,
+             "gpus": resources.gpus or None}  # fmt: skip
+    return tuple(f"{field}={value:g}" for field, value in asked.items() if value is not None and field not in applied)

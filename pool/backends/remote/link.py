@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pool.backends.remote.options import RemoteOptions
-from pool.backends.remote.provider import CreateRequest, Provider
+from pool.backends.remote.provider import CreateRequest, Provider, ProviderImage
 from pool.backends.remote.ratelimit import Limiter
 from pool.errors import BackendError, BuildError, SnapshotCorruptError, SnapshotNotFoundError
 from pool.resources import Resources
@@ -83,11 +83,11 @@ class Link:
 
     def create(
         self, source: str | None, labels: Mapping[str, str], *, internet: bool = False,
-        resources: Resources | None = None,
+        resources: Resources | None = None, image: ProviderImage | None = None,
     ) -> Any:  # fmt: skip
         """Create a provider sandbox, paced by the shared limiter; a refusal for now is retried with
         backoff under the same idempotency key, so a create whose answer was lost is not made twice."""
-        request = CreateRequest(source, dict(labels), uuid.uuid4().hex, internet, resources)
+        request = CreateRequest(source, dict(labels), uuid.uuid4().hex, internet, resources, image)
         retries = self.options.create_retries
         for attempt in range(retries + 1):
             if self.limiter is not None:

@@ -14,14 +14,16 @@ import dataclasses
 import hashlib
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pool.build.registry.settings import RegistrySettings, registry_settings
 from pool.errors import ConfigError
 from pool.resources import DEFAULT_TIMEOUT_S
 
 Init = TypeVar("Init", bound=Callable[..., None])
+_ANONYMOUS = RegistrySettings()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,8 +54,13 @@ class RemoteOptions:
     retries, if any) is tried again, with backoff and the same idempotency key."""
     rate_limit_file: str | None = None
     """Where the shared pace is kept (None: a file per account and endpoint under the user's runtime folder)."""
+    registry: RegistrySettings | Mapping[str, Any] | None = _ANONYMOUS
+    """How task images are read on the host and pulled by the provider, as the local backend's
+    ``registry``: credentials (handed to the provider where it takes them), mirrors (the provider pulls
+    from the first), plain-HTTP registries."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "registry", registry_settings(self.registry))
         if self.sandbox_timeout_s < 60:
             raise ConfigError(f"sandbox_timeout_s must be at least 60, got {self.sandbox_timeout_s}")
         if self.max_output_bytes < 1 or self.default_timeout_s <= 0 or self.create_retries < 0:

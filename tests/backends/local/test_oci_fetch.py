@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pool.backends.local.oci.fetch import ImageFetcher
-from pool.backends.local.oci.settings import Credentials, RegistrySettings
+from pool.build.registry.settings import Credentials, RegistrySettings
 from pool.errors import ConfigError, ImageError
 from tests.support.needs import needs, skip_missing
 from tests.support.oci_fixtures import (
@@ -219,7 +219,7 @@ def test_two_processes_fetch_into_one_cache_at_once(tmp_path: Path, registry: Re
     ref, manifest, _ = pushed_tiny(tmp_path, registry)
     script = (
         "import sys; from pool.backends.local.oci.fetch import ImageFetcher; "
-        "from pool.backends.local.oci.settings import RegistrySettings; "
+        "from pool.build.registry.settings import RegistrySettings; "
         f"print(ImageFetcher(sys.argv[1], settings=RegistrySettings(insecure_registries=[{registry.host!r}]))"
         ".fetch(sys.argv[2]).manifest_digest)"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pool.backends.local.oci.fetcherrors import OFFLINE, explain
+from pool.build.registry.fetcherrors import OFFLINE, explain
 
 _EXPECTED = "sha256:" + "b" * 64
 _SEEN = "sha256:" + "a" * 64

@@ -23,9 +23,9 @@ import pytest
 from pool import LocalBackend, Snapshot, Template
 from pool.backends.local.oci.fetch import ImageFetcher
 from pool.backends.local.oci.imagebase import SEED, image_base
-from pool.backends.local.oci.settings import RegistrySettings
 from pool.backends.local.store.catalogue import BaseRecord, SnapshotStore
 from pool.build.digest import combine
+from pool.build.registry.settings import RegistrySettings
 from pool.errors import ConfigError, ImageError, SnapshotCorruptError
 from tests.support.needs import needs, skip_missing
 from tests.support.oci_fixtures import DebianImages, Registry, free_port, missing_tools, push, tiny_image
@@ -196,7 +196,7 @@ ROOTLESS_SCRIPT = textwrap.dedent(
     from pool import LocalBackend, Snapshot
     from pool.backends.local.oci.imagebase import image_base
     from pool.backends.local.oci.fetch import ImageFetcher
-    from pool.backends.local.oci.settings import RegistrySettings
+    from pool.build.registry.settings import RegistrySettings
     with LocalBackend(store_dir={store!r}, memory_limit_mb=256, disk_limit_mb=64) as backend:
         assert backend.rootless
         fetcher = ImageFetcher({cache!r}, settings=RegistrySettings(insecure_registries=[{host!r}]))

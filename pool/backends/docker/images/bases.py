@@ -31,7 +31,7 @@ from typing import Any
 from pool.backends.docker.transport.engine import engine_errors
 from pool.build import hostview
 from pool.build.digest import source_key
-from pool.build.references import normalize_reference, split_reference
+from pool.build.registry.references import normalize_reference, split_reference
 from pool.build.rootfs import RootfsSource
 from pool.errors import BackendError, ConfigError
 from pool.templates import HOST_BASE

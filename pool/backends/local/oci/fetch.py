@@ -1,6 +1,6 @@
 """Fetching OCI images with skopeo into one verified cache, without a Docker engine.
 
-:class:`ImageFetcher` copies an image (see :mod:`ocisource` for the forms a
+:class:`ImageFetcher` copies an image (see :mod:`pool.build.registry.source` for the forms a
 source takes) into a single OCI layout under its cache folder, tagged by a key
 derived from the source and platform, so blobs are stored once however many
 images share them. Copies hold an ``fcntl`` lock on the cache, so processes
@@ -28,77 +28,23 @@ import hashlib
 import os
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pool.backends.local.oci import layout
-from pool.backends.local.oci.fetcherrors import OFFLINE
 from pool.backends.local.oci.layout import LayoutImage
-from pool.backends.local.oci.settings import RegistrySettings
-from pool.backends.local.oci.skopeo import Skopeo
-from pool.backends.local.oci.source import ImageSource, Transport, parse_source
+from pool.build.registry.fetcherrors import OFFLINE
+from pool.build.registry.imageconfig import ImageConfig
+from pool.build.registry.settings import RegistrySettings
+from pool.build.registry.skopeo import Skopeo
+from pool.build.registry.source import ImageSource, Transport, parse_source
 from pool.errors import ImageError
 
-__all__ = ["ImageConfig", "ImageFetcher", "LayerBlob", "PulledImage"]
+__all__ = ["ImageFetcher", "LayerBlob", "PulledImage"]
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-
-
-@dataclass(frozen=True, slots=True)
-class ImageConfig:
-    """What an image's config says about running in it."""
-
-    env: Mapping[str, str] = field(default_factory=dict)
-    """``Config.Env``, as a mapping (a later duplicate wins)."""
-    workdir: str | None = None
-    """``Config.WorkingDir``; None when unset."""
-    user: str | None = None
-    """``Config.User`` (``name``, ``uid``, ``uid:gid``...); None when unset."""
-    entrypoint: tuple[str, ...] = ()
-    cmd: tuple[str, ...] = ()
-
-    @classmethod
-    def from_image_config(cls, data: Mapping[str, Any]) -> ImageConfig:
-        """The fields of an image config document (its ``config`` object)."""
-        run = data.get("config") or {}
-        if not isinstance(run, dict):
-            run = {}
-        env: dict[str, str] = {}
-        for item in run.get("Env") or ():
-            if isinstance(item, str) and "=" in item:
-                key, value = item.split("=", 1)
-                env[key] = value
-        return cls(
-            env=env,
-            workdir=_text(run.get("WorkingDir")),
-            user=_text(run.get("User")),
-            entrypoint=_words(run.get("Entrypoint")),
-            cmd=_words(run.get("Cmd")),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as JSON-ready values."""
-        return {
-            "env": dict(self.env),
-            "workdir": self.workdir,
-            "user": self.user,
-            "entrypoint": list(self.entrypoint),
-            "cmd": list(self.cmd),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ImageConfig:
-        """Build from :meth:`to_dict` output (unknown or mistyped fields are dropped)."""
-        env = data.get("env")
-        return cls(
-            env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
-            workdir=_text(data.get("workdir")),
-            user=_text(data.get("user")),
-            entrypoint=_words(data.get("entrypoint")),
-            cmd=_words(data.get("cmd")),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,13 +246,3 @@ def _check_platform(image: str, config: Mapping[str, Any], settings: RegistrySet
             f"image {image} is made for {made_for}, not {settings.platform}; its programs would not run here. "
             "Fetch the variant for this platform (RegistrySettings(platform=...) picks one from a multi-platform image)"
         )
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _words(value: object) -> tuple[str, ...]:
-    if isinstance(value, list):
-        return tuple(str(v) for v in value)
-    return ()

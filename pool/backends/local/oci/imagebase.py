@@ -33,13 +33,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pool.backends.local.oci.fetch import ImageConfig, ImageFetcher, LayerBlob, PulledImage
+from pool.backends.local.oci.fetch import ImageFetcher, LayerBlob, PulledImage
 from pool.backends.local.oci.layer import unpack_layer
 from pool.backends.local.store import durable
 from pool.backends.local.store.catalogue import BaseRecord, SnapshotStore
 from pool.backends.local.store.layers import reap_orphans, shift_owners
 from pool.backends.local.store.mountpoints import mount_point_layer
 from pool.build.digest import FORMAT, combine
+from pool.build.registry.imageconfig import ImageConfig
 
 SEED = "oci"
 """The first link of an image base's digest: the content is all in the layers."""

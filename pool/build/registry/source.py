@@ -16,7 +16,7 @@ import enum
 import os
 from dataclasses import dataclass
 
-from pool.build.references import DOCKER_HUB, normalize_host, normalize_reference
+from pool.build.registry.references import DOCKER_HUB, normalize_host, normalize_reference
 from pool.errors import ConfigError
 
 __all__ = ["DOCKER_HUB", "ImageSource", "Transport", "normalize_host", "normalize_reference", "parse_source"]

@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pool.backends.local.oci.fetcherrors import explain
-from pool.backends.local.oci.settings import RegistrySettings
+from pool.build.registry.fetcherrors import explain
+from pool.build.registry.settings import RegistrySettings
 from pool.errors import ConfigError, ImageError, UnsupportedError
 
 _PASSED_ENV = (
@@ -76,6 +76,14 @@ class Skopeo:
             ImageError: it could not be read.
         """
         return self._run("inspect", ["--raw", name], image=image, host=host)
+
+    def inspect_config(self, name: str, *, image: str, host: str | None) -> bytes:
+        """The image config document of ``name`` (for this platform, picked from an index).
+
+        Raises:
+            ImageError: it could not be read.
+        """
+        return self._run("inspect", ["--config", "--raw", name], image=image, host=host)
 
     def _run(self, command: str, args: list[str], *, image: str, host: str | None) -> bytes:
         prefix = "src-" if command == "copy" else ""  # inspect's options have no src- prefix

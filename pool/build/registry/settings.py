@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pool.backends.local.oci.source import normalize_host
+from pool.build.registry.source import normalize_host
 from pool.errors import ConfigError
 
 _ARCHES = {
