@@ -18,6 +18,7 @@ from typing import Any
 
 from pool import LocalBackend
 from pool.backends.local import LocalSandbox
+from pool.egress import NetworkPolicy, Phase
 from tests.backends.cloud.daytona.builds import Build, Builds
 from tests.backends.cloud.daytona.lifecycle import DEFAULT_RESOURCES, Box, SandboxRecord
 from tests.backends.cloud.daytona.snapshots import SnapshotRegistry
@@ -178,6 +179,7 @@ class ControlPlane:
                 return api_error(request, 400, message)
             settings = {**self._settings(body), "resources": dict(entry.resources)}  # the snapshot's, not the body's
             box = self._open(self.backend.create(entry.local), entry.name, body, settings, "unknown")
+        self._connect(box)
         return self._dto(box)
 
     @staticmethod
@@ -231,6 +233,8 @@ class ControlPlane:
                 local = None
         if local is not None:  # deleted meanwhile
             local.close()
+        else:
+            self._connect(box)
 
     def _build_logs_url(self, request: Request, box: Box) -> Reply:
         return json_reply(200, {"url": f"{self.api_url}/sandbox/{box.id}/build-logs"})
@@ -336,8 +340,9 @@ class ControlPlane:
             local = self.backend.create(kept)
             with self._lock:
                 box.local, box.toolbox, box.state = local, self._toolbox(box, local), "started"
-                box.stopped_at, box.last_activity = None, time.time()
+                box.stopped_at, box.last_activity, box.connected = None, time.time(), "offline"
             box.show("starting", self.settle_polls, time.time())
+            self._connect(box)
         return self._dto(box)
 
     def _stop(self, request: Request, box: Box) -> Reply:
@@ -384,6 +389,7 @@ class ControlPlane:
             settings = {k: _copy(getattr(source, k)) for k in _FORKED}
             child = self._open(local, source.snapshot, body, settings, "creating")
             child.forked_from = source.id
+        self._connect(child)
         source.show("forking", self.settle_polls, time.time())
         return self._dto(child)
 
@@ -420,7 +426,22 @@ class ControlPlane:
                 box.network["networkBlockAll"] = False
             box.network.update({k: body[k] for k in _NETWORK_KEYS if k in body})
             box.updated_at = box.last_activity = time.time()
+        self._connect(box)
         return self._dto(box)
+
+    def _connect(self, box: Box) -> None:
+        """Give the local sandbox the network its settings say, where that is all or nothing: ``networkBlockAll``
+        false without allow lists is the open network (through the local backend's egress proxy), true is
+        none; allow lists are recorded, not enforced."""
+        with self._lock:
+            lists = box.network.get("networkAllowList") or box.network.get("domainAllowList")
+            block = box.network.get("networkBlockAll")
+            wanted = None if lists or block is None else ("offline" if block else "public")
+            local = box.local
+            if local is None or wanted is None or wanted == box.connected:
+                return
+            box.connected = wanted
+        local.set_network(NetworkPolicy.public() if wanted == "public" else NetworkPolicy.offline(), phase=Phase.BUILD)
 
     # -- lifetimes ---------------------------------------------------------------------------
 

@@ -106,6 +106,8 @@ class Box:
     error_reason: str | None = None
     build: dict[str, Any] | None = None
     """The API's ``BuildInfo`` of a sandbox created from an image."""
+    connected: str = "offline"
+    """The network its local sandbox has: ``offline`` (as made) or ``public``."""
 
     @property
     def is_ephemeral(self) -> bool:

@@ -24,9 +24,10 @@ state of any operation); an unknown snapshot is a 400, not a 404; ``create_snaps
 ``windows``, and a sandbox with live forks cannot be deleted (400); stopping an ephemeral sandbox
 destroys it; a destroyed sandbox is a 404. Known differences: commands run as root whatever
 ``os_user`` says; output comes when a command ends; snapshots, forks and stops keep files only,
-never processes; the network settings are recorded, not enforced (local sandboxes have no
-network); resources are recorded and reported, not enforced; listings are ordered newest first
-(Daytona: last activity first); image builds take a Dockerfile of one ``FROM`` line only (what
+never processes; of the network settings, ``networkBlockAll`` alone is enforced (false: the local
+backend's open network through its egress proxy; true: none) and allow lists are only recorded;
+resources are recorded and reported, not enforced; listings are ordered newest first (Daytona:
+last activity first); image builds take a Dockerfile of one ``FROM`` line only (what
 ``CreateSandboxFromImageParams(image="ref")`` sends); no snapshot builds (``POST /snapshots``),
 quotas, registries, volumes, PTY, git, LSP, code interpreter, preview links or websocket logs.
 

@@ -21,8 +21,8 @@ import daytona  # noqa: E402
 from pool import LocalBackend  # noqa: E402
 from pool.backends.daytona.images import sdk_resources  # noqa: E402
 from pool.backends.daytona.provider import DaytonaProvider  # noqa: E402
-from pool.backends.local.oci.settings import RegistrySettings  # noqa: E402
 from pool.backends.remote.provider import CreateRequest, ProviderImage  # noqa: E402
+from pool.build.registry.settings import RegistrySettings  # noqa: E402
 from pool.errors import ConfigError, ImageError  # noqa: E402
 from pool.resources import Resources  # noqa: E402
 from tests.backends.cloud.daytona.builds import build_ref  # noqa: E402
