@@ -2,7 +2,8 @@
 (``CreateSandboxFromImageParams``) against the stand-in (tests/backends/cloud/daytona/standin.py), which
 builds them from a Debian image in a local registry (tests/support/oci_fixtures.py): the sandbox runs on
 the image's files, a second create reuses the build, a missing image is an ImageError, credentials are
-refused before anything is sent, and resources reach the wire and stay with the snapshot."""
+refused before anything is sent, resources reach the wire and stay with the snapshot, and
+``DaytonaBackend.build`` of a template from the image runs end to end."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import_or_skip("daytona", "the daytona SDK (0.226) is not installed")
 
 import daytona  # noqa: E402
 
-from pool import LocalBackend  # noqa: E402
+from pool import LocalBackend, Template  # noqa: E402
+from pool.backends.daytona import DaytonaBackend  # noqa: E402
 from pool.backends.daytona.images import sdk_resources  # noqa: E402
 from pool.backends.daytona.provider import DaytonaProvider  # noqa: E402
 from pool.backends.remote.provider import CreateRequest, ProviderImage  # noqa: E402
@@ -168,3 +170,29 @@ def test_sdk_resources_round_up_to_daytona_units() -> None:
     assert sdk_resources(None) is None and sdk_resources(Resources()) is None
     with pytest.raises(ConfigError, match=r"no GPU type 'T4'.*H100"):
         sdk_resources(Resources(gpus=1, gpu_types=("T4",)))
+
+
+def test_a_template_from_the_image_builds_on_the_backend_and_its_episodes_get_its_resources(
+    standin: DaytonaStandin, debian_images: DebianImages, registry: Registry
+) -> None:
+    """End to end: DaytonaBackend.build resolves the image on the host, the build sandbox starts from it
+    (pinned by digest) with the template's resources, and every episode starts from the snapshot with them."""
+    options = {"api_key": standin.api_key, "api_url": standin.url, "target": "us"}
+    registry_options = {"insecure_registries": [registry.host]}
+    template = Template(
+        name="daytona-image", base=debian_images.base, setup=["echo built > /built"], resources=RESOURCES
+    )
+    with DaytonaBackend(**options, registry=registry_options) as backend:  # type: ignore[arg-type]
+        snapshot = backend.build(template)
+        assert snapshot.unapplied == ()
+        with backend.create(snapshot) as sandbox:
+            seen = sandbox.exec("cat /built /etc/debian_version")
+            assert seen.ok and seen.stdout.startswith("built\n12."), seen
+            record = standin.sandboxes()[str(sandbox.remote_id)]
+            assert (record.resources["cpu"], record.resources["memory"], record.resources["disk"]) == (2, 2, 4)
+    (build,) = standin.builds().values()
+    assert build.image is not None and "@sha256:" in build.image  # the digest resolved on the host
+    created = standin.created_count
+    with DaytonaBackend(**options, registry=registry_options) as again:  # type: ignore[arg-type]
+        assert again.build(template).layers == snapshot.layers  # found by name: nothing built
+    assert len(standin.builds()) == 1 and standin.created_count == created
