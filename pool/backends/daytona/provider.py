@@ -72,9 +72,12 @@ class DaytonaProvider:
             what = f"creating a sandbox from {request.source or 'the base snapshot'}"
         with provider_errors(what):
             try:
-                return self.client.create(params, timeout=timeout)
-            except daytona.DaytonaConflictError:  # a retry of a create whose answer was lost
-                return self.client.get(name)
+                try:
+                    return self.client.create(params, timeout=timeout)
+                except daytona.DaytonaConflictError:  # a retry of a create whose answer was lost
+                    remote = self.client.get(name)
+                    remote.wait_for_sandbox_start(timeout=timeout)  # an image's build may still be running
+                    return remote
             except daytona.DaytonaError as exc:
                 failure = build_failure(exc, image) if image is not None else None
                 if failure is None:

@@ -25,7 +25,7 @@ from pool.backends.daytona.images import sdk_resources  # noqa: E402
 from pool.backends.daytona.provider import DaytonaProvider  # noqa: E402
 from pool.backends.remote.provider import CreateRequest, ProviderImage  # noqa: E402
 from pool.build.registry.settings import RegistrySettings  # noqa: E402
-from pool.errors import ConfigError, ImageError  # noqa: E402
+from pool.errors import ConfigError, ImageError, ProviderBusyError  # noqa: E402
 from pool.resources import Resources  # noqa: E402
 from tests.backends.cloud.daytona.builds import build_ref  # noqa: E402
 from tests.backends.cloud.daytona.standin import DaytonaStandin  # noqa: E402
@@ -196,3 +196,17 @@ def test_a_template_from_the_image_builds_on_the_backend_and_its_episodes_get_it
     with DaytonaBackend(**options, registry=registry_options) as again:  # type: ignore[arg-type]
         assert again.build(template).layers == snapshot.layers  # found by name: nothing built
     assert len(standin.builds()) == 1 and standin.created_count == created
+
+
+def test_a_retried_create_whose_answer_was_lost_waits_for_the_build(
+    standin: DaytonaStandin, provider: DaytonaProvider, debian_images: DebianImages
+) -> None:
+    """The retry (same idempotency key, so the same name) meets the name taken and takes that sandbox once
+    its image is built."""
+    asked = request(ProviderImage(debian_images.whiteouts, insecure=True))
+    standin.fail_next("POST", "/sandbox", 503, after=True)
+    with pytest.raises(ProviderBusyError):
+        provider.create(asked)
+    remote = provider.create(asked)
+    assert run(provider, remote, "cat /etc/debian_version").startswith("12.")
+    assert len(standin.sandboxes()) == 1 and len(standin.builds()) == 1
