@@ -36,6 +36,7 @@ from envs.errors import InvalidActionError, ResetNeededError
 from envs.spaces.actions import SUBMIT, check_action
 from envs.spaces.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
 from envs.spaces.text import UnicodeText
+from envs.tasks.protect import KnownGoodCache
 from envs.tasks.task import Task, load_task
 from pool.capabilities import Capabilities, EgressControl, Location
 from pool.changes import Changes
@@ -90,6 +91,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         task_sampler: ``(np_random, task_ids) -> task_id``, the next episode's task.
         end_digest: at the end of each episode, put the digest of the end state (see
             envs.episode.endstate) in ``info["end_digest"]`` (it reads every changed file).
+        protect_outputs: the verifier takes the test infrastructure in the outputs (``conftest.py``,
+            pytest's configuration...) from the known-good snapshot (see envs.tasks.protect).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012 (Gymnasium's convention)
@@ -119,6 +122,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         tasks: Sequence[str | Path | Task] | None = None,
         task_sampler: TaskSampler | None = None,
         end_digest: bool = False,
+        protect_outputs: bool = True,
     ) -> None:
         if max_steps < 1 or step_timeout_s <= 0 or max_action_bytes < 1 or max_output_bytes < 1:
             raise ConfigError("max_steps, step_timeout_s, max_action_bytes and max_output_bytes must be positive")
@@ -161,6 +165,8 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self.fork_point: Snapshot | None = None
         """Where a plain ``reset()`` starts a child of ``fork()`` (None: the task's snapshot)."""
         self.end_digest = end_digest
+        self.protect_outputs = protect_outputs
+        self._known_good = KnownGoodCache()
         self._state = EpisodeState.NEEDS_RESET
         self._steps = 0
         self._clock = AgentClock()
@@ -425,8 +431,10 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             info["end_digest"], why_not = end_digest(self._sandbox, info["changes"], self.task_snapshot.digest)
             if why_not is not None:
                 info["end_digest_unavailable"] = why_not
-        verdict = judge(self._sandbox, self.task, self._setup, known_good=self.task_snapshot,
-                        env=self._episode_env(), has_egress=self._has_egress)  # fmt: skip
+        snap, fresh = self.task_snapshot, lambda: self._source.fork(self.task_snapshot, 1, task_snapshot=snap)[0]
+        protection = self._known_good.of(self.task, snap, fresh) if self.protect_outputs else None
+        verdict = judge(self._sandbox, self.task, self._setup, known_good=snap, env=self._episode_env(),
+                        has_egress=self._has_egress, protection=protection)  # fmt: skip
         info.update(
             end_reason=reason, verifier=verdict.as_info(), scored=verdict.reward is not None,
             verification=self.verification.value,

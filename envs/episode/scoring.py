@@ -14,6 +14,7 @@ from typing import Any
 
 from envs.episode.network import NetworkFailure, failed_connections, network_failure
 from envs.episode.taskset import Setup
+from envs.tasks.protect import KnownGood
 from envs.tasks.task import Task
 from envs.tasks.verifier import Verdict, verify
 from pool.capabilities import Capabilities, ChangesSource
@@ -44,7 +45,14 @@ def changes_info(
 
 
 def judge(
-    sandbox: Sandbox, task: Task, setup: Setup, *, known_good: Snapshot, env: Mapping[str, str], has_egress: bool
+    sandbox: Sandbox,
+    task: Task,
+    setup: Setup,
+    *,
+    known_good: Snapshot,
+    env: Mapping[str, str],
+    has_egress: bool,
+    protection: KnownGood | None = None,
 ) -> Verdict:
     """The verifier's verdict on the sandbox's end state (no reward: the verifier could not run)."""
     mode = setup.verification
@@ -52,7 +60,7 @@ def judge(
         # Beside the sandbox: a pooled one's verifier then costs one round trip, not six.
         verdict: Verdict = run_beside(
             sandbox, verify, task, mode=mode, known_good=known_good, env=dict(env),
-            network=setup.network.verifier if has_egress else None,
+            network=setup.network.verifier if has_egress else None, protection=protection,
         )  # fmt: skip
     except SandboxOutOfMemoryError as exc:  # shared: nothing left to verify beside; the agent's doing
         return Verdict(0.0, error=f"{exc} (scored 0.0)", mode=mode.value)

@@ -33,6 +33,10 @@ snapgym adds one optional table, ``[snapgym]``:
     strict: the directories whose end state the verifier sees (absolute
     paths; default: the working directory). Everything else comes from the
     known-good snapshot.
+``protected``
+    Name patterns (globs) of the test infrastructure in the outputs that the
+    verifier takes from the known-good snapshot (see ``envs.tasks.protect``);
+    not declared: pytest's defaults; ``[]``: none.
 """
 
 from __future__ import annotations
@@ -103,6 +107,8 @@ class TaskSettings:
     """``[snapgym] verification``: "strict", "shared", or None (not declared: strict)."""
     outputs: tuple[str, ...] = ()
     """``[snapgym] outputs``: directories the strict verifier sees (empty: the working directory)."""
+    protected: tuple[str, ...] | None = None
+    """``[snapgym] protected``: name patterns taken from the known-good snapshot (None: the defaults)."""
     network: PhasePolicies = field(
         default_factory=lambda: PhasePolicies(agent=NetworkPolicy.public(), verifier=NetworkPolicy.public())
     )
@@ -142,7 +148,7 @@ class _Reader:
         verifier = self.table("verifier", {"timeout_sec", "env", "user", "network_mode", "allowed_hosts"})
         agent = self.table("agent", {"timeout_sec", "user", "network_mode", "allowed_hosts"})
         solution = self.table("solution", {"env"})
-        snapgym = self.table("snapgym", {"verifier_setup", "verification", "outputs"})
+        snapgym = self.table("snapgym", {"verifier_setup", "verification", "outputs", "protected"})
         for section, table in (("verifier", verifier), ("agent", agent)):
             self.check_user(section, table)
         metadata = self.raw.get("metadata", {})
@@ -162,6 +168,7 @@ class _Reader:
             verifier_setup=self.str_list("snapgym.verifier_setup", snapgym.get("verifier_setup", [])),
             verification=self.verification(snapgym.get("verification")),
             outputs=self.outputs(snapgym.get("outputs", [])),
+            protected=self.protected(snapgym.get("protected")),
             network=self.network(agent, verifier),
         )
 
@@ -192,6 +199,15 @@ class _Reader:
         if value is not None and value not in _VERIFICATION_MODES:
             self.fail("snapgym.verification", f"must be one of {sorted(_VERIFICATION_MODES)}, got {value!r}")
         return None if value is None else str(value)
+
+    def protected(self, value: Any) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        patterns = self.str_list("snapgym.protected", value)
+        for pattern in patterns:
+            if not pattern or "/" in pattern or "\0" in pattern:
+                self.fail("snapgym.protected", f"each pattern is a glob on a file's name (no '/'), got {pattern!r}")
+        return patterns
 
     def outputs(self, value: Any) -> tuple[str, ...]:
         paths = self.str_list("snapgym.outputs", value)

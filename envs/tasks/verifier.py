@@ -67,6 +67,7 @@ episode unscored.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import math
@@ -74,6 +75,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envs.tasks.protect import KnownGood, Protection, protect
 from envs.tasks.task import Task
 from pool.contract import Sandbox
 from pool.errors import ConfigError, FileOperationError
@@ -118,6 +120,8 @@ class Verdict:
     """What the backend said when the verifier's turn began (e.g. why the outputs are empty)."""
     reports: dict[str, str] = field(default_factory=dict)
     """The test reports test.sh wrote in the verifier's logs (:data:`REPORT_FILES`), by file name."""
+    protected: Protection = field(default_factory=Protection)
+    """What of the test infrastructure in the outputs was made the known-good snapshot's (envs.tasks.protect)."""
 
     def as_info(self) -> dict[str, object]:
         """JSON-ready fields for an episode's ``info``."""
@@ -134,6 +138,7 @@ class Verdict:
             "missing_outputs": list(self.missing_outputs),
             "notes": list(self.notes),
             "reports": dict(self.reports),
+            "protected": self.protected.as_info(),
         }
 
 
@@ -161,6 +166,7 @@ def verify(
     known_good: Snapshot | None = None,
     env: dict[str, str] | None = None,
     network: NetworkPolicy | None = None,
+    protection: KnownGood | None = None,
 ) -> Verdict:
     """End the agent's turn, run test.sh, and read the reward it wrote.
 
@@ -174,12 +180,15 @@ def verify(
         env: extra variables for test.sh (the task's environment variables, resolved).
         network: the verifier's network policy (None: the sandbox's network is left as the
             boundary left it: loopback only, or nothing through the proxy).
+        protection: the known-good test infrastructure of the outputs (envs.tasks.protect), put in
+            place before test.sh runs; None: the outputs as the agent left them.
 
     Raises:
         SandboxError: snapgym or the host failed (an infrastructure failure, not a verdict).
     """
     plan = plan_for(task, mode, known_good=known_good)
     report = sandbox.begin_verification(plan)
+    guarded = protect(sandbox, plan.outputs, protection) if protection is not None and plan.outputs else Protection()
     if network is not None:
         sandbox.set_network(network, phase=Phase.VERIFIER)
     # In the workdir, as in Harbor; from / when the agent deleted it (test.sh still runs and decides).
@@ -190,7 +199,7 @@ def verify(
         env=verifier_env(task, env),
         max_output_bytes=_MAX_VERIFIER_OUTPUT,
     )
-    return _verdict(sandbox, result, report)
+    return dataclasses.replace(_verdict(sandbox, result, report), protected=guarded)
 
 
 def verifier_env(task: Task, extra: dict[str, str] | None = None) -> dict[str, str]:

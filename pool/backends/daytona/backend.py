@@ -3,7 +3,8 @@
 What every cloud backend does alike (builds named by content hash, the start
 digest, hand-offs, strict verification, pacing, reaping) is :mod:`pool.backends.remote`;
 this module is Daytona's options and capabilities, :mod:`.provider` its SDK
-calls. Builds start from ``base_snapshot`` (None: the organisation's default)
+calls. Builds start from ``base_snapshot`` (None: the organisation's default),
+or from a task's registry image (Daytona builds it once; see :mod:`.images`),
 and end in ``create_snapshot`` (files only: a sandbox from it starts with no
 processes). Sandboxes are ephemeral with an idle stop and a hard TTL of
 ``sandbox_timeout_s``, so nothing outlives a runner killed with SIGKILL by more
@@ -73,7 +74,7 @@ class DaytonaBackend(RemoteBackend):
     @classmethod
     def declared_capabilities(cls) -> Capabilities:
         """The capabilities, stated without credentials or a connection (they do not depend on options)."""
-        return cloud_capabilities(isolation=("container",))
+        return cloud_capabilities(isolation=("container",), bases=("host", "image", "dockerfile"))
 
     @property
     def base_identity(self) -> str:

@@ -1,6 +1,8 @@
 """Daytona through its SDK, as a remote :class:`~pool.backends.remote.provider.Provider`.
 
-The only module that calls ``daytona``.
+The only module that calls ``daytona`` (:mod:`.images` makes an image create's parameters).
+A create starts from a snapshot, or, for a build from a task's image, from that registry image,
+with the task's resources (:mod:`.images`).
 
 Commands run in one session per sandbox (Daytona's only call that returns stdout
 and stderr apart), each in its own ``bash -c`` so nothing carries over from one
@@ -22,9 +24,11 @@ from typing import Any
 import daytona
 
 from pool.backends.daytona.errors import provider_errors
+from pool.backends.daytona.images import build_failure, refuse_credentials, sdk_resources
 from pool.backends.daytona.network import provider_network
 from pool.backends.remote.capped import LONG_SCRIPT_BYTES, capped_script, cut, run_from_file, script_file
 from pool.backends.remote.provider import CreateRequest, Listed, RawResult
+from pool.errors import SnapgymError
 from pool.network.policy import NetworkPolicy
 
 SESSION = "snapgym"
@@ -34,7 +38,8 @@ class DaytonaProvider:
     """Daytona sandboxes: created from a snapshot, run as root in a session, filtered by Daytona's egress rules."""
 
     name = "daytona"
-    applied_resources: frozenset[str] = frozenset()
+    applied_resources: frozenset[str] = frozenset({"cpus", "memory_mb", "storage_mb", "gpus"})
+    """On a create from an image (a build); a sandbox from a snapshot has the snapshot's (:mod:`.images`)."""
 
     def __init__(self, config: Any, *, base_snapshot: str | None, lifetime_s: int, request_timeout_s: float) -> None:
         """``config``: a ``daytona.DaytonaConfig``."""
@@ -47,20 +52,39 @@ class DaytonaProvider:
 
     def create(self, request: CreateRequest) -> Any:
         name = f"sg-{request.idempotency_key}"
-        params = daytona.CreateSandboxFromSnapshotParams(
-            snapshot=request.source or self.base_snapshot,
-            name=name,
-            labels=dict(request.labels),
-            network_block_all=not request.internet,
-            auto_stop_interval=self.lifetime_min,  # idle minutes, then stopped, and being ephemeral, deleted
-            ttl_minutes=self.lifetime_min,  # and never longer than the lifetime
-            ephemeral=True,
-        )
-        with provider_errors(f"creating a sandbox from {request.source or 'the base snapshot'}"):
+        common: dict[str, Any] = {
+            "name": name,
+            "labels": dict(request.labels),
+            "network_block_all": not request.internet,
+            "auto_stop_interval": self.lifetime_min,  # idle minutes, then stopped, and being ephemeral, deleted
+            "ttl_minutes": self.lifetime_min,  # and never longer than the lifetime
+            "ephemeral": True,
+        }
+        image, timeout = request.image, self.request_timeout_s
+        if image is not None:
+            refuse_credentials(image)
+            params: Any = daytona.CreateSandboxFromImageParams(
+                image=image.reference, resources=sdk_resources(request.resources), **common
+            )
+            what, timeout = f"creating a sandbox from image {image.reference}", self.request_timeout_s * 10  # a build
+        else:
+            params = daytona.CreateSandboxFromSnapshotParams(snapshot=request.source or self.base_snapshot, **common)
+            what = f"creating a sandbox from {request.source or 'the base snapshot'}"
+        with provider_errors(what):
             try:
-                return self.client.create(params, timeout=self.request_timeout_s)
-            except daytona.DaytonaConflictError:  # a retry of a create whose answer was lost
-                return self.client.get(name)
+                try:
+                    return self.client.create(params, timeout=timeout)
+                except daytona.DaytonaConflictError:  # a retry of a create whose answer was lost
+                    remote = self.client.get(name)
+                    remote.wait_for_sandbox_start(timeout=timeout)  # an image's build may still be running
+                    return remote
+            except daytona.DaytonaError as exc:
+                failure = build_failure(exc, image) if image is not None else None
+                if failure is None:
+                    raise
+                with contextlib.suppress(SnapgymError):  # Daytona keeps a failed build's sandbox until deleted
+                    self.kill_id(name)
+                raise failure from None
 
     def sandbox_id(self, remote: Any) -> str:
         return str(remote.id)

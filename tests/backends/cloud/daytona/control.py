@@ -1,5 +1,6 @@
 """The control plane of the Daytona stand-in (tests/backends/cloud/daytona/standin.py): the ``/sandbox`` and
-``/snapshots`` resources, the lifetimes the reaper enforces, and the way to each sandbox's toolbox.
+``/snapshots`` resources, creates from images (their builds: builds.py), the lifetimes the reaper
+enforces, and the way to each sandbox's toolbox.
 Authentication, faults and the request log are the stand-in's. PYTEST_DONT_REWRITE.
 """
 
@@ -17,10 +18,12 @@ from typing import Any
 
 from pool import LocalBackend
 from pool.backends.local import LocalSandbox
-from tests.backends.cloud.daytona.lifecycle import Box, SandboxRecord
+from pool.egress import NetworkPolicy, Phase
+from tests.backends.cloud.daytona.builds import Build, Builds
+from tests.backends.cloud.daytona.lifecycle import DEFAULT_RESOURCES, Box, SandboxRecord
 from tests.backends.cloud.daytona.snapshots import SnapshotRegistry
 from tests.backends.cloud.daytona.toolbox import CommandRecord, Toolbox
-from tests.backends.cloud.daytona.wire import api_error
+from tests.backends.cloud.daytona.wire import api_error, iso
 from tests.backends.cloud.http_standin import Reply, Request, json_reply
 
 DEFAULT_SNAPSHOT = "daytona-small"
@@ -28,6 +31,10 @@ DEFAULT_SNAPSHOT = "daytona-small"
 HOME = "/home/daytona"
 """The sandbox user's home (``get_user_home_dir``)."""
 _NETWORK_KEYS = ("networkBlockAll", "networkAllowList", "domainAllowList", "outboundProxyUrl")
+_RESOURCE_KEYS = ("cpu", "gpu", "memory", "disk")
+_BUILDING = ("pending_build", "building_snapshot")
+_FORKED = ("auto_stop", "auto_archive", "auto_delete", "labels", "env", "user", "target", "network", "resources")
+"""What a fork takes from its source."""
 _UNSAFE_NAME = re.compile(
     r"<[a-zA-Z/][^>]*>?|https?://|ftps?://|wss?://|file://|www\.|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
 )
@@ -62,6 +69,8 @@ class ControlPlane:
         self._create_lock = threading.Lock()
         self._boxes: dict[str, Box] = {}
         self.snapshots = SnapshotRegistry()
+        self.builds = Builds(backend)
+        self.api_url = toolbox_url.removesuffix("/toolbox")
         self._create_times: list[float] = []
         self.created_count = 0
         s, n = r"([^/]+)", r"(-?\d+)"
@@ -81,6 +90,8 @@ class ControlPlane:
             ("PUT", re.compile(f"/sandbox/{s}/labels"), lambda r, x: box(r, x, self._labels)),
             ("POST", re.compile(f"/sandbox/{s}/network-settings"), lambda r, x: box(r, x, self._network_settings)),
             ("GET", re.compile(f"/sandbox/{s}/toolbox-proxy-url"), lambda r, x: json_reply(200, {"url": toolbox_url})),
+            ("GET", re.compile(f"/sandbox/{s}/build-logs-url"), lambda r, x: box(r, x, self._build_logs_url)),
+            ("GET", re.compile(f"/sandbox/{s}/build-logs"), lambda r, x: box(r, x, self._build_logs)),
             *self.snapshots.routes,
         ]
 
@@ -157,31 +168,92 @@ class ControlPlane:
         with self._create_lock:
             if refused := self._admit(request):
                 return refused
-            if body.get("buildInfo"):
-                return api_error(request, 400, "the stand-in builds no images: create from a snapshot")
             if body.get("name") and self._find(body["name"]):
                 return api_error(request, 409, f"Sandbox with name {body['name']} already exists")
+            if body.get("buildInfo"):
+                return self._create_from_image(request, body)
             wanted = body.get("snapshot") or DEFAULT_SNAPSHOT
             entry = self.snapshots.find(wanted)
             if entry is None:
                 message = f"Snapshot {wanted} not found. Did you add it through the Daytona Dashboard?"
                 return api_error(request, 400, message)
-            settings = {
-                "auto_stop": int(body.get("autoStopInterval", 15)),
-                "auto_archive": int(body.get("autoArchiveInterval") or 7 * 24 * 60),
-                "auto_delete": int(body.get("autoDeleteInterval", -1)),
-                "ttl_minutes": int(body.get("ttlMinutes") or 0),
-                "labels": dict(body.get("labels") or {}),
-                "env": dict(body.get("env") or {}),
-                "user": body.get("user") or "daytona",
-                "target": body.get("target") or "us",
-                "network": {k: body[k] for k in _NETWORK_KEYS if k in body},
-            }
+            settings = {**self._settings(body), "resources": dict(entry.resources)}  # the snapshot's, not the body's
             box = self._open(self.backend.create(entry.local), entry.name, body, settings, "unknown")
+        self._connect(box)
         return self._dto(box)
 
+    @staticmethod
+    def _settings(body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "auto_stop": int(body.get("autoStopInterval", 15)),
+            "auto_archive": int(body.get("autoArchiveInterval") or 7 * 24 * 60),
+            "auto_delete": int(body.get("autoDeleteInterval", -1)),
+            "ttl_minutes": int(body.get("ttlMinutes") or 0),
+            "labels": dict(body.get("labels") or {}),
+            "env": dict(body.get("env") or {}),
+            "user": body.get("user") or "daytona",
+            "target": body.get("target") or "us",
+            "network": {k: body[k] for k in _NETWORK_KEYS if k in body},
+        }
+
+    def _create_from_image(self, request: Request, body: dict[str, Any]) -> Reply:
+        """``buildInfo``: the sandbox waits in ``pending_build`` (a new build) or ``building_snapshot`` (one
+        under way) and starts when the build is ready; a failed build leaves it ``build_failed``. Its
+        resources are the body's, where given (Daytona's defaults otherwise)."""
+        info = body["buildInfo"]
+        dockerfile, hashes = info.get("dockerfileContent"), list(info.get("contextHashes") or [])
+        if not isinstance(dockerfile, str) or not dockerfile.strip():
+            return api_error(request, 400, "buildInfo.dockerfileContent should not be empty")
+        resources = {k: int(body.get(k) or DEFAULT_RESOURCES[k]) for k in _RESOURCE_KEYS}
+        box = self._open(None, "", body, {**self._settings(body), "resources": resources}, None)
+        build, fresh = self.builds.request(dockerfile, hashes, lambda done: self._built(box.id, done))
+        now = iso(time.time())
+        with self._lock:
+            box.build = {"snapshotRef": build.ref, "dockerfileContent": dockerfile, "contextHashes": hashes}
+            box.build.update(createdAt=now, updatedAt=now)
+            if box.state == "pending_build" and not fresh and not build.done.is_set():
+                box.state = "building_snapshot"  # a build of the same image is under way
+        return self._dto(box)
+
+    def _built(self, box_id: str, build: Build) -> None:
+        """Start the sandbox on its finished build, or fail it as Daytona fails a build."""
+        with self._lock:
+            box = self._boxes.get(box_id)
+            if box is None or box.state not in _BUILDING:
+                return  # deleted while it waited
+            if build.local is None:
+                box.state, box.error_reason = "build_failed", build.error_reason or "Failed to build snapshot"
+                box.updated_at = time.time()
+                return
+        local: LocalSandbox | None = self.backend.create(build.local)
+        with self._lock:
+            if box.state in _BUILDING and local is not None:
+                box.local, box.toolbox, box.state = local, self._toolbox(box, local), "started"
+                box.last_activity = box.updated_at = time.time()
+                local = None
+        if local is not None:  # deleted meanwhile
+            local.close()
+        else:
+            self._connect(box)
+
+    def _build_logs_url(self, request: Request, box: Box) -> Reply:
+        return json_reply(200, {"url": f"{self.api_url}/sandbox/{box.id}/build-logs"})
+
+    def _build_logs(self, request: Request, box: Box) -> Reply:
+        """The build's log as text; with ``follow=true``, streamed until the build ends."""
+        build = self.builds.find(box.build["snapshotRef"]) if box.build else None
+        if build is None:
+            return api_error(request, 400, "Sandbox has no build info")
+        follow = (request.arg("follow") or "").lower() == "true"
+        return Reply(200, content_type="text/plain", stream=self.builds.log_lines(build, follow=follow))
+
     def _open(
-        self, local: LocalSandbox, snapshot: str, body: dict[str, Any], settings: dict[str, Any], shown: str
+        self,
+        local: LocalSandbox | None,
+        snapshot: str,
+        body: dict[str, Any],
+        settings: dict[str, Any],
+        shown: str | None,
     ) -> Box:
         now = time.time()
         sandbox_id = str(uuid.uuid4())
@@ -198,8 +270,12 @@ class ControlPlane:
             local=local,
             **settings,
         )
-        box.toolbox = self._toolbox(box, local)
-        box.show(shown, self.settle_polls, now)
+        if local is None:  # an image's build comes first
+            box.state = "pending_build"
+        else:
+            box.toolbox = self._toolbox(box, local)
+        if shown is not None:
+            box.show(shown, self.settle_polls, now)
         with self._lock:
             self._boxes[sandbox_id] = box
             self.created_count += 1
@@ -264,8 +340,9 @@ class ControlPlane:
             local = self.backend.create(kept)
             with self._lock:
                 box.local, box.toolbox, box.state = local, self._toolbox(box, local), "started"
-                box.stopped_at, box.last_activity = None, time.time()
+                box.stopped_at, box.last_activity, box.connected = None, time.time(), "offline"
             box.show("starting", self.settle_polls, time.time())
+            self._connect(box)
         return self._dto(box)
 
     def _stop(self, request: Request, box: Box) -> Reply:
@@ -291,7 +368,9 @@ class ControlPlane:
             return api_error(request, 400, "Sandbox must be in started or stopped state to create a snapshot")
         local = box.local.snapshot() if box.local is not None else box.kept
         if local is not None:  # a taken name: dropped without an error, as Daytona drops it
-            self.snapshots.add(name, local, source_sandbox_id=box.id, sandbox_class=box.sandbox_class)
+            self.snapshots.add(
+                name, local, source_sandbox_id=box.id, sandbox_class=box.sandbox_class, resources=box.resources
+            )
         box.show("snapshotting", self.settle_polls, time.time())
         return self._dto(box)
 
@@ -307,10 +386,10 @@ class ControlPlane:
             if body.get("name") and self._find(body["name"]):
                 return api_error(request, 409, f"Sandbox with name {body['name']} already exists")
             local = self.backend.create(source.local.snapshot())
-            keys = ("auto_stop", "auto_archive", "auto_delete", "labels", "env", "user", "target", "network")
-            settings = {k: _copy(getattr(source, k)) for k in keys}
+            settings = {k: _copy(getattr(source, k)) for k in _FORKED}
             child = self._open(local, source.snapshot, body, settings, "creating")
             child.forked_from = source.id
+        self._connect(child)
         source.show("forking", self.settle_polls, time.time())
         return self._dto(child)
 
@@ -347,7 +426,22 @@ class ControlPlane:
                 box.network["networkBlockAll"] = False
             box.network.update({k: body[k] for k in _NETWORK_KEYS if k in body})
             box.updated_at = box.last_activity = time.time()
+        self._connect(box)
         return self._dto(box)
+
+    def _connect(self, box: Box) -> None:
+        """Give the local sandbox the network its settings say, where that is all or nothing: ``networkBlockAll``
+        false without allow lists is the open network (through the local backend's egress proxy), true is
+        none; allow lists are recorded, not enforced."""
+        with self._lock:
+            lists = box.network.get("networkAllowList") or box.network.get("domainAllowList")
+            block = box.network.get("networkBlockAll")
+            wanted = None if lists or block is None else ("offline" if block else "public")
+            local = box.local
+            if local is None or wanted is None or wanted == box.connected:
+                return
+            box.connected = wanted
+        local.set_network(NetworkPolicy.public() if wanted == "public" else NetworkPolicy.offline(), phase=Phase.BUILD)
 
     # -- lifetimes ---------------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 lifetimes in (scaled) minutes, and the JSON the API answers with. PYTEST_DONT_REWRITE.
 
 A sandbox is ``started`` (a live local sandbox), ``stopped`` or ``archived`` (its files kept as a
-local snapshot, its processes gone) or ``destroyed``. Daytona's lifetime rules, in minutes of
+local snapshot, its processes gone) or ``destroyed``; one created from an image is ``pending_build``
+then ``building_snapshot`` while its image builds, and ``build_failed`` (with an ``errorReason``) if
+the build fails. Daytona's lifetime rules, in minutes of
 ``minute_s`` seconds: idle ``auto_stop_interval`` minutes (0: never) since the last activity
 stops it; ``auto_delete_interval`` minutes stopped (negative: never, 0: at once, ``ephemeral``)
 destroys it; ``auto_archive_interval`` minutes stopped archives it; ``ttl_minutes`` (0: none)
@@ -23,6 +25,9 @@ ORGANIZATION_ID = "0a9f3f1e-5d2c-4c43-9c39-5e0d5b7d1c11"
 """The one organization every sandbox and snapshot belongs to."""
 DAEMON_VERSION = "0.226.1-standin"
 _DESIRED = {"started": "started", "stopped": "stopped", "archived": "archived", "destroyed": "destroyed"}
+_DESIRED.update(pending_build="started", building_snapshot="started", build_failed="started")
+DEFAULT_RESOURCES = {"cpu": 1, "gpu": 0, "memory": 1, "disk": 3}
+"""What a sandbox gets when nothing asks otherwise (the API's defaults: cores, GPUs, GiB, GiB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +41,8 @@ class SandboxRecord:
     """As the API keeps them: the SDK's ``code-toolbox-language`` included."""
     env: dict[str, str]
     state: str
-    """``started``, ``stopped``, ``archived`` or ``destroyed``."""
+    """``started``, ``stopped``, ``archived`` or ``destroyed``; ``pending_build``, ``building_snapshot`` or
+    ``build_failed`` for one created from an image."""
     request: dict[str, Any]
     """The create (or fork) body as sent, camelCase."""
     network: dict[str, Any]
@@ -54,6 +60,11 @@ class SandboxRecord:
     """What destroyed it: ``api`` (delete), ``stop`` (an ephemeral one stopped), ``ttl``, ``auto-delete``
     (the reaper; an ephemeral one auto-stopped too) or ``close`` (the stand-in closed)."""
     forked_from: str | None = None
+    resources: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
+    """``cpu``, ``gpu``, ``memory`` and ``disk`` as the API reports them (recorded, not enforced)."""
+    error_reason: str | None = None
+    build_ref: str | None = None
+    """The image build it started from (``daytona-<sha256>:daytona``), if created from an image."""
 
 
 @dataclass(slots=True)
@@ -91,6 +102,12 @@ class Box:
     forked_from: str | None = None
     ended_by: str | None = None
     network: dict[str, Any] = field(default_factory=dict)
+    resources: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
+    error_reason: str | None = None
+    build: dict[str, Any] | None = None
+    """The API's ``BuildInfo`` of a sandbox created from an image."""
+    connected: str = "offline"
+    """The network its local sandbox has: ``offline`` (as made) or ``public``."""
 
     @property
     def is_ephemeral(self) -> bool:
@@ -153,6 +170,9 @@ class Box:
             delete_at=min(ends) if ends and self.state != "destroyed" else None,
             ended_by=self.ended_by,
             forked_from=self.forked_from,
+            resources=dict(self.resources),
+            error_reason=self.error_reason,
+            build_ref=self.build["snapshotRef"] if self.build else None,
         )
 
     def json(self, minute_s: float, *, full: bool, poll: bool = False) -> dict[str, Any]:
@@ -162,7 +182,7 @@ class Box:
             "id": self.id,
             "organizationId": ORGANIZATION_ID,
             "name": self.name,
-            "snapshot": self.snapshot,
+            "snapshot": self.snapshot or None,
             "user": self.user,
             "labels": dict(self.labels),
             "public": bool(self.request.get("public")),
@@ -170,13 +190,10 @@ class Box:
             "networkAllowList": self.network.get("networkAllowList"),
             "domainAllowList": self.network.get("domainAllowList"),
             "target": self.target,
-            "cpu": 1,
-            "gpu": 0,
-            "memory": 1,
-            "disk": 3,
+            **self.resources,
             "state": self.visible_state(poll=poll),
             "desiredState": _DESIRED[self.state],
-            "errorReason": None,
+            "errorReason": self.error_reason,
             "recoverable": False,
             "backupState": "None",
             "autoStopInterval": self.auto_stop,
@@ -195,4 +212,6 @@ class Box:
             data.update(
                 env=dict(self.env), kvm=False, outboundProxyUrl=self.network.get("outboundProxyUrl"), volumes=[]
             )
+            if self.build is not None:
+                data["buildInfo"] = dict(self.build)
         return data

@@ -16,11 +16,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pool import Snapshot
-from tests.backends.cloud.daytona.lifecycle import ORGANIZATION_ID
+from tests.backends.cloud.daytona.lifecycle import DEFAULT_RESOURCES, ORGANIZATION_ID
 from tests.backends.cloud.daytona.wire import api_error, iso
 from tests.backends.cloud.http_standin import Reply, Request, json_reply
 
@@ -38,6 +38,9 @@ class SnapshotRecord:
     """True for the stand-in's own (the default); those cannot be deleted."""
     source_sandbox_id: str | None
     local: Snapshot
+    resources: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
+    """``cpu``, ``gpu``, ``memory``, ``disk``: what every sandbox created from it gets (a snapshot of a
+    sandbox keeps the sandbox's)."""
 
 
 @dataclass(slots=True)
@@ -50,9 +53,12 @@ class SnapshotEntry:
     source_sandbox_id: str | None = None
     image_name: str | None = None
     sandbox_class: str = "container"
+    resources: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
 
     def record(self) -> SnapshotRecord:
-        return SnapshotRecord(self.id, self.name, "active", self.general, self.source_sandbox_id, self.local)
+        return SnapshotRecord(
+            self.id, self.name, "active", self.general, self.source_sandbox_id, self.local, dict(self.resources)
+        )
 
     def json(self) -> dict[str, Any]:
         return {
@@ -64,10 +70,10 @@ class SnapshotEntry:
             "state": "active",
             "size": None,
             "entrypoint": None,
-            "cpu": 1,
-            "gpu": 0,
-            "mem": 1,
-            "disk": 3,
+            "cpu": self.resources["cpu"],
+            "gpu": self.resources["gpu"],
+            "mem": self.resources["memory"],
+            "disk": self.resources["disk"],
             "errorReason": None,
             "createdAt": iso(self.created_at),
             "updatedAt": iso(self.created_at),
@@ -100,9 +106,11 @@ class SnapshotRegistry:
         general: bool = False,
         source_sandbox_id: str | None = None,
         sandbox_class: str = "container",
+        resources: dict[str, int] | None = None,
     ) -> bool:
         """Register a snapshot; False (and nothing registered) when the name is taken."""
         entry = SnapshotEntry(str(uuid.uuid4()), name, local, general, time.time(), source_sandbox_id)
+        entry.resources = dict(resources or DEFAULT_RESOURCES)
         entry.image_name, entry.sandbox_class = ("daytonaio/sandbox:standin" if general else None), sandbox_class
         with self._lock:
             if any(e.name == name for e in self._entries.values()):

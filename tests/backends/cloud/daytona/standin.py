@@ -24,13 +24,25 @@ state of any operation); an unknown snapshot is a 400, not a 404; ``create_snaps
 ``windows``, and a sandbox with live forks cannot be deleted (400); stopping an ephemeral sandbox
 destroys it; a destroyed sandbox is a 404. Known differences: commands run as root whatever
 ``os_user`` says; output comes when a command ends; snapshots, forks and stops keep files only,
-never processes; the network settings are recorded, not enforced (local sandboxes have no
-network); listings are ordered newest first (Daytona: last activity first); no image builds,
-volumes, PTY, git, LSP, code interpreter, preview links or websocket logs.
+never processes; of the network settings, ``networkBlockAll`` alone is enforced (false: the local
+backend's open network through its egress proxy; true: none) and allow lists are only recorded;
+resources are recorded and reported, not enforced; listings are ordered newest first (Daytona:
+last activity first); image builds take a Dockerfile of one ``FROM`` line only (what
+``CreateSandboxFromImageParams(image="ref")`` sends); no snapshot builds (``POST /snapshots``),
+quotas, registries, volumes, PTY, git, LSP, code interpreter, preview links or websocket logs.
+
+Creates from an image (``buildInfo``, tests/backends/cloud/daytona/builds.py) pull the ``FROM``
+reference with the local backend (so the stand-in's backend needs the registry's settings, e.g.
+``LocalBackend(registry=RegistrySettings(insecure_registries=[host]))``), once per Dockerfile as
+Daytona builds once per Dockerfile hash; the sandbox is ``pending_build`` or ``building_snapshot``
+until then and ``build_failed`` with the pull's error as ``errorReason`` if the image cannot be had.
+A create from an image gets the body's ``cpu``, ``memory``, ``disk`` and ``gpu`` (Daytona's
+defaults 1, 1, 3, 0 otherwise); a create from a snapshot gets the snapshot's, and
+``create_snapshot`` keeps the sandbox's.
 
 The parts, beside this file: wire.py (HTTP, error bodies, multipart), control.py (``/sandbox``),
-lifecycle.py (states, lifetimes), snapshots.py (``/snapshots``), toolbox.py (``process/*``) and
-files.py (``files/*``).
+lifecycle.py (states, lifetimes), snapshots.py (``/snapshots``), builds.py (image builds),
+toolbox.py (``process/*``) and files.py (``files/*``).
 
 Test modules load it with ``pytest_plugins = ["tests.backends.cloud.daytona.standin"]``, which gives them the
 function-scoped ``daytona_standin`` fixture over the session's local backend. It has no asserts
@@ -50,6 +62,7 @@ from urllib.parse import unquote
 import pytest
 
 from pool import LocalBackend, Snapshot, Template
+from tests.backends.cloud.daytona.builds import BuildRecord
 from tests.backends.cloud.daytona.control import DEFAULT_SNAPSHOT, HOME, ControlPlane
 from tests.backends.cloud.daytona.lifecycle import SandboxRecord
 from tests.backends.cloud.daytona.snapshots import SnapshotRecord
@@ -60,7 +73,7 @@ from tests.backends.cloud.http_standin import Reply, Request, Server
 if TYPE_CHECKING:
     from daytona import DaytonaConfig
 
-__all__ = ["API_KEY_MARKER", "BASE_TEMPLATE", "DEFAULT_SNAPSHOT", "CommandRecord", "DaytonaStandin"]
+__all__ = ["API_KEY_MARKER", "BASE_TEMPLATE", "DEFAULT_SNAPSHOT", "BuildRecord", "CommandRecord", "DaytonaStandin"]
 __all__ += ["RequestRecord", "SandboxRecord", "SnapshotRecord", "daytona_standin"]
 
 BASE_TEMPLATE = Template(
@@ -207,6 +220,10 @@ class DaytonaStandin:
     def sandboxes(self) -> dict[str, SandboxRecord]:
         """Every sandbox ever created, by id, destroyed ones included."""
         return self.control.sandboxes()
+
+    def builds(self) -> dict[str, BuildRecord]:
+        """Every image build made so far, by its ref (``daytona-<sha256>:daytona``)."""
+        return self.control.builds.records()
 
     def snapshots(self) -> dict[str, SnapshotRecord]:
         """Every snapshot not deleted, by name, :data:`DEFAULT_SNAPSHOT` included."""

@@ -1,0 +1,269 @@
+"""Protected test infrastructure: files in the task's outputs that the verifier takes from the
+known-good snapshot, never from the agent.
+
+The tests read the outputs, and a test harness reads more of them than the answer: pytest loads
+every ``conftest.py`` from the rootdir down (a 10-line ``pytest_runtest_makereport`` hook marks
+every test passed: the exploit that scores SWE-bench-shaped tasks without solving one), takes
+options from ``pytest.ini``, ``tox.ini``, ``setup.cfg`` and ``pyproject.toml`` (``addopts = -p
+plugin``), imports a ``pytest`` or ``_pytest`` package found first on ``sys.path``, and Python runs
+``sitecustomize.py``, ``usercustomize.py`` and ``.pth`` files of its path at start-up and trusts
+a ``__pycache__`` it finds (an unchecked-hash ``.pyc`` is never compared with its source).
+
+So before the tests run, the outputs are cleaned of these, at any depth (patterns are globs on
+the name):
+
+- :data:`DEFAULT_PROTECTED` (or the task's ``[snapgym] protected``): made what the known-good
+  snapshot holds there: what the agent added is removed, what it changed or removed is put back.
+  ``pyproject.toml``, ``setup.cfg`` and ``tox.ini`` are project files an agent may have to edit:
+  they count as changed only when their pytest section differs (then the known-good file is put
+  back), and one the agent added counts only if it has a pytest section.
+- :data:`ADDED_ONLY`: packages that would shadow the test runner and the interpreter's start-up
+  hooks are removed when the agent added them; the project's own (the pytest repository's
+  ``src/_pytest``, which a fix may have to change) are the agent's to change.
+- :data:`CACHES`: ``__pycache__`` folders are removed (the interpreter remakes them).
+
+What was done is in ``info["verifier"]["protected"]``. A task that declares ``[snapgym] protected``
+gets exactly its patterns (restored as above; ``[]``: nothing is protected).
+
+The known-good side is read once per task snapshot from a fresh sandbox of it (:func:`known_good`);
+the agent's side is listed in the verifier's view with ``find``, which in strict mode is the
+known-good snapshot's own program. In shared mode the agent's programs are the verifier's by design
+(see ``envs.tasks.verifier``); the protection there is best effort.
+"""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import hashlib
+import shlex
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from envs.tasks.task import Task
+from pool.contract import Sandbox
+from pool.errors import FileOperationError, SnapgymError
+from pool.snapshots import Snapshot
+
+DEFAULT_PROTECTED = (
+    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml",
+)  # fmt: skip
+"""pytest's plugins and configuration: the known-good snapshot's, always."""
+
+ADDED_ONLY = ("pytest", "_pytest", "pytest.py", "pluggy", "py.py", "sitecustomize.py", "usercustomize.py", "*.pth")
+"""Shadowing packages and start-up hooks: removed when the agent added them."""
+
+SECTIONED = {"pyproject.toml": ("tool.pytest", "tool.pytest.ini_options"), "setup.cfg": ("tool:pytest",),
+             "tox.ini": ("pytest",)}  # fmt: skip
+"""Project files protected only in their pytest sections (the file is put back when those differ)."""
+
+CACHES = ("__pycache__",)
+"""Folders removed wherever they are (no known-good copy is put back: the interpreter remakes them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One protected file or folder entry as a snapshot holds it."""
+
+    kind: str
+    """``f`` a file, ``d`` a folder, ``l`` a symbolic link."""
+    mode: int
+    data: bytes = b""
+    """A file's bytes, or a link's target."""
+
+
+@dataclass(frozen=True, slots=True)
+class KnownGood:
+    """The protected entries of one snapshot's outputs, by absolute path (folders with their contents)."""
+
+    patterns: tuple[str, ...]
+    """The patterns restored to these entries (the defaults or the task's)."""
+    added_only: tuple[str, ...] = ()
+    entries: dict[str, Entry] = field(default_factory=dict)
+
+    @property
+    def everything(self) -> tuple[str, ...]:
+        """Every pattern looked for."""
+        return (*self.patterns, *self.added_only, *(CACHES if self.patterns or self.added_only else ()))
+
+
+@dataclass(frozen=True, slots=True)
+class Protection:
+    """What was done to the verifier's view."""
+
+    removed: tuple[str, ...] = ()
+    """Entries the agent added (or caches), removed."""
+    restored: tuple[str, ...] = ()
+    """Entries the agent changed or removed, put back as the known-good snapshot had them."""
+
+    def as_info(self) -> dict[str, list[str]]:
+        """JSON-ready fields for ``info["verifier"]["protected"]``."""
+        return {"removed": list(self.removed), "restored": list(self.restored)}
+
+
+def known_good(sandbox: Sandbox, outputs: tuple[str, ...], patterns: tuple[str, ...] | None) -> KnownGood:
+    """The protected entries of ``outputs`` in ``sandbox``, which must be a fresh sandbox of the
+    task's known-good snapshot (nothing of an agent's in it). ``patterns``: the task's (None: the
+    defaults, with :data:`ADDED_ONLY` and :data:`CACHES`)."""
+    found = KnownGood(DEFAULT_PROTECTED, ADDED_ONLY) if patterns is None else KnownGood(tuple(patterns))
+    if not found.everything:
+        return found
+    for path, (kind, mode) in _listing(sandbox, outputs, found.everything, inside=True).items():
+        if any(part in CACHES for part in path.split("/")):
+            continue
+        data = b""
+        if kind == "f":
+            data = sandbox.read_file(path)
+        elif kind == "l":
+            data = sandbox.exec(f"readlink -- {shlex.quote(path)}", timeout_s=60).stdout.rstrip("\n").encode()
+        found.entries[path] = Entry(kind, mode, data)
+    return found
+
+
+def protect(sandbox: Sandbox, outputs: tuple[str, ...], good: KnownGood) -> Protection:
+    """Make the protected entries of the verifier's view of ``outputs`` the known-good ones."""
+    if not good.everything:
+        return Protection()
+    seen = _listing(sandbox, outputs, good.everything, inside=False)
+    removed, restored = [], []
+    for path, (kind, _) in sorted(seen.items()):
+        name = path.rsplit("/", 1)[-1]
+        if name in CACHES:
+            removed.append(path)
+        elif path not in good.entries:
+            if not (kind == "f" and name in SECTIONED and _pytest_part(name, _read(sandbox, path)) == _NO_PYTEST):
+                removed.append(path)
+        elif _matches(name, good.patterns) and not _same(sandbox, path, kind, good):
+            restored.append(path)
+    for path in sorted(set(good.entries) - set(seen)):  # removed by the agent: put back (top entries only)
+        top = not any(path.startswith(other + "/") for other in good.entries if other != path)
+        if top and _matches(path.rsplit("/", 1)[-1], good.patterns):
+            restored.append(path)
+    gone = [p for p in (*removed, *restored) if p in seen]
+    if gone:
+        quoted = " ".join(shlex.quote(p) for p in gone)
+        sandbox.exec(f"rm -rf -- {quoted}", timeout_s=120, cwd="/")
+    for path in restored:
+        _put_back(sandbox, path, good)
+    return Protection(tuple(removed), tuple(restored))
+
+
+_NO_PYTEST: object = object()
+"""What :func:`_pytest_part` gives for a project file without a pytest section."""
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _read(sandbox: Sandbox, path: str) -> bytes:
+    try:
+        return sandbox.read_file(path)
+    except FileOperationError:
+        return b""
+
+
+def _same(sandbox: Sandbox, path: str, kind: str, good: KnownGood) -> bool:
+    """Whether the agent's entry at ``path`` is the known-good one (for sectioned files: its pytest part)."""
+    entry = good.entries[path]
+    if kind != entry.kind:
+        return False
+    if kind == "d":
+        inside = _listing(sandbox, (path,), ("*",), inside=True)
+        want = {p for p in good.entries if p.startswith(path + "/")}
+        return set(inside) - {path} == want and all(_same(sandbox, p, k, good) for p, (k, _) in inside.items()
+                                                    if p != path)  # fmt: skip
+    data = _read(sandbox, path) if kind == "f" else b""
+    if kind == "l":
+        data = sandbox.exec(f"readlink -- {shlex.quote(path)}", timeout_s=60).stdout.rstrip("\n").encode()
+    name = path.rsplit("/", 1)[-1]
+    if kind == "f" and name in SECTIONED:
+        return _pytest_part(name, data) == _pytest_part(name, entry.data)
+    return hashlib.sha256(data).digest() == hashlib.sha256(entry.data).digest()
+
+
+def _pytest_part(name: str, data: bytes) -> object:
+    """The pytest sections of a project file (a file that does not parse: its bytes, so it differs)."""
+    sections = SECTIONED[name]
+    try:
+        if name.endswith(".toml"):
+            table = tomllib.loads(data.decode())
+            found: dict[str, object] = {}
+            for dotted in sections:
+                value: object = table
+                for key in dotted.split("."):
+                    value = value.get(key) if isinstance(value, dict) else None
+                found[dotted] = value
+        parser = configparser.RawConfigParser()
+        parser.read_string(data.decode())
+        found = {s: dict(parser.items(s)) if parser.has_section(s) else None for s in sections}
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error):
+        return data
+    return _NO_PYTEST if all(value is None for value in found.values()) else found
+
+
+def _put_back(sandbox: Sandbox, path: str, good: KnownGood) -> None:
+    for each in sorted(p for p in good.entries if p == path or p.startswith(path + "/")):
+        entry = good.entries[each]
+        quoted = shlex.quote(each)
+        if entry.kind == "d":
+            sandbox.exec(f"mkdir -p -- {quoted} && chmod {entry.mode:o} -- {quoted}", timeout_s=60, cwd="/")
+        elif entry.kind == "l":
+            sandbox.exec(f"ln -sfn -- {shlex.quote(entry.data.decode())} {quoted}", timeout_s=60, cwd="/")
+        else:
+            sandbox.write_file(each, entry.data, mode=entry.mode)
+
+
+def _listing(sandbox: Sandbox, outputs: tuple[str, ...], patterns: tuple[str, ...], *,
+             inside: bool) -> dict[str, tuple[str, int]]:  # fmt: skip
+    """Entries of ``outputs`` whose name matches a pattern, ``path -> (kind, mode)``; with ``inside``,
+    also everything inside a matched folder. Links are not followed."""
+    names = " -o ".join(f"-name {shlex.quote(p)}" for p in patterns)
+    roots = " ".join(shlex.quote(o) for o in outputs)
+    listed = sandbox.exec(
+        f"find {roots} -mindepth 1 \\( {names} \\) {'' if inside else '-prune'} -printf '%y %m %p\\0' 2>/dev/null; "
+        "true",
+        timeout_s=300, cwd="/", max_output_bytes=16 << 20,
+    )  # fmt: skip
+    found: dict[str, tuple[str, int]] = {}
+    for record in listed.stdout.split("\0"):
+        kind, _, rest = record.partition(" ")
+        mode, _, path = rest.partition(" ")
+        if kind in ("f", "d", "l") and mode.isdigit() and path.startswith("/"):
+            found[path] = (kind, int(mode, 8))
+    if inside:  # a matched folder's contents, whatever their names
+        for folder in [p for p, (k, _) in found.items() if k == "d"]:
+            if any(fnmatchcase(folder.rsplit("/", 1)[-1], c) for c in CACHES):
+                continue
+            more = sandbox.exec(f"find {shlex.quote(folder)} -mindepth 1 -printf '%y %m %p\\0'", timeout_s=300,
+                                cwd="/", max_output_bytes=16 << 20)  # fmt: skip
+            for record in more.stdout.split("\0"):
+                kind, _, rest = record.partition(" ")
+                mode, _, path = rest.partition(" ")
+                if kind in ("f", "d", "l") and mode.isdigit() and path.startswith("/"):
+                    found[path] = (kind, int(mode, 8))
+    return found
+
+
+class KnownGoodCache:
+    """The known-good test infrastructure of each task snapshot, read once (a race reads it twice)."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[str, str], KnownGood] = {}
+
+    def of(self, task: Task, snapshot: Snapshot, fresh: Callable[[], Sandbox]) -> KnownGood | None:
+        """Of ``task`` at ``snapshot``, read from ``fresh()``, a new sandbox of it closed afterwards
+        (None: the task has no outputs to protect)."""
+        if not task.outputs:
+            return None
+        key = (task.id, snapshot.digest)
+        if key not in self._found:
+            sandbox = fresh()
+            try:
+                self._found[key] = known_good(sandbox, task.outputs, task.settings.protected)
+            finally:
+                with contextlib.suppress(SnapgymError):
+                    sandbox.close()
+        return self._found[key]
