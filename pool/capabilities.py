@@ -18,6 +18,8 @@ class Enforcement(Enum):
     TMPFS = "tmpfs"
     QUOTA = "quota"
     """A filesystem quota (the Docker engine's ``storage_opt`` on xfs with pquota, btrfs, zfs)."""
+    PROVIDER = "provider"
+    """The cloud provider sizes the sandbox (its VM or container) as asked; snapgym cannot check it."""
     NONE = "none"
 
     @property

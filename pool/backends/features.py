@@ -102,15 +102,17 @@ FEATURES: tuple[Feature, ...] = (
     Feature(
         "resources",
         "`limits` of memory, cpu and pids: how a task's `memory` and `cpus` (and the backend's "
-        '`memory_limit_mb`, `cpus`, `pids_limit`) are held: `cgroup`, `rlimit` (per process); "no": '
-        "not applied.",
+        "`memory_limit_mb`, `cpus`, `pids_limit`) are held: `cgroup`, `rlimit` (per process), `provider` "
+        "(the cloud provider sizes the sandbox as asked; Daytona and E2B only for a task with its own image); "
+        '"no": not applied (a task that asks is told so: `resources_not_applied` in its results).',
         lambda _, c: _resources(c),
     ),
     Feature(
         "storage quota",
         "`limits[\"disk\"]`: how a task's `storage` (or the backend's `disk_limit_mb`) is held, bytes "
         "and files: `tmpfs` (the sandbox's writable layer on a tmpfs of that size), `quota` (the "
-        'engine\'s storage quota); "no": not applied.',
+        "engine's storage quota), `provider` (the cloud provider's disk size, for a task with its own image); "
+        '"no": not applied.',
         lambda _, c: _enforcement(c.limits.get("disk", Enforcement.NONE)),
     ),
     Feature(

@@ -126,12 +126,20 @@ def check_resources(backend: Backend, template: Template) -> None:
     )
     snap = backend.build(limited)
     _expect(snap.resources.memory_mb == 96, "resources", "the snapshot keeps the template's resources")
+    _expect(all(field.split("=")[0] in ("memory_mb", "storage_mb") for field in snap.unapplied), "resources",
+            f"only what was asked is reported as not applied: {snap.unapplied}")  # fmt: skip
+
+    def held(limit: str, field: str) -> bool:  # enforced, and (a provider's) applied to this template
+        return capabilities.limits.get(limit, Enforcement.NONE).is_enforced and not any(
+            text.startswith(f"{field}=") for text in snap.unapplied
+        )
+
     with backend.create(snap) as sandbox:
-        if capabilities.limits.get("memory", Enforcement.NONE).is_enforced:
+        if held("memory", "memory_mb"):
             r = sandbox.exec("python3 -c 'b = bytearray(400 << 20); print(len(b))'", timeout_s=60)
             _expect(r.exit_code != 0 and "419430400" not in r.stdout, "memory limit", f"400 MiB fit in 96: {r!r}")
             sandbox.restore()
-        if capabilities.limits.get("disk", Enforcement.NONE).is_enforced:
+        if held("disk", "storage_mb"):
             r = sandbox.exec("head -c 64000000 /dev/zero > /workspace/big", timeout_s=60)
             _expect(r.exit_code != 0, "disk limit", "64 MB were written to a 32 MiB sandbox")
 

@@ -22,7 +22,7 @@ from pool.backends.daytona.provider import DaytonaProvider
 from pool.backends.remote.backend import RemoteBackend, cloud_capabilities
 from pool.backends.remote.credentials import Credentials
 from pool.backends.remote.options import RemoteOptions, with_remote_options
-from pool.capabilities import Capabilities
+from pool.capabilities import Capabilities, Enforcement
 
 NAME = "daytona"
 
@@ -74,7 +74,10 @@ class DaytonaBackend(RemoteBackend):
     @classmethod
     def declared_capabilities(cls) -> Capabilities:
         """The capabilities, stated without credentials or a connection (they do not depend on options)."""
-        return cloud_capabilities(isolation=("container",), bases=("host", "image", "dockerfile"))
+        return cloud_capabilities(
+            isolation=("container",), bases=("host", "image", "dockerfile"),
+            limits={**dict.fromkeys(("memory", "cpu", "disk"), Enforcement.PROVIDER), "pids": Enforcement.NONE},
+        )  # fmt: skip
 
     @property
     def base_identity(self) -> str:

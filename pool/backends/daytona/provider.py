@@ -39,6 +39,7 @@ class DaytonaProvider:
 
     name = "daytona"
     applied_resources: frozenset[str] = frozenset({"cpus", "memory_mb", "storage_mb", "gpus"})
+    applied_on_base: frozenset[str] = frozenset()  # a snapshot carries its own: Daytona sizes only image creates
     """On a create from an image (a build); a sandbox from a snapshot has the snapshot's (:mod:`.images`)."""
 
     def __init__(self, config: Any, *, base_snapshot: str | None, lifetime_s: int, request_timeout_s: float) -> None:

@@ -26,6 +26,7 @@ class E2BProvider:
 
     name = "e2b"
     applied_resources: frozenset[str] = frozenset()
+    applied_on_base: frozenset[str] = frozenset()
 
     def __init__(self, api: Mapping[str, Any], *, base_template: str, lifetime_s: int) -> None:
         """``api``: the SDK's connection options (``api_key``, ``domain``, ``api_url``, ``sandbox_url``,

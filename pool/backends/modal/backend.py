@@ -29,7 +29,7 @@ from pool.backends.modal.provider import ModalProvider
 from pool.backends.remote.backend import RemoteBackend, cloud_capabilities
 from pool.backends.remote.credentials import Credentials
 from pool.backends.remote.options import RemoteOptions, with_remote_options
-from pool.capabilities import Capabilities
+from pool.capabilities import Capabilities, Enforcement
 
 NAME = "modal"
 GPU_TYPES = (
@@ -105,8 +105,10 @@ class ModalBackend(RemoteBackend):
     def declared_capabilities(cls) -> Capabilities:
         """The capabilities, stated without credentials or a connection (they do not depend on options)."""
         return cloud_capabilities(
-            gpu=True, gpu_types=GPU_TYPES, isolation=("gvisor",), bases=("host", "image", "dockerfile")
-        )
+            gpu=True, gpu_types=GPU_TYPES, isolation=("gvisor",), bases=("host", "image", "dockerfile"),
+            limits={**dict.fromkeys(("memory", "cpu"), Enforcement.PROVIDER), "pids": Enforcement.NONE,
+                    "disk": Enforcement.NONE},
+        )  # fmt: skip
 
     @property
     def base_identity(self) -> str:

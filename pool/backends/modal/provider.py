@@ -55,6 +55,7 @@ class ModalProvider:
 
     name = "modal"
     applied_resources: frozenset[str] = frozenset({"cpus", "memory_mb", "gpus"})
+    applied_on_base: frozenset[str] = applied_resources  # every create takes them
     """Modal's ``cpu``, ``memory`` and ``gpu``; Modal sandboxes take no disk size."""
 
     def __init__(

@@ -193,7 +193,9 @@ class RemoteBackend(abc.ABC):
             workdir=recipe.workdir,
             template=template.name,
             resources=template.resources,
-            unapplied=unapplied(template.resources, self.provider.applied_resources),
+            unapplied=unapplied(
+                template.resources, self.provider.applied_resources if from_image else self.provider.applied_on_base
+            ),
         )
         if found := self.provider.find_snapshot(f"{name}-"):
             reference, full = found

@@ -98,8 +98,11 @@ class Provider(Protocol):
 
     applied_resources: frozenset[str]
     """Which of :class:`~pool.resources.Resources`' fields (``cpus``, ``memory_mb``, ``storage_mb``,
-    ``gpus``) the provider sets on a sandbox made from a :class:`CreateRequest`; the others are
-    reported as not applied, never silently dropped."""
+    ``gpus``) the provider sets on a sandbox of a template that starts from a registry image
+    (:attr:`CreateRequest.image`); the others are reported as not applied, never silently dropped."""
+
+    applied_on_base: frozenset[str]
+    """The same, for a template built on the provider's base (its ``host`` base)."""
 
     def create(self, request: CreateRequest) -> Any:
         """A started sandbox as ``request`` describes it, with the backend's lifetime.
