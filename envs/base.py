@@ -36,7 +36,7 @@ from envs.errors import InvalidActionError, ResetNeededError
 from envs.spaces.actions import SUBMIT, check_action
 from envs.spaces.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
 from envs.spaces.text import UnicodeText
-from envs.tasks.protect import KnownGoodCache
+from envs.tasks.protect import known_good_of
 from envs.tasks.task import Task, load_task
 from pool.capabilities import Capabilities, EgressControl, Location
 from pool.changes import Changes
@@ -166,7 +166,6 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         """Where a plain ``reset()`` starts a child of ``fork()`` (None: the task's snapshot)."""
         self.end_digest = end_digest
         self.protect_outputs = protect_outputs
-        self._known_good = KnownGoodCache()
         self._state = EpisodeState.NEEDS_RESET
         self._steps = 0
         self._clock = AgentClock()
@@ -432,7 +431,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             if why_not is not None:
                 info["end_digest_unavailable"] = why_not
         snap, fresh = self.task_snapshot, lambda: self._source.fork(self.task_snapshot, 1, task_snapshot=snap)[0]
-        protection = self._known_good.of(self.task, snap, fresh) if self.protect_outputs else None
+        protection = known_good_of(self.task, snap, fresh) if self.protect_outputs else None
         verdict = judge(self._sandbox, self.task, self._setup, known_good=snap, env=self._episode_env(),
                         has_egress=self._has_egress, protection=protection)  # fmt: skip
         info.update(

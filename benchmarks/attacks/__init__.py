@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from benchmarks.attacks import hooks, outputs, processes, reward, sabotage, tests_dir
+from benchmarks.attacks import harness, hooks, outputs, processes, reward, sabotage, tests_dir
 from benchmarks.attacks.model import Attack, TaskKind
-from benchmarks.attacks.tasks import PYTEST_TARGET, TARGETS_DIR, target_tasks, task_kinds
+from benchmarks.attacks.tasks import PYTEST_TARGET, SWE_TARGET, TARGETS_DIR, target_tasks, task_kinds
 from envs.tasks import Task
 from pool.errors import ConfigError
 
@@ -26,11 +26,13 @@ ATTACKS: tuple[Attack, ...] = (
     *reward.ATTACKS,
     *tests_dir.ATTACKS,
     *hooks.ATTACKS,
+    *harness.ATTACKS,
     *processes.ATTACKS,
     *sabotage.ATTACKS,
     *outputs.ATTACKS,
 )
-"""Every attack, grouped by what it goes for: the reward, the tests, hooks, processes, sabotage, outputs."""
+"""Every attack, grouped by what it goes for: the reward, the tests, hooks, the test harness in the outputs,
+processes, sabotage, outputs."""
 
 
 def attacks_for(task: Task, attacks: Iterable[Attack] = ATTACKS) -> list[Attack]:
@@ -56,6 +58,7 @@ def select_attacks(names: Iterable[str]) -> list[Attack]:
 __all__ = [
     "ATTACKS",
     "PYTEST_TARGET",
+    "SWE_TARGET",
     "TARGETS_DIR",
     "Attack",
     "TaskKind",

@@ -44,6 +44,8 @@ class TaskKind(enum.Enum):
     """The tests run git in a repository of the outputs."""
     PYTEST = "pytest"
     """The tests run pytest, as Harbor / Terminal-Bench 2's test.sh template does."""
+    TESTS_IN_REPO = "tests-in-repo"
+    """The tests are copied into a repository in the outputs and pytest runs at its root (SWE-bench's shape)."""
     SERVICE = "service"
     """The tests talk to a process the agent started (the task declares shared verification)."""
 

@@ -20,10 +20,12 @@ TARGETS_DIR = Path(__file__).parent / "targets"
 """The catalogue's own target tasks."""
 PYTEST_TARGET = TARGETS_DIR / "pytest-word-count"
 """Terminal-Bench 2's pytest test.sh; the expected answer is /tests/answer.txt."""
+SWE_TARGET = TARGETS_DIR / "swe-calc"
+"""SWE-bench's shape: the hidden tests copied into the repository, pytest at its root, the log parsed."""
 
-_ANSWER, _CODE, _PY, _TMP, _GIT, _PYTEST, _SERVICE = (
+_ANSWER, _CODE, _PY, _TMP, _GIT, _PYTEST, _SERVICE, _REPO = (
     TaskKind.ANSWER_IN_TESTS, TaskKind.RUNS_OUTPUT_CODE, TaskKind.PYTHON_IN_WORKDIR, TaskKind.SCRATCH_IN_TMP,
-    TaskKind.GIT, TaskKind.PYTEST, TaskKind.SERVICE,
+    TaskKind.GIT, TaskKind.PYTEST, TaskKind.SERVICE, TaskKind.TESTS_IN_REPO,
 )  # fmt: skip
 
 TASK_KINDS: dict[str, frozenset[TaskKind]] = {
@@ -49,6 +51,7 @@ TASK_KINDS: dict[str, frozenset[TaskKind]] = {
     "start-kv-service": frozenset({_SERVICE, _PY}),
     "top-ips": frozenset(),
     PYTEST_TARGET.name: frozenset({_PYTEST, _ANSWER}),
+    SWE_TARGET.name: frozenset({_PYTEST, _REPO}),  # its tests import the repository's code: see below
 }
 """Task id -> what its tests do that attacks aim at (``ANY`` is implied)."""
 
@@ -80,11 +83,22 @@ ANSWER_FILES: tuple[AnswerFile, ...] = (
 
 
 def task_kinds(task: Task) -> frozenset[TaskKind]:
-    """What the task's tests do, for choosing attacks (``ANY`` included)."""
+    """What the task's tests do, for choosing attacks (``ANY`` included). A task outside the table
+    (a folder of the user's, audited with ``benchmark=integrity suite=dir``) whose test.sh runs
+    pytest is taken for a pytest task that may run inside the agent's repository."""
     kinds = set(TASK_KINDS.get(task.id, frozenset())) | {TaskKind.ANY}
+    if task.id not in TASK_KINDS and _runs_pytest(task):
+        kinds |= {TaskKind.PYTEST, TaskKind.TESTS_IN_REPO}
     if task.verification is VerifyMode.SHARED:
         kinds.add(TaskKind.SERVICE)
     return frozenset(kinds)
+
+
+def _runs_pytest(task: Task) -> bool:
+    try:
+        return "pytest" in (task.tests_dir / "test.sh").read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def target_tasks() -> list[Task]:

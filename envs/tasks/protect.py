@@ -37,6 +37,7 @@ import configparser
 import contextlib
 import hashlib
 import shlex
+import threading
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -247,23 +248,29 @@ def _listing(sandbox: Sandbox, outputs: tuple[str, ...], patterns: tuple[str, ..
     return found
 
 
-class KnownGoodCache:
-    """The known-good test infrastructure of each task snapshot, read once (a race reads it twice)."""
+_READ: dict[tuple[str, str, tuple[str, ...], tuple[str, ...] | None], KnownGood] = {}
+_READ_LOCK = threading.Lock()
+_MAX_READ = 512
 
-    def __init__(self) -> None:
-        self._found: dict[tuple[str, str], KnownGood] = {}
 
-    def of(self, task: Task, snapshot: Snapshot, fresh: Callable[[], Sandbox]) -> KnownGood | None:
-        """Of ``task`` at ``snapshot``, read from ``fresh()``, a new sandbox of it closed afterwards
-        (None: the task has no outputs to protect)."""
-        if not task.outputs:
-            return None
-        key = (task.id, snapshot.digest)
-        if key not in self._found:
-            sandbox = fresh()
-            try:
-                self._found[key] = known_good(sandbox, task.outputs, task.settings.protected)
-            finally:
-                with contextlib.suppress(SnapgymError):
-                    sandbox.close()
-        return self._found[key]
+def known_good_of(task: Task, snapshot: Snapshot, fresh: Callable[[], Sandbox]) -> KnownGood | None:
+    """The known-good test infrastructure of ``task`` at ``snapshot``, read once per process from
+    ``fresh()`` (a new sandbox of it, closed afterwards; a snapshot's digest names its content, so
+    every environment of the process shares what was read). None: the task has no outputs."""
+    if not task.outputs:
+        return None
+    key = (task.id, snapshot.digest, task.outputs, task.settings.protected)
+    with _READ_LOCK:
+        found = _READ.get(key)
+    if found is None:
+        sandbox = fresh()
+        try:
+            found = known_good(sandbox, task.outputs, task.settings.protected)
+        finally:
+            with contextlib.suppress(SnapgymError):
+                sandbox.close()
+        with _READ_LOCK:
+            if len(_READ) >= _MAX_READ:
+                _READ.clear()
+            _READ[key] = found
+    return found

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 import envs
-from benchmarks.attacks import ATTACKS, PYTEST_TARGET, Attack, TaskKind, task_kinds
+from benchmarks.attacks import ATTACKS, PYTEST_TARGET, SWE_TARGET, Attack, TaskKind, task_kinds
 from benchmarks.attacks.tasks import TASK_KINDS
 from envs.spaces.actions import SUBMIT
 from envs.tasks import Task
@@ -70,6 +70,8 @@ SHARED_SERVICE = "start-kv-service"
 C_TASK = "c-fix-segfault"
 GIT_TASK = "git-revert-bad-commit"
 PYTEST_TASK = PYTEST_TARGET.name
+SWE_TASK = SWE_TARGET.name
+TARGETS = {PYTEST_TASK: PYTEST_TARGET, SWE_TASK: SWE_TARGET}
 
 TEST_TASKS: dict[TaskKind, tuple[str, ...]] = {
     TaskKind.ANY: (STRICT_ANSWER_IN_TESTS, STRICT_RUNS_AGENT_CODE, SHARED_SERVICE),
@@ -78,7 +80,8 @@ TEST_TASKS: dict[TaskKind, tuple[str, ...]] = {
     TaskKind.PYTHON_IN_WORKDIR: (STRICT_ANSWER_IN_TESTS, STRICT_RUNS_AGENT_CODE, SHARED_SERVICE),
     TaskKind.SCRATCH_IN_TMP: (STRICT_RUNS_AGENT_CODE,),
     TaskKind.GIT: (GIT_TASK,),
-    TaskKind.PYTEST: (PYTEST_TASK,),
+    TaskKind.PYTEST: (PYTEST_TASK, SWE_TASK),
+    TaskKind.TESTS_IN_REPO: (SWE_TASK,),
     TaskKind.SERVICE: (SHARED_SERVICE,),
 }
 """The tasks each kind of attack is tried on."""
@@ -88,7 +91,7 @@ ALL_TEST_TASKS = tuple(dict.fromkeys(task for tasks in TEST_TASKS.values() for t
 def load(task_id: str) -> Task:
     """A test task, its verifier timeout capped; ``ID@MODE`` is task ID verified in MODE."""
     name, _, mode = task_id.partition("@")
-    task = envs.load_task(PYTEST_TARGET if name == PYTEST_TASK else name)
+    task = envs.load_task(TARGETS.get(name, name))
     timeout = min(task.settings.verifier_timeout_s, VERIFIER_TIMEOUT_S)
     verification = VerifyMode.parse(mode).value if mode else task.settings.verification
     settings = dataclasses.replace(task.settings, verifier_timeout_s=timeout, verification=verification)

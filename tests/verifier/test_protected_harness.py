@@ -145,3 +145,17 @@ def test_without_the_protection_the_exploit_is_real(backend: LocalBackend, task:
     with envs.ShellEnv(str(task), backend=backend, step_timeout_s=30, protect_outputs=False) as shell:
         result = play(shell, EXPLOITS[exploit])
     assert result["reward"] == 1.0, result["verifier"]["output"][-2000:]
+
+
+@pytest.mark.parametrize("name", ["pytest-report-hook", "pytest-addopts-plugin", "pytest-shadow-package"])
+def test_the_catalogues_harness_attacks_beat_the_swe_target_without_the_protection(
+    backend: LocalBackend, name: str
+) -> None:
+    """The catalogue's control: its SWE-bench-shaped target (benchmarks/attacks/targets/swe-calc) falls
+    to each of these with ``protect_outputs=False``; tests/attacks shows they score nothing with it."""
+    from benchmarks.attacks import ATTACKS, SWE_TARGET
+
+    (attack,) = [a for a in ATTACKS if a.name == name]
+    with envs.ShellEnv(str(SWE_TARGET), backend=backend, step_timeout_s=30, protect_outputs=False) as shell:
+        result = play(shell, *attack.actions[:-1])
+    assert result["reward"] == 1.0, result["verifier"]["output"][-2000:]

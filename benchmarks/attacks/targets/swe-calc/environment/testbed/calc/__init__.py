@@ -1,0 +1,5 @@
+"""A small statistics library."""
+
+from calc.stats import mean, total
+
+__all__ = ["mean", "total"]
