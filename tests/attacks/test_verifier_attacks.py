@@ -54,7 +54,10 @@ BACKENDS: dict[str, dict[str, Any]] = {
 }
 """Every backend the suite covers, with the options its sandboxes get here (adding one is one line)."""
 CANNOT_RUN: dict[str, dict[str, str]] = {
-    "e2b": {"pytest-word-count": "the provider's base (the stand-in's) has no pytest; the task takes it from its base"},
+    "e2b": {
+        "pytest-word-count": "the provider's base (the stand-in's) has no pytest; the task takes it from its base",
+        "swe-calc": "the provider's base (the stand-in's) has no pytest; the task takes it from its base",
+    },
 }
 """Test tasks a backend cannot run here, and why."""
 VERIFIER_TIMEOUT_S = 15.0
