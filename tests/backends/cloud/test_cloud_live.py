@@ -1,8 +1,9 @@
 """The E2B and Daytona backends against the real services: each runs only when asked
 (``SNAPGYM_LIVE=1``) and its key is present (``E2B_API_KEY``, ``DAYTONA_API_KEY``), since it creates
 billed sandboxes. The same paths as the stand-in tests: the conformance suite, a build found by
-name, and a reference solution scored through strict verification; afterwards nothing of the
-test is left running. (Modal's, with its GPU smoke task: tests/backends/cloud/modal/test_modal_live.py.)"""
+name, a template from a public registry image, and a reference solution scored through strict
+verification; afterwards nothing of the test is left running. (Modal's, with its GPU tasks:
+tests/backends/cloud/modal/test_modal_live.py.)"""
 
 from __future__ import annotations
 
@@ -43,3 +44,14 @@ def test_a_second_build_is_found_by_name(live_backend: object) -> None:
     template = Template(name="snapgym-live", setup=["mkdir -p /w && echo ready > /w/state"], workdir="/w")
     first = live_backend.build(template)  # type: ignore[attr-defined]
     assert live_backend.build(template).layers == first.layers  # type: ignore[attr-defined]
+
+
+def test_a_template_from_a_public_registry_image(live_backend: object) -> None:
+    """A template FROM a Docker Hub image: resolved to its digest here, pulled by the provider, the
+    image's Python in the sandbox."""
+    template = Template(name="snapgym-live-image", base="python:3.12-slim-bookworm",
+                        setup=["python3 --version > /srv/version"], workdir="/srv")  # fmt: skip
+    snapshot = live_backend.build(template)  # type: ignore[attr-defined]
+    assert snapshot.base == "python:3.12-slim-bookworm"
+    with live_backend.create(snapshot) as sandbox:  # type: ignore[attr-defined]
+        assert sandbox.read_file("/srv/version").startswith(b"Python 3.12")
