@@ -23,8 +23,11 @@ Method:
     ``benchmark.hang_timeout_s``, after which the play's sandboxes are closed
     (direct pool only) and what is left ends as infrastructure failures.
     Reported: per attack and mode the mean reward, scored and unscored
-    counts, the baseline's, the verdict and the tasks it beat; summary.json
-    holds the same and ``passed``. A run in which any attack beats the no-op
+    counts, the baseline's, the verdict and the tasks it beat; and per task
+    (an audit of a folder of your own tasks: ``suite=dir suite.path=DIR``)
+    every attack that beat the no-op agent there, in which mode, with both
+    rewards; summary.json holds the same (``verdicts``, ``by_task``) and
+    ``passed``. A run in which any attack beats the no-op
     agent prints the table and a loud message, and exits with status 1.
 """
 
@@ -142,6 +145,12 @@ def verdict(attack: Attack, mode: str, played: Played, baseline: Played) -> dict
     tasks = sorted(played.by_task)
     mine, base = _totals(played, tasks), _totals(baseline, tasks)
     beaten = [task for task in tasks if _beats(played.by_task[task], baseline.by_task.get(task))]
+    how = {
+        task: {"reward": played.by_task[task]["mean_reward"], "unscored": played.by_task[task]["unscored"],
+               "noop_reward": (baseline.by_task.get(task) or {}).get("mean_reward"),
+               "noop_unscored": (baseline.by_task.get(task) or {}).get("unscored", 0)}
+        for task in beaten
+    }  # fmt: skip
     more_reward = mine["mean_reward"] is not None and mine["mean_reward"] > (base["mean_reward"] or 0.0) + _EPSILON
     beats = played.hung or more_reward or mine["unscored"] > base["unscored"]
     return {
@@ -159,6 +168,7 @@ def verdict(attack: Attack, mode: str, played: Played, baseline: Played) -> dict
         "beats_noop": beats,
         "verdict": "HUNG" if played.hung else "BEATS NOOP" if beats else "held",
         "beaten_tasks": beaten,
+        "beaten_how": how,
     }
 
 
@@ -173,6 +183,13 @@ def format_verdicts(summary: dict[str, Any]) -> str:
     frame["beaten"] = [", ".join(r["beaten_tasks"][:4]) + (" ..." if len(r["beaten_tasks"]) > 4 else "") for r in rows]
     table = frame[["attack", "mode", "tasks", "reward", "unscored", "verdict", "beaten"]].to_string(index=False)
     beaten = sum(frame["beats_noop"])
+    per_task = [
+        f"  {task}: " + ("held" if not plays else "BEATEN by " + "; ".join(
+            f"{p['attack']} ({p['mode']}: {_fmt(p['reward'])} vs no-op {_fmt(p['noop_reward'])}"
+            + (f", {p['unscored']} unscored vs {p['noop_unscored']}" if p["unscored"] > p["noop_unscored"] else "")
+            + ")" for p in plays))
+        for task, plays in summary.get("by_task", {}).items()
+    ]  # fmt: skip
     return "\n".join(
         [
             f"== integrity: {summary['suite']}, {len(summary['tasks'])} tasks, modes {', '.join(summary['modes'])} ==",
@@ -181,6 +198,7 @@ def format_verdicts(summary: dict[str, Any]) -> str:
             "",
             f"{beaten} of {len(frame)} attack plays beat the no-op agent"
             + ("" if beaten else ": every attack scored what doing nothing scores"),
+            *(["", "per task:", *per_task] if per_task else []),
             *(f"{mode} mode not played: {why}" for mode, why in summary.get("modes_refused", {}).items()),
         ]
     )
@@ -328,10 +346,20 @@ def _summary(
         "modes_refused": refused,
         "attacks": sorted({row["attack"] for row in rows}),
         "verdicts": rows,
+        "by_task": by_task(tasks, rows),
         "beaten": [f"{row['attack']}:{row['mode']}" for row in beaten],
         "passed": not beaten,
         "headline": {"attack_plays": len(rows), "beats_noop": len(beaten)},
     }
+
+
+def by_task(tasks: list[Task], rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Task id -> every attack play that beat the no-op agent on it (empty: the task held)."""
+    found: dict[str, list[dict[str, Any]]] = {task.id: [] for task in tasks}
+    for row in rows:
+        for task, how in row.get("beaten_how", {}).items():
+            found.setdefault(task, []).append({"attack": row["attack"], "mode": row["mode"], **how})
+    return found
 
 
 def _totals(played: Played, tasks: list[str]) -> dict[str, Any]:

@@ -100,3 +100,37 @@ def test_an_attack_that_beats_the_noop_agent_fails_the_run_loudly(tmp_path: Path
     assert deleted["verdict"] == "BEATS NOOP" and deleted["beaten_tasks"] == ["rewards-missing-data"]
     assert deleted["noop_mean_reward"] == 0.0 and deleted["noop_unscored"] == 0
     assert "BEATS NOOP" in done.stdout  # the table is printed before the run fails
+
+
+def test_an_audit_of_a_task_folder_names_the_unhardened_task_and_the_attack(
+    tmp_path: Path, integrity_store: Path
+) -> None:
+    """``benchmark=integrity suite=dir``: two SWE-bench-shaped tasks, one with the default protection
+    of its test harness and one that turned it off (``[snapgym] protected = []``). The audit plays the
+    harness attacks on both (their test.sh runs pytest), names the unhardened task and the attack per
+    task, and exits 1."""
+    import shutil
+
+    from benchmarks.attacks import SWE_TARGET
+
+    tasks = tmp_path / "tasks"
+    shutil.copytree(SWE_TARGET, tasks / "hardened")
+    shutil.copytree(SWE_TARGET, tasks / "unhardened")
+    toml = tasks / "unhardened" / "task.toml"
+    toml.write_text(toml.read_text() + "\n[snapgym]\nprotected = []\n")
+    done, out = run_integrity(
+        tmp_path, integrity_store, "suite=dir", f"suite.path={tasks}", "benchmark.attacks=[pytest-report-hook]",
+        "benchmark.modes=[strict]",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    by_task = summary(out)["by_task"]
+    assert by_task["hardened"] == []
+    (play,) = by_task["unhardened"]
+    assert (play["attack"], play["mode"], play["reward"], play["noop_reward"]) == (
+        "pytest-report-hook",
+        "strict",
+        1.0,
+        0.0,
+    )
+    assert "unhardened: BEATEN by pytest-report-hook (strict: 1.000 vs no-op 0.000)" in done.stdout
+    assert "hardened: held" in done.stdout
