@@ -10,6 +10,7 @@ are translated at the backend boundary and never escape it.
     │   ├── DockerfileError              a Dockerfile instruction cannot be realised
     │   │   └── HostPackagesMissingError a host-base task needs apt packages the host lacks
     │   └── ImageError                   an image cannot be had (not found, refused, unreachable, damaged)
+    │       └── RegistryUnreachableError  the registry and its mirrors could not be reached (the network)
     ├── UnsupportedError                 the kernel or machine lacks a feature
     │   └── CompilerMissingError         no C compiler for the sandbox daemon
     ├── BuildError                       a template's setup step or healthcheck failed
@@ -60,6 +61,11 @@ class HostPackagesMissingError(DockerfileError):
 class ImageError(ConfigError):
     """An image cannot be had: not found, credentials refused, registry unreachable, or a blob
     that differs from its digest; the message names the image and how to provide it."""
+
+
+class RegistryUnreachableError(ImageError):
+    """The registry (and its mirrors) could not be reached or did not answer in time: the network is
+    at fault, not the image, so an image resolved before may be used as it was then."""
 
 
 class UnsupportedError(SnapgymError):

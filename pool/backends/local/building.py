@@ -79,14 +79,25 @@ class Builder:
         self._egress = egress
         self._lock = threading.RLock()
         self._bases: dict[str, _Base] = {}
+        self._misses: dict[str, str] = {}
+        """Prebuilt images that could not be had, and why (named when the Dockerfile's base fails too)."""
         self._fetcher: ImageFetcher | None = None
 
     def build(self, template: Template, open_sandbox: OpenSandbox) -> Snapshot:
         """:meth:`LocalBackend.build <pool.backends.local.backend.LocalBackend.build>`, with
         ``open_sandbox`` opening the build's sandbox (its errors are listed there)."""
         require_supported(template.resources, backend=BACKEND_NAME, gpu=False)
-        recipe = self._recipe(template)
-        base = self._base(recipe.base)
+        try:
+            recipe = self._recipe(template)
+            base = self._base(recipe.base)
+        except ImageError as exc:  # say which images were wanted: a prebuilt one tried first, too
+            prebuilt = template.dockerfile.prebuilt if template.dockerfile else None
+            if prebuilt and prebuilt in self._misses and not str(exc).startswith(f"image {prebuilt}"):
+                why = self._misses[prebuilt]
+                raise type(exc)(
+                    f"{exc}; the task's prebuilt docker_image {prebuilt} could not be had either: {why}"
+                ) from exc
+            raise
         identity = combine(base.digest, *(self._base(image).digest for image in recipe.images))
         snap_id = template.content_hash(identity)[:32]
         if cached := self.store.find_usable(snap_id):
@@ -147,7 +158,8 @@ class Builder:
         """Whether an image is in the store or can be fetched now (a prebuilt task image)."""
         try:
             self._base(image)
-        except (ImageError, ConfigError):
+        except (ImageError, ConfigError) as exc:
+            self._misses[image] = str(exc)
             return False
         return True
 

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from pool.errors import ImageError
+from pool.errors import ImageError, RegistryUnreachableError
 
 _MSG = re.compile(r'level=fatal msg="((?:[^"\\]|\\.)*)"')
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -23,7 +23,9 @@ _PREFIX = re.compile(r'^(?:Error parsing image name "[^"]*"|initializing source 
 
 OFFLINE = (
     "or provide the image without the registry: `docker save IMAGE -o image.tar` where it exists, then use "
-    "'docker-archive:/path/image.tar', or an OCI layout 'oci:/path/layout:tag' (e.g. made with `skopeo copy`)"
+    "'docker-archive:/path/image.tar', or an OCI layout 'oci:/path/layout:tag' (e.g. made with `skopeo copy`): "
+    "on the runner's command line suite.images='[\"IMAGE=docker-archive:/path/image.tar\"]', in Python "
+    "bases={IMAGE: 'docker-archive:/path/image.tar'}"
 )
 
 
@@ -35,7 +37,7 @@ def explain(stderr: str, *, image: str, host: str | None) -> ImageError:
         if any(word in lowered for word in cause.words):
             where = host or "the registry"
             text = cause.message.format(image=image, where=where, detail=detail, blob=_blob(detail), offline=OFFLINE)
-            return ImageError(text)
+            return cause.error(text)
     return ImageError(f"image {image} could not be fetched ({detail}); {OFFLINE}")
 
 
@@ -68,6 +70,7 @@ class _Cause:
     message: str
     """A ``str.format`` template over ``image``, ``where`` (the registry), ``detail`` (skopeo's words),
     ``blob`` (a digest it names) and ``offline`` (:data:`OFFLINE`)."""
+    error: type[ImageError] = ImageError
 
 
 _CAUSES = (
@@ -131,7 +134,9 @@ _CAUSES = (
             "dial tcp",
             "eof",
         ),
-        message="image {image}: {where} cannot be reached ({detail}); check the network, configure a mirror with "
-        "RegistrySettings(mirrors={{{where!r}: ['mirror.example.com']}}), {offline}",
+        message="image {image}: {where} cannot be reached ({detail}); check the network, configure a mirror "
+        "(on the runner's command line backend.registry.mirrors='{{{where}: [mirror.example.com]}}', in Python "
+        "RegistrySettings(mirrors={{{where!r}: ['mirror.example.com']}})), {offline}",
+        error=RegistryUnreachableError,
     ),
 )

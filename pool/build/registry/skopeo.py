@@ -23,7 +23,7 @@ from typing import Any
 
 from pool.build.registry.fetcherrors import explain
 from pool.build.registry.settings import RegistrySettings
-from pool.errors import ConfigError, ImageError, UnsupportedError
+from pool.errors import ConfigError, RegistryUnreachableError, UnsupportedError
 
 _PASSED_ENV = (
     "PATH",
@@ -100,7 +100,7 @@ class Skopeo:
                     check=False,
                 )
             except subprocess.TimeoutExpired:
-                raise ImageError(
+                raise RegistryUnreachableError(
                     f"image {image}: skopeo {command} did not finish within {self.settings.timeout_s:g}s; "
                     "the registry is slow or unreachable: raise RegistrySettings(timeout_s=...), configure a "
                     "mirror, or provide the image as a file (docker-archive:, oci:)"

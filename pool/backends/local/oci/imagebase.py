@@ -24,12 +24,18 @@ Docker engine are copied into the fetch cache each time (blobs already there
 are not written again), and their layers are found in the store by diff_id.
 The image's config (env, workdir, user, entrypoint, cmd) is kept beside the
 base record, so a cache hit returns it too.
+
+Offline: each time a source resolves, the digest it named is recorded under the source (with the
+platform). When the registry and its mirrors cannot be reached (only then: a refusal or a missing
+image still fails), a source resolved before is used at the digest it named then, if that base is
+stored, and a warning says so: a stored suite starts with no registry at all.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,9 @@ from pool.backends.local.store.layers import reap_orphans, shift_owners
 from pool.backends.local.store.mountpoints import mount_point_layer
 from pool.build.digest import FORMAT, combine
 from pool.build.registry.imageconfig import ImageConfig
+from pool.errors import RegistryUnreachableError
+
+log = logging.getLogger(__name__)
 
 SEED = "oci"
 """The first link of an image base's digest: the content is all in the layers."""
@@ -59,10 +68,39 @@ def image_base(store: SnapshotStore, source: str, *, fetcher: ImageFetcher) -> t
         StoreFullError: the store's filesystem is full.
         UnsupportedError: skopeo (or, for a zstd layer, zstd) is missing.
     """
-    resolved = fetcher.resolve(source)
-    if resolved is not None and (found := cached_base(store, resolved, platform=fetcher.settings.platform)):
+    platform = fetcher.settings.platform
+    try:
+        resolved = fetcher.resolve(source)
+    except RegistryUnreachableError as exc:
+        earlier = _last_resolved(store, source, platform)
+        if earlier is None or (found := cached_base(store, earlier, platform=platform)) is None:
+            raise
+        log.warning("image %s: the registry cannot be reached (%s); using %s, which it named when last reached "
+                    "(stored here)", source, exc, earlier)  # fmt: skip
         return found
+    if resolved is not None:
+        _remember(store, source, platform, resolved)
+        if found := cached_base(store, resolved, platform=platform):
+            return found
     return pulled_base(store, fetcher.fetch(source))
+
+
+def _tag_path(store: SnapshotStore, source: str, platform: str) -> Path:
+    return _folder(store, "resolved") / f"{_image_key(source, platform)}.json"
+
+
+def _remember(store: SnapshotStore, source: str, platform: str, resolved: str) -> None:
+    """Record the digest ``source`` named now (for a run without the registry later)."""
+    path = _tag_path(store, source, platform)
+    known = _read(path)
+    if known is None or known.get("resolved") != resolved:
+        _write(store, path, {"source": source, "platform": platform, "resolved": resolved})
+
+
+def _last_resolved(store: SnapshotStore, source: str, platform: str) -> str | None:
+    data = _read(_tag_path(store, source, platform))
+    found = data.get("resolved") if data else None
+    return found if isinstance(found, str) else None
 
 
 def cached_base(store: SnapshotStore, resolved: str, *, platform: str) -> tuple[BaseRecord, ImageConfig] | None:
@@ -164,4 +202,4 @@ def _write(store: SnapshotStore, path: Path, data: dict[str, Any]) -> None:
 
 def _reap(store: SnapshotStore) -> None:
     """Remove record files that processes killed mid-write left (the store's reap does not know these folders)."""
-    reap_orphans(_folder(store, "images"), _folder(store, "layers"))
+    reap_orphans(_folder(store, "images"), _folder(store, "layers"), _folder(store, "resolved"))
