@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,7 @@ from urllib.parse import urlsplit
 
 from pool.egress.cache.settings import CacheSettings
 from pool.egress.models.routes import ModelRoute, parse_routes
+from pool.egress.sandboxside import SYSTEM_BUNDLES
 from pool.errors import ConfigError
 from pool.network.policy import IPAddress, IPNetwork, normalise_host, parse_address
 
@@ -30,6 +32,10 @@ class EgressSettings:
     The policy is still checked here; names are resolved by the upstream proxy unless ``hosts`` has them."""
     extra_ca_files: tuple[str, ...] = ()
     """PEM files of CA certificates that sandboxes trust besides their own (a corporate TLS proxy's)."""
+    trust_host_cas: bool = False
+    """Sandboxes trust this machine's CA bundle too (its first system bundle: Debian's
+    ``/etc/ssl/certs/ca-certificates.crt``...), so a mirror or host whose CA the machine trusts is
+    trusted inside a task's image as well. What the proxy and the download cache trust is unchanged."""
     trusted_networks: tuple[str, ...] = ()
     """CIDRs exempt from the rule that refuses non-global addresses and this machine's own (a test
     network, an internal mirror). The policy still applies to them. A trusted network that holds
@@ -61,7 +67,16 @@ class EgressSettings:
         except ValueError as exc:
             raise ConfigError(f"egress trusted_networks: {exc}") from None
         object.__setattr__(self, "networks", networks)
-        object.__setattr__(self, "extra_ca_files", tuple(str(p) for p in self.extra_ca_files))
+        extra = tuple(dict.fromkeys(str(p) for p in self.extra_ca_files))
+        if self.trust_host_cas:
+            bundle = next((path for path in SYSTEM_BUNDLES if os.path.isfile(path)), None)
+            if bundle is None:
+                raise ConfigError(
+                    f"egress trust_host_cas: this machine has no CA bundle at {', '.join(SYSTEM_BUNDLES)}; "
+                    "name the CA files with egress.extra_ca_files instead"
+                )
+            extra = tuple(dict.fromkeys((*extra, bundle)))
+        object.__setattr__(self, "extra_ca_files", extra)
         object.__setattr__(self, "trusted_networks", tuple(str(n) for n in self.trusted_networks))
         object.__setattr__(self, "denied_ports", tuple(int(p) for p in self.denied_ports))
         object.__setattr__(self, "cache", CacheSettings.parse(self.cache))
@@ -78,7 +93,8 @@ class EgressSettings:
             return cls()
         if isinstance(value, EgressSettings):
             return value
-        known = {"hosts", "upstream_proxy", "extra_ca_files", "trusted_networks", "denied_ports", "connect_timeout_s"}
+        known = {"hosts", "upstream_proxy", "extra_ca_files", "trusted_networks", "denied_ports", "connect_timeout_s",
+                 "trust_host_cas"}  # fmt: skip
         known |= {"cache", "models"}
         unknown = set(value) - known
         if unknown:
