@@ -37,7 +37,7 @@ from pool.backends.e2b.provider import E2BProvider
 from pool.backends.remote.backend import RemoteBackend, cloud_capabilities
 from pool.backends.remote.credentials import Credentials
 from pool.backends.remote.options import RemoteOptions, with_remote_options
-from pool.capabilities import Capabilities
+from pool.capabilities import Capabilities, Enforcement
 
 NAME = "e2b"
 
@@ -85,7 +85,10 @@ class E2BBackend(RemoteBackend):
     @classmethod
     def declared_capabilities(cls) -> Capabilities:
         """The capabilities, stated without credentials or a connection (they do not depend on options)."""
-        return cloud_capabilities(memory_snapshot=True, isolation=("microvm",))
+        return cloud_capabilities(
+            memory_snapshot=True, isolation=("microvm",), bases=("host", "image", "dockerfile"),
+            limits={**dict.fromkeys(("memory", "cpu", "disk"), Enforcement.PROVIDER), "pids": Enforcement.NONE},
+        )  # fmt: skip
 
     @property
     def base_identity(self) -> str:

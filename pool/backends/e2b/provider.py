@@ -9,6 +9,7 @@ from typing import Any
 import e2b
 
 from pool.backends.e2b.errors import provider_errors
+from pool.backends.e2b.images import APPLIED, template_for
 from pool.backends.e2b.network import provider_network
 from pool.backends.remote.capped import LONG_SCRIPT_BYTES, run_from_file, script_file
 from pool.backends.remote.provider import CreateRequest, Listed, RawResult
@@ -25,8 +26,8 @@ class E2BProvider:
     """E2B sandboxes: created from a template or snapshot, run as root, filtered by E2B's egress rules."""
 
     name = "e2b"
-    applied_resources: frozenset[str] = frozenset()
-    applied_on_base: frozenset[str] = frozenset()
+    applied_resources: frozenset[str] = APPLIED  # a template of the image is built at the task's size
+    applied_on_base: frozenset[str] = frozenset()  # the base template has its own
 
     def __init__(self, api: Mapping[str, Any], *, base_template: str, lifetime_s: int) -> None:
         """``api``: the SDK's connection options (``api_key``, ``domain``, ``api_url``, ``sandbox_url``,
@@ -36,7 +37,10 @@ class E2BProvider:
         self.lifetime_s = lifetime_s
 
     def create(self, request: CreateRequest) -> Any:
-        template = request.source or self.base_template
+        if request.image is not None:
+            template = template_for(self.api, request.image, request.resources)
+        else:
+            template = request.source or self.base_template
         with provider_errors(f"creating a sandbox from {template}"):
             return e2b.Sandbox.create(
                 template=template,

@@ -14,7 +14,9 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from pool import LocalBackend, Snapshot
+from pool.network.policy import NetworkPolicy, Phase
 from tests.backends.cloud.e2b.lifecycle import Sandboxes, created_json
+from tests.backends.cloud.e2b.templates import TemplateBuilds
 from tests.backends.cloud.e2b.wire import api_error, new_id
 from tests.backends.cloud.http_standin import Reply, Request, json_reply
 
@@ -77,6 +79,8 @@ class ControlPlane:
             ("DELETE", re.compile(r"/templates/([^/]+)"), self._delete_snapshot),
         ]
         """(method, path pattern, handler): the handler gets the request and the unquoted groups."""
+        self.templates = TemplateBuilds(backend, self._add_built, self._lock)
+        self.routes += [(method, re.compile(path), handler) for method, path, handler in self.templates.routes]
 
     def snapshots(self) -> dict[str, SnapshotRecord]:
         with self._lock:
@@ -85,6 +89,10 @@ class ControlPlane:
     def add_template(self, name: str, snapshot: Snapshot) -> None:
         with self._lock:
             self._templates[name] = (new_id(), snapshot)
+
+    def _add_built(self, name: str, template_id: str, snapshot: Snapshot) -> None:
+        with self._lock:
+            self._templates[name] = (template_id, snapshot)
 
     # -- sandboxes ---------------------------------------------------------------------------
 
@@ -102,8 +110,11 @@ class ControlPlane:
             if found is None:
                 return api_error(404, f"template '{name}' not found")
             snapshot, template_id, alias = found
+            local = self.backend.create(snapshot)
+            if body.get("allow_internet_access"):  # as E2B gives it: the internet (through the local proxy)
+                local.set_network(NetworkPolicy.public(), phase=Phase.BUILD)
             box = self.sandboxes.open(
-                self.backend.create(snapshot),
+                local,
                 template_id=template_id,
                 alias=alias,
                 timeout_s=self._lifetime_s(body.get("timeout")),
