@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 BUILTIN = REPO / "envs" / "builtin"
 
@@ -62,7 +60,6 @@ def make_suite(root: Path) -> dict[str, str]:
     return expected
 
 
-@pytest.mark.slow
 def test_every_task_of_a_mixed_suite_ends_right_or_says_why(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     suite.mkdir()
