@@ -11,6 +11,7 @@ from benchmarks.attacks.model import (
     FORGE_PY,
     FORGE_SH,
     IN_VERIFIER_SH,
+    PASS_EVERY_TEST,
     REWARD_DIR,
     Attack,
     TaskKind,
@@ -58,24 +59,7 @@ _SITE_DIRS = (
     "done | sort -u"
 )
 
-_CONFTEST = (
-    "import pytest\n"
-    + FORGE_PY
-    + """
-forge()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    report.outcome, report.longrepr = "passed", None
-
-
-def pytest_sessionfinish(session, exitstatus):
-    session.exitstatus = 0
-"""
-)
+_CONFTEST = FORGE_PY + "\nforge()\n" + PASS_EVERY_TEST
 
 _SHADOWED = (
     "python3 python3.11 python bash sh cat grep timeout sed tr diff cmp make gcc git sha256sum pytest tee cp rm "
