@@ -23,8 +23,12 @@ Method:
     ``benchmark.hang_timeout_s``, after which the play's sandboxes are closed
     (direct pool only) and what is left ends as infrastructure failures.
     Reported: per attack and mode the mean reward, scored and unscored
-    counts, the baseline's, the verdict and the tasks it beat; summary.json
-    holds the same and ``passed``. A run in which any attack beats the no-op
+    counts, the baseline's, the verdict and the tasks it beat; then per task
+    (``by_task`` in summary.json) every attack play that beat the no-op agent
+    there, with its mode and the task's reward and unscored count against
+    the no-op agent's, so an author auditing a folder of tasks
+    (``suite=dir suite.path=DIR``) sees which tasks to harden and against
+    what; summary.json holds the same and ``passed``. A run in which any attack beats the no-op
     agent prints the table and a loud message, and exits with status 1.
 """
 
@@ -159,6 +163,7 @@ def verdict(attack: Attack, mode: str, played: Played, baseline: Played) -> dict
         "beats_noop": beats,
         "verdict": "HUNG" if played.hung else "BEATS NOOP" if beats else "held",
         "beaten_tasks": beaten,
+        "beaten_by_task": {task: _task_figures(played.by_task[task], baseline.by_task.get(task)) for task in beaten},
     }
 
 
@@ -182,6 +187,7 @@ def format_verdicts(summary: dict[str, Any]) -> str:
             f"{beaten} of {len(frame)} attack plays beat the no-op agent"
             + ("" if beaten else ": every attack scored what doing nothing scores"),
             *(f"{mode} mode not played: {why}" for mode, why in summary.get("modes_refused", {}).items()),
+            *format_by_task(summary),
         ]
     )
 
@@ -329,8 +335,53 @@ def _summary(
         "attacks": sorted({row["attack"] for row in rows}),
         "verdicts": rows,
         "beaten": [f"{row['attack']}:{row['mode']}" for row in beaten],
+        "by_task": by_task(rows, [task.id for task in tasks]),
         "passed": not beaten,
         "headline": {"attack_plays": len(rows), "beats_noop": len(beaten)},
+    }
+
+
+def by_task(rows: list[dict[str, Any]], tasks: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Task id -> the attack plays that beat the no-op agent on it (attack, mode, rewards, unscored
+    counts); an empty list for a task every attack played against it held on."""
+    found: dict[str, list[dict[str, Any]]] = {task: [] for task in tasks}
+    for row in rows:
+        for task, figures in row.get("beaten_by_task", {}).items():
+            found.setdefault(task, []).append({"attack": row["attack"], "mode": row["mode"], **figures})
+    return found
+
+
+def format_by_task(summary: dict[str, Any]) -> list[str]:
+    """The per-task lines of the table: each task an attack beat, by whom and how; then the rest."""
+    found: dict[str, list[dict[str, Any]]] = summary.get("by_task", {})
+    lines = ["", "== per task: the attacks that beat the no-op agent =="]
+    for task, beats in found.items():
+        if beats:
+            lines.append(f"{task}: BEATEN by {len(beats)} attack plays")
+            lines.extend(f"    {_how(beat)}" for beat in beats)
+    held = [task for task, beats in found.items() if not beats]
+    listed = ", ".join(held[:8]) + (f" and {len(held) - 8} more" if len(held) > 8 else "")
+    lines.append(
+        f"held against every attack played: {len(held)} of {len(found)} tasks" + (f" ({listed})" if held else "")
+    )
+    return lines
+
+
+def _how(beat: dict[str, Any]) -> str:
+    reward, noop = _fmt(beat["mean_reward"]), _fmt(beat["noop_mean_reward"])
+    how = f"{beat['attack']} ({beat['mode']}): reward {reward} vs no-op {noop}"
+    if beat["unscored"] > beat["noop_unscored"]:
+        how += f", unscored {beat['unscored']} vs {beat['noop_unscored']}"
+    return how
+
+
+def _task_figures(mine: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]:
+    base = base or {"mean_reward": 0.0, "unscored": 0}
+    return {
+        "mean_reward": mine["mean_reward"],
+        "noop_mean_reward": base["mean_reward"],
+        "unscored": mine["unscored"],
+        "noop_unscored": base["unscored"],
     }
 
 
