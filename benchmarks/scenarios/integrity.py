@@ -28,8 +28,10 @@ Method:
     there, with its mode and the task's reward and unscored count against
     the no-op agent's, so an author auditing a folder of tasks
     (``suite=dir suite.path=DIR``) sees which tasks to harden and against
-    what; summary.json holds the same and ``passed``. A run in which any attack beats the no-op
-    agent prints the table and a loud message, and exits with status 1.
+    what (a play that hung is named there too: which task it hung on is not
+    known); summary.json holds the same and ``passed``. A run in which any
+    attack beats the no-op agent prints the table and a loud message, and
+    exits with status 1.
 """
 
 from __future__ import annotations
@@ -359,6 +361,9 @@ def format_by_task(summary: dict[str, Any]) -> list[str]:
         if beats:
             lines.append(f"{task}: BEATEN by {len(beats)} attack plays")
             lines.extend(f"    {_how(beat)}" for beat in beats)
+    hung = [f"{row['attack']} ({row['mode']})" for row in summary["verdicts"] if row["hung"]]
+    if hung:
+        lines.append(f"hung, on tasks not known: {', '.join(hung)}")
     held = [task for task, beats in found.items() if not beats]
     listed = ", ".join(held[:8]) + (f" and {len(held) - 8} more" if len(held) > 8 else "")
     lines.append(
