@@ -120,7 +120,7 @@ def test_an_audit_of_a_task_folder_names_the_unhardened_task_and_the_attack(
     toml.write_text(toml.read_text() + "\n[snapgym]\nprotected = []\n")
     done, out = run_integrity(
         tmp_path, integrity_store, "suite=dir", f"suite.path={tasks}", "benchmark.attacks=[pytest-report-hook]",
-        "benchmark.modes=[strict]",
+        "benchmark.modes=[strict]", "benchmark.verifier_timeout_s=120",
     )  # fmt: skip
     assert done.returncode == 1, done.stderr[-3000:]
     by_task = summary(out)["by_task"]
