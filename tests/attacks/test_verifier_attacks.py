@@ -13,10 +13,11 @@ scores on that task (0.0 on every built-in task), and its episode must be scored
 sandbox is the agent's failure, not an unscored infrastructure error. The reference solution
 still scores 1.0 on each of these tasks in its mode.
 
-Every case runs on each backend of BACKENDS, shared by the session (``e2b``: the E2B backend's
-real SDK against the E2B stand-in, so the cloud backends' strict verification, which hands the
-outputs to a fresh provider sandbox, faces the same catalogue; a shared-mode task is skipped on a
-backend that verifies in strict mode only); each episode gets a
+Every case runs on each backend of BACKENDS, shared by the session (``e2b``, ``daytona`` and
+``modal``: each backend's real SDK against its provider's stand-in, so the cloud backends' strict
+verification, which hands the outputs to a fresh provider sandbox, faces the same catalogue; a
+shared-mode task is skipped on a backend that verifies in strict mode only; on Daytona and Modal
+the default run plays SAMPLE, the rest is ``slow``); each episode gets a
 sandbox of its own (a few milliseconds), so a sandbox an attack wrecked (PIDs held, memory
 pinned) cannot spoil the next test: clean restores are tested elsewhere. A verifier the agent
 manages to stall would block a test for good, so an episode that does not end within
@@ -42,18 +43,33 @@ from envs.spaces.actions import SUBMIT
 from envs.tasks import Task
 from envs.tasks.oracle import run_solution
 from pool import load_backend
+from pool.backends.daytona import DaytonaBackend
 from pool.backends.e2b import E2BBackend
+from pool.backends.modal import ModalBackend
 from pool.contract import Backend
 from pool.verification import VerifyMode
+from tests.backends.cloud.daytona.standin import DaytonaStandin
 from tests.backends.cloud.e2b.standin import E2BStandin
+from tests.backends.cloud.modal.standin import ModalStandin
 from tests.support.backends import backend_params
 
 BACKENDS: dict[str, dict[str, Any]] = {
     "local": {"memory_limit_mb": 256, "pids_limit": 128, "disk_limit_mb": 64},
     "e2b": {},  # its sandboxes are the stand-in's local ones, with the session backend's limits
+    "daytona": {"request_timeout_s": 10.0},  # likewise; a step stalled by the agent's processes ends in time
+    "modal": {"request_timeout_s": 10.0},
 }
 """Every backend the suite covers, with the options its sandboxes get here (adding one is one line)."""
+STANDINS = ("e2b", "daytona", "modal")
+"""The cloud backends of BACKENDS, each played through its real SDK against its stand-in."""
 CANNOT_RUN: dict[str, dict[str, str]] = {
+    **{
+        name: {
+            "pytest-word-count": "the provider's base (the stand-in's) has no pytest; the task takes it from its base",
+            "swe-calc": "the provider's base (the stand-in's) has no pytest; the task takes it from its base",
+        }
+        for name in ("daytona", "modal")
+    },
     "e2b": {
         "pytest-word-count": "the provider's base (the stand-in's) has no pytest; the task takes it from its base",
         "swe-calc": "the provider's base (the stand-in's) has no pytest; the task takes it from its base",
@@ -61,6 +77,10 @@ CANNOT_RUN: dict[str, dict[str, str]] = {
 }
 """Test tasks a backend cannot run here, and why."""
 VERIFIER_TIMEOUT_S = 15.0
+STEP_TIMEOUT_S = 15.0
+"""Each action's timeout: an action whose helpers the agent's own processes stop (signal-stop-verifier, which
+stops every newcomer, the provider's helpers of the arming step included) ends by it, well within the deadline
+(Daytona's SDK gives a command its timeout plus 5 s before it gives up)."""
 EPISODE_DEADLINE_S = 30.0 + 2 * VERIFIER_TIMEOUT_S
 """When an episode counts as hung: its reset, actions and a verifier that runs into its timeout, with room
 for a loaded machine (a remote backend's strict verifier starts a sandbox of its own: 35 s was once
@@ -99,6 +119,43 @@ def load(task_id: str) -> Task:
     verification = VerifyMode.parse(mode).value if mode else task.settings.verification
     settings = dataclasses.replace(task.settings, verifier_timeout_s=timeout, verification=verification)
     return dataclasses.replace(task, settings=settings)
+
+
+SAMPLED = ("daytona", "modal")
+"""Backends whose default run plays only SAMPLE (the rest are ``slow``: each episode there takes seconds)."""
+SAMPLE: set[tuple[str, ...]] = {
+    ("reward-symlink", STRICT_ANSWER_IN_TESTS),
+    ("tests-rewriter", STRICT_RUNS_AGENT_CODE),
+    ("python-pth", STRICT_RUNS_AGENT_CODE),
+    ("proc-root-reward", STRICT_ANSWER_IN_TESTS),
+    ("disk-fill", STRICT_RUNS_AGENT_CODE),
+    ("link-output-to-tests", STRICT_ANSWER_IN_TESTS),
+}
+"""(attack, task) pairs spanning the catalogue's modules, played on every backend in the default run."""
+
+
+OPEN_BUGS: dict[tuple[str, str], str] = {
+    ("modal", "kill-init-children"): (
+        "open bug: the agent SIGKILLs the Modal sandbox's entrypoint (sleep infinity, a child of init), the sandbox "
+        "finishes and the episode ends unscored (SandboxCrashedError) instead of as the agent's failure"
+    ),
+}
+"""(backend, attack) pairs known to beat the verifier, each failing as a strict xfail until fixed."""
+
+
+def on_backends(params: list[Any], sample: set[tuple[str, ...]]) -> list[Any]:
+    """``params`` on every backend of BACKENDS (the arena first), those past ``sample`` on SAMPLED ones slow."""
+    found = []
+    for backend in backend_params(only=BACKENDS, standins=STANDINS):
+        name = backend.values[0]
+        for param in params:
+            key = tuple(getattr(value, "name", value) for value in param.values)
+            slow = [pytest.mark.slow] if name in SAMPLED and key[-2:] not in sample and key[-1:] not in sample else []
+            bug = OPEN_BUGS.get((name, key[0]))
+            known = [pytest.mark.xfail(reason=bug, strict=True)] if bug else []
+            marks = [*backend.marks, *slow, *known]
+            found.append(pytest.param(name, *param.values, id=f"{name}-{param.id}", marks=marks))
+    return found
 
 
 def cases() -> list[Any]:
@@ -160,7 +217,9 @@ class Arena:
 
     def play(self, task_id: str, actions: list[str], *, solve: bool = False) -> Episode:
         """Reset, (run the reference solution,) play ``actions`` until the episode ends; fail the test on a hang."""
-        env = envs.ShellEnv(self.tasks[task_id], backend=self.backend, step_timeout_s=60.0, max_steps=len(actions) + 1)
+        env = envs.ShellEnv(
+            self.tasks[task_id], backend=self.backend, step_timeout_s=STEP_TIMEOUT_S, max_steps=len(actions) + 1
+        )
         box: dict[str, Any] = {}
         worker = threading.Thread(target=self._episode, args=(env, actions, solve, box), daemon=True)
         worker.start()
@@ -194,13 +253,28 @@ class Arena:
             box["error"] = exc
 
 
-@pytest.fixture(scope="session", params=backend_params(only=BACKENDS, standins=("e2b",)))
-def arena(request: pytest.FixtureRequest, store_dir: Path) -> Iterator[Arena]:
+@pytest.fixture(scope="session")
+def arena(request: pytest.FixtureRequest, store_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Arena]:
     name = str(request.param)
     with contextlib.ExitStack() as stack:
+        backend: Backend
         if name == "e2b":
             standin = stack.enter_context(E2BStandin(request.getfixturevalue("backend")))
-            backend: Backend = E2BBackend(api_key=standin.api_key, api_url=standin.url, sandbox_url=standin.url)
+            backend = E2BBackend(api_key=standin.api_key, api_url=standin.url, sandbox_url=standin.url)
+        elif name == "daytona":
+            daytona = stack.enter_context(DaytonaStandin(request.getfixturevalue("backend")))
+            backend = DaytonaBackend(api_key=daytona.api_key, api_url=daytona.url, target="us", **BACKENDS[name])
+        elif name == "modal":
+            modal = stack.enter_context(ModalStandin(request.getfixturevalue("backend")))
+            registry = tmp_path_factory.mktemp("modal-arena") / "images.json"
+            backend = ModalBackend(
+                token_id=modal.token_id,
+                token_secret=modal.token_secret,
+                server_url=modal.url,
+                base_image=modal.base_image_id,
+                registry_file=str(registry),
+                **BACKENDS[name],
+            )
         else:
             backend = load_backend(name, store_dir=store_dir, **BACKENDS[name])
         stack.callback(backend.close)
@@ -237,7 +311,11 @@ def test_every_builtin_task_has_its_kinds_and_test_tasks_are_of_theirs() -> None
 # -- against the verifier --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_id", ALL_TEST_TASKS)
+@pytest.mark.parametrize(
+    ("arena", "task_id"),
+    on_backends([pytest.param(task, id=task) for task in ALL_TEST_TASKS], {(STRICT_ANSWER_IN_TESTS,)}),
+    indirect=["arena"],
+)
 def test_noop_scores_zero_and_oracle_one(arena: Arena, task_id: str) -> None:
     """Doing nothing scores 0.0 and the reference solution 1.0, each scored, in the task's own mode."""
     arena.require_mode(task_id)
@@ -247,7 +325,7 @@ def test_noop_scores_zero_and_oracle_one(arena: Arena, task_id: str) -> None:
     assert oracle.scored and oracle.reward == 1.0, oracle.explain()
 
 
-@pytest.mark.parametrize(("attack", "task_id"), cases())
+@pytest.mark.parametrize(("arena", "attack", "task_id"), on_backends(cases(), SAMPLE), indirect=["arena"])
 def test_attack_scores_what_doing_nothing_scores(arena: Arena, attack: Attack, task_id: str) -> None:
     """The attack's episode is scored, and its reward is the no-op agent's."""
     assert attack.aims_at(task_kinds(arena.tasks[task_id]))
