@@ -7,7 +7,10 @@ killed: each one started after the sandbox was handed over (its start time in
 command in its environment, except the collector's own ancestors (the
 provider's exec chain), sweep after sweep until a sweep finds none. So nothing
 the agent left running can stop, trace or race the archiving. Then the
-outputs that are folders are archived with ``tar`` and read out. A sandbox
+outputs that are folders are archived with ``tar`` and read out. Each of
+these steps must end with a line that is new for each verification: an exit
+status of 0 is not enough, since a process left running can trace the step's
+shell into another program. A sandbox
 that does not give up its outputs (its disk full, its PIDs held, its ``tar``
 broken, a collector stopped past its timeout) while the provider says it is
 running is the agent's doing: the verifier sees the outputs empty and the
@@ -81,22 +84,25 @@ while [ $round -lt 100 ]; do
       kill -9 "$pid" 2>/dev/null && found=1
     fi
   done
-  [ $found = 0 ] && exit 0
+  [ $found = 0 ] && {{ echo "{done}"; exit 0; }}
 done
 echo "processes kept appearing after $round sweeps" >&2
 exit 3"""
-"""Kills every process of the episode (see the module docstring); ``{since}``: the hand-over time."""
+"""Kills every process of the episode (see the module docstring); ``{since}``: the hand-over time, ``{done}``:
+the line it ends with when no process of the episode is left."""
 _ARCHIVE = """mkdir -p {folder} || exit 1
 set --
 for out in {outputs}; do
   if [ -d "$out" ] && [ ! -L "$out" ]; then set -- "$@" "${{out#/}}"; echo "carried $out"; fi
 done
-[ $# -gt 0 ] || exit 0
+[ $# -gt 0 ] || {{ echo "{done}"; exit 0; }}
 tar -C / -cf {archive} "$@"; status=$?
 [ $status -le 1 ] || exit $status
 echo "size $(stat -c %s {archive})"
+echo "{done}"
 """
-"""Archives the outputs that are folders (not links); GNU tar's 1 (a file changed as it was read) is no failure."""
+"""Archives the outputs that are folders (not links); GNU tar's 1 (a file changed as it was read) is no failure.
+``{done}``: the line it ends with."""
 
 
 class VerifiedSandbox(Protocol):
@@ -155,15 +161,16 @@ def collect_outputs(sandbox: VerifiedSandbox, plan: VerificationPlan) -> Outputs
 
 def _collect(sandbox: VerifiedSandbox, outputs: tuple[str, ...]) -> Outputs | str:
     """The outputs, or why the sandbox did not give them up."""
-    stopped = sandbox.run_direct(_STOP_EPISODE.format(since=sandbox.since_ticks), timeout_s=STOP_TIMEOUT_S)
-    if stopped.lost or stopped.exit_code != 0:
-        return f"the episode's processes could not be stopped ({_why(stopped)})"
+    done = f"snapgym-step-done-{uuid.uuid4().hex}"
+    stopped = sandbox.run_direct(_STOP_EPISODE.format(since=sandbox.since_ticks, done=done), timeout_s=STOP_TIMEOUT_S)
+    if stopped.lost or stopped.exit_code != 0 or not _ended(stopped, done):
+        return f"the episode's processes could not be stopped ({_why(stopped, done)})"
     archive = f"{_ARCHIVE_DIR}/{uuid.uuid4().hex}.tar"
     quoted = " ".join(shlex.quote(out) for out in outputs)
-    script = _ARCHIVE.format(folder=_ARCHIVE_DIR, outputs=quoted, archive=archive)
+    script = _ARCHIVE.format(folder=_ARCHIVE_DIR, outputs=quoted, archive=archive, done=done)
     made = sandbox.run_direct(script, timeout_s=ARCHIVE_TIMEOUT_S)
-    if made.lost or made.exit_code != 0:
-        return f"archiving them failed ({_why(made)})"
+    if made.lost or made.exit_code != 0 or not _ended(made, done):
+        return f"archiving them failed ({_why(made, done)})"
     lines = made.stdout.splitlines()
     carried = tuple(line[len("carried ") :] for line in lines if line.startswith("carried "))
     missing = tuple(out for out in outputs if out not in carried)
@@ -203,9 +210,21 @@ def install(sandbox: VerifiedSandbox, plan: VerificationPlan, outputs: Outputs) 
     )
 
 
-def _why(result: RawResult) -> str:
+def _ended(result: RawResult, done: str) -> bool:
+    """True if a collector's step ran to its end: its last line is ``done``.
+
+    An exit status of 0 alone proves nothing: a process the agent left running can trace the
+    step's shell and turn it into another program that exits 0 (the ptrace-verifier attack),
+    and the processes that should have been stopped would then live on into the next step.
+    """
+    return result.stdout.rstrip("\n").rsplit("\n", 1)[-1] == done
+
+
+def _why(result: RawResult, done: str = "") -> str:
     if result.lost:
         return "timed out"
+    if done and result.exit_code == 0 and not _ended(result, done):
+        return "exit 0 before its last line: it was not the collector's script that ended"
     return f"exit {result.exit_code}: {(result.stderr or result.stdout)[-300:].strip()}"
 
 

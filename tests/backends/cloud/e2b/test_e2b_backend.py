@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.attacks.processes import ATTACKS as PROCESS_ATTACKS
 from pool import ConfigError, Template
 from pool.backends import load_backend, unavailable_reason
 from pool.backends.e2b import E2BBackend
@@ -194,6 +195,24 @@ def test_strict_verification_stops_the_episodes_processes_before_it_collects(
         report = sandbox.begin_verification(plan)
         assert report.notes == () and report.missing_outputs == ()
         assert sandbox.read_file("/w/result") == b"answer\n"
+
+
+def test_a_collector_step_the_agent_turned_into_another_program_is_not_taken_for_done(
+    e2b_backend: E2BBackend, tmp_path: Path
+) -> None:
+    """The catalogue's ptrace attacker turns each new process into a shell that exits 0. The step that
+    stops the episode's processes must not pass for done then (the attacker would live on into the
+    archiving): the outputs are empty and the note says why. It once went unnoticed and, when the
+    attacker left the archiving shell stopped, the verification hung for the archive's timeout."""
+    (tmp_path / "test.sh").write_text("#!/bin/sh\n")
+    attack = next(candidate for candidate in PROCESS_ATTACKS if candidate.name == "ptrace-verifier")
+    with e2b_backend.create(e2b_backend.build(TEMPLATE)) as sandbox:
+        sandbox.exec("echo answer > /w/result")
+        for action in attack.actions[:-1]:  # all but the submit
+            assert sandbox.exec(action).stdout.strip().endswith("armed")
+        collected = verify.collect_outputs(sandbox, VerificationPlan(VerifyMode.STRICT, tmp_path, outputs=("/w",)))
+    assert collected.carried == () and collected.missing == ("/w",), collected
+    assert len(collected.notes) == 1 and "could not be stopped" in collected.notes[0], collected.notes
 
 
 def test_a_sandbox_that_will_not_give_up_its_outputs_is_scored_with_them_empty(
