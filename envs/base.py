@@ -41,7 +41,14 @@ from envs.tasks.task import Task, load_task
 from pool.capabilities import Capabilities, EgressControl, Location
 from pool.changes import Changes
 from pool.contract import Backend, Sandbox
-from pool.errors import CommandRejectedError, ConfigError, SandboxError, SandboxOutOfMemoryError, SnapgymError
+from pool.errors import (
+    CommandRejectedError,
+    ConfigError,
+    SandboxEndedError,
+    SandboxError,
+    SandboxOutOfMemoryError,
+    SnapgymError,
+)
 from pool.network.policy import Phase, PhasePolicies
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
@@ -231,6 +238,10 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             self._steps += 1
             obs = make_observation(f"[the sandbox ran out of memory: {exc}]", NO_COMMAND)
             return self._end(obs, {"step": self._steps, "exec_duration_s": 0.0}, "out_of_memory")
+        except SandboxEndedError as exc:  # the agent's processes ended the sandbox: the episode ends, scored
+            self._steps += 1
+            obs = make_observation(f"[the sandbox ended: {exc}]", NO_COMMAND)
+            return self._end(obs, {"step": self._steps, "exec_duration_s": 0.0}, "sandbox_ended")
         except SandboxError as exc:
             return self._infra_failure(exc, {"step": self._steps + 1})
         return self._after_command(observe(result), {**exec_info(result)})

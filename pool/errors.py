@@ -23,6 +23,7 @@ are translated at the backend boundary and never escape it.
     │   ├── SandboxClosedError           used after close()
     │   ├── SandboxCrashedError          its init or the daemon died
     │   ├── SandboxOutOfMemoryError      its own processes used up its memory and its init died
+    │   ├── SandboxEndedError            its own processes ended it (a cloud sandbox's entrypoint exited)
     │   ├── CommandRejectedError         the command itself is unusable (ValueError)
     │   └── FileOperationError           read_file/write_file failed (OSError)
     ├── BackendError                     the backend itself failed
@@ -124,6 +125,12 @@ class SandboxCrashedError(SandboxError):
 
 class SandboxOutOfMemoryError(SandboxError, MemoryError):
     """The sandbox's own processes used up its memory and its init died: the agent's doing, not the host's."""
+
+
+class SandboxEndedError(SandboxError):
+    """The sandbox's own processes ended it: a cloud sandbox whose entrypoint exited (the agent killed
+    it, or the kernel did for its memory) before the provider's lifetime. The agent's doing, not the
+    provider's: the episode ends and is scored, with the outputs it can no longer give up empty."""
 
 
 class CommandRejectedError(SandboxError, ValueError):

@@ -134,12 +134,7 @@ SAMPLE: set[tuple[str, ...]] = {
 """(attack, task) pairs spanning the catalogue's modules, played on every backend in the default run."""
 
 
-OPEN_BUGS: dict[tuple[str, str], str] = {
-    ("modal", "kill-init-children"): (
-        "open bug: the agent SIGKILLs the Modal sandbox's entrypoint (sleep infinity, a child of init), the sandbox "
-        "finishes and the episode ends unscored (SandboxCrashedError) instead of as the agent's failure"
-    ),
-}
+OPEN_BUGS: dict[tuple[str, str], str] = {}
 """(backend, attack) pairs known to beat the verifier, each failing as a strict xfail until fixed."""
 
 

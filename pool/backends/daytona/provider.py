@@ -94,6 +94,9 @@ class DaytonaProvider:
         remote.refresh_data()
         return str(remote.state).lower().endswith("started")
 
+    def ended_from_inside(self, remote: Any) -> str | None:
+        return None  # Daytona reports no cause: the toolbox daemon, not a command of ours, keeps a sandbox up
+
     def kill(self, remote: Any) -> None:
         with provider_errors("deleting a sandbox"), contextlib.suppress(daytona.DaytonaNotFoundError):
             self.client.delete(remote)

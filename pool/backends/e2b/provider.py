@@ -57,6 +57,9 @@ class E2BProvider:
     def is_running(self, remote: Any) -> bool:
         return bool(remote.is_running())
 
+    def ended_from_inside(self, remote: Any) -> str | None:
+        return None  # E2B reports no cause: a sandbox ends by its lifetime or a kill (envd is its init)
+
     def kill(self, remote: Any) -> None:
         with provider_errors("killing a sandbox"):
             remote.kill()

@@ -96,6 +96,20 @@ class ModalProvider:
     def is_running(self, remote: Any) -> bool:
         return remote.poll() is None
 
+    def ended_from_inside(self, remote: Any) -> str | None:
+        """How the sandbox ended, if its own processes ended it: it has finished, and Modal's ``wait``
+        says it was neither terminated nor timed out, so its entrypoint exited (or the kernel killed it
+        for memory), with this code. The SDK does not tell Modal's own rare ends (a lost worker, an
+        eviction) apart from these in public; they are counted the same."""
+        try:
+            code = remote.poll()
+            if code is None:
+                return None
+            remote.wait(raise_on_termination=True)
+        except mx.Error:  # SandboxTerminatedError, SandboxTimeoutError: the provider ended it
+            return None
+        return f"its entrypoint exited with code {code}"
+
     def kill(self, remote: Any) -> None:
         with provider_errors("terminating a sandbox"), contextlib.suppress(mx.NotFoundError):
             remote.terminate()

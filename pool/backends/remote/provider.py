@@ -118,6 +118,11 @@ class Provider(Protocol):
     def is_running(self, remote: Any) -> bool:
         """Whether the sandbox still answers."""
 
+    def ended_from_inside(self, remote: Any) -> str | None:
+        """If the sandbox has ended because its own processes ended it (its entrypoint exited, or the
+        kernel killed it for its memory), how, as the provider reports it; else None: running, ended by
+        the provider (its lifetime, a termination, a failure of its own), or not known."""
+
     def kill(self, remote: Any) -> None:
         """End a sandbox (one already gone counts as ended)."""
 

@@ -20,7 +20,7 @@ import posixpath
 import shlex
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pool.backends.remote import verify
@@ -32,6 +32,7 @@ from pool.errors import (
     CommandRejectedError,
     FileOperationError,
     SandboxCrashedError,
+    SandboxEndedError,
     UnsupportedError,
 )
 from pool.network.audit import NetworkLog
@@ -127,14 +128,15 @@ class RemoteSandbox(BaseSandbox):
             mark=uuid.uuid4().hex, timeout=f"{max(timeout, 0.001):.3f}", command=shlex.quote(command), stdin=source
         )
         started = time.monotonic()
-        raw = self._provider.run(
-            remote,
-            wrapped,
-            cwd=options.cwd or self._snapshot.workdir,
-            env={**self._snapshot.env, **(options.env or {})},
-            timeout_s=timeout + self._link.options.request_timeout_s,
-            cap=options.cap_or(self._link.options.max_output_bytes),
-        )
+        with self._ended_from_inside(remote):
+            raw = self._provider.run(
+                remote,
+                wrapped,
+                cwd=options.cwd or self._snapshot.workdir,
+                env={**self._snapshot.env, **(options.env or {})},
+                timeout_s=timeout + self._link.options.request_timeout_s,
+                cap=options.cap_or(self._link.options.max_output_bytes),
+            )
         elapsed = time.monotonic() - started
         exit_code = 137 if raw.lost else raw.exit_code
         return ExecResult(
@@ -153,7 +155,8 @@ class RemoteSandbox(BaseSandbox):
         path = posixpath.join(self._snapshot.workdir, path)
         if not follow_symlinks and self.exec(f"test -L {shlex.quote(path)}", timeout_s=30).ok:
             raise FileOperationError(errno.ELOOP, f"{path} is a symbolic link", path)
-        data = self._provider.read(remote, path)
+        with self._ended_from_inside(remote):
+            data = self._provider.read(remote, path)
         if max_bytes is not None and len(data) > max_bytes:
             raise FileOperationError(errno.EFBIG, f"{path} is {len(data)} bytes, over the {max_bytes} asked for", path)
         return data
@@ -162,7 +165,8 @@ class RemoteSandbox(BaseSandbox):
         """Write a file as root, creating parent directories."""
         remote = self._live()
         path = posixpath.join(self._snapshot.workdir, path)
-        self._provider.write(remote, path, data.encode() if isinstance(data, str) else bytes(data))
+        with self._ended_from_inside(remote):
+            self._provider.write(remote, path, data.encode() if isinstance(data, str) else bytes(data))
         if mode is not None:
             result = self.exec(f"chmod {mode:o} {shlex.quote(path)}", timeout_s=30)
             if not result.ok:
@@ -292,8 +296,10 @@ class RemoteSandbox(BaseSandbox):
     def run_direct(self, command: str, *, timeout_s: float, cwd: str = "/") -> RawResult:
         """Run ``command`` as the backend's own step: no wrapper, the snapshot's environment, the
         provider's own timeout (a process the agent stopped cannot stretch it), a 64 KiB output cap."""
-        return self._provider.run(self._live(), command, cwd=cwd, env=self._snapshot.env, timeout_s=timeout_s,
-                                  cap=64 << 10)  # fmt: skip
+        remote = self._live()
+        with self._ended_from_inside(remote):
+            return self._provider.run(remote, command, cwd=cwd, env=self._snapshot.env, timeout_s=timeout_s,
+                                      cap=64 << 10)  # fmt: skip
 
     @property
     def since_ticks(self) -> int:
@@ -302,6 +308,21 @@ class RemoteSandbox(BaseSandbox):
 
     def _hand_over(self, started: Started) -> None:
         self._remote, self._since_ticks = started.remote, started.since_ticks
+
+    @contextlib.contextmanager
+    def _ended_from_inside(self, remote: Any) -> Iterator[None]:
+        """A provider sandbox that is gone because its own processes ended it raises
+        :class:`~pool.errors.SandboxEndedError` (the agent's doing), not a crash (the provider's)."""
+        try:
+            yield
+        except SandboxCrashedError as exc:
+            try:
+                how = self._provider.ended_from_inside(remote)
+            except Exception:  # asking failed: the provider's, as the crash says
+                how = None
+            if how is None:
+                raise
+            raise SandboxEndedError(f"sandbox {self._id}: its own processes ended it ({how})") from exc
 
     def _live(self) -> Any:
         self._check_open()

@@ -15,7 +15,9 @@ that does not give up its outputs (its disk full, its PIDs held, its ``tar``
 broken, a collector stopped past its timeout) while the provider says it is
 running is the agent's doing: the verifier sees the outputs empty and the
 result says why, scored, never an infrastructure error the agent could use to
-hide a failure. A provider that does not answer is one.
+hide a failure. So is a sandbox its own processes ended (the provider says
+its entrypoint exited: :class:`~pool.errors.SandboxEndedError`). A provider
+that does not answer, or ended the sandbox itself, is an infrastructure error.
 
 Then that sandbox is killed at the provider (its machine, and every process
 the agent started, ends before anything of the verifier's runs), and the
@@ -48,7 +50,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pool.backends.remote.provider import RawResult
-from pool.errors import BackendError, FileOperationError, SandboxCrashedError, SandboxError
+from pool.errors import BackendError, FileOperationError, SandboxCrashedError, SandboxEndedError, SandboxError
 from pool.results import ExecResult
 from pool.verification import (
     MAX_LINK_HOPS,
@@ -151,6 +153,9 @@ def collect_outputs(sandbox: VerifiedSandbox, plan: VerificationPlan) -> Outputs
         collected, cause = f"{type(exc).__name__}: {exc}", exc
     if isinstance(collected, Outputs):
         return collected
+    if isinstance(cause, SandboxEndedError):  # the agent's processes ended it: theirs to answer for
+        note = f"the agent's sandbox ended before its outputs were collected, so the verifier sees them empty: {cause}"
+        return Outputs(b"", (), outputs, (note,))
     if not sandbox.is_alive:  # the provider ended it, or does not answer: not the agent's doing
         raise SandboxCrashedError(
             f"the agent's sandbox ended before its outputs were collected ({collected})"

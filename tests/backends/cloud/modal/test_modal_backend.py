@@ -20,7 +20,7 @@ from pool import ConfigError, Resources, Template
 from pool.backends import load_backend, unavailable_reason
 from pool.backends.modal import ModalBackend
 from pool.egress import NetworkPolicy, Phase
-from pool.errors import UnsupportedError
+from pool.errors import SandboxCrashedError, SandboxEndedError, UnsupportedError
 from pool.labels import OWNER
 from pool.testing import check_backend
 from tests.backends.cloud.modal.standin import ModalStandin
@@ -70,6 +70,33 @@ def test_a_second_build_is_remembered_and_sandboxes_carry_tags_and_a_lifetime(
         assert record.tags["snapgym.run"] == "r1" and record.tags[OWNER] == modal_backend.owner
         assert record.timeout_s == 3600 and record.network == "blocked" and record.gpu is None
     assert settle(modal_standin) == []
+
+
+KILL_ENTRYPOINT = (
+    'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = sleep ] && kill -9 "${p#/proc/}"; done; sleep 5'
+)
+"""The agent's side: SIGKILL the sandbox's entrypoint (``sleep infinity``), which ends the sandbox."""
+
+
+def test_a_sandbox_its_own_processes_ended_is_the_agents_doing_one_modal_ended_is_not(
+    modal_standin: ModalStandin, modal_backend: ModalBackend
+) -> None:
+    """An agent that kills the entrypoint must not pass for a provider failure (an unscored episode would
+    hide its failure): the step raises SandboxEndedError. A sandbox Modal terminated or timed out stays a
+    crash, never the agent's doing."""
+    snapshot = modal_backend.build(TEMPLATE)
+    with (
+        modal_backend.create(snapshot) as sandbox,
+        pytest.raises(SandboxEndedError, match="its entrypoint exited with code 137"),
+    ):
+        sandbox.exec(KILL_ENTRYPOINT, timeout_s=20)
+    for ended_by in ("terminate", "timeout"):
+        with modal_backend.create(snapshot) as sandbox:
+            box = modal_standin.box(str(sandbox.remote_id))
+            assert box is not None and modal_standin.end_box(box, ended_by)
+            with pytest.raises(SandboxCrashedError) as caught:
+                sandbox.exec("true")
+            assert not isinstance(caught.value, SandboxEndedError), ended_by
 
 
 def test_a_task_that_asks_for_gpus_gets_a_modal_gpu_sandbox(modal_standin: ModalStandin, tmp_path: Path) -> None:
