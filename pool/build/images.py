@@ -20,12 +20,13 @@ import posixpath
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pool.build.dockerfile import ImageCopy, Step, translate
 from pool.build.hostview import DEFAULT_PATH
 from pool.build.network import BuildNetwork, BuildRoute, attached
 from pool.contract import Sandbox
-from pool.errors import BuildError
+from pool.errors import BuildError, SnapgymError
 from pool.network.policy import NetworkPolicy
 from pool.results import ExecResult
 from pool.templates import HOST_BASE, Template
@@ -175,3 +176,16 @@ def _require_ok(result: ExecResult, template: Template, what: str, command: str)
         f"building template {template.name!r}: {what} {why}: {command[:2000]}\n"
         f"--- stdout (end) ---\n{result.stdout[-2000:]}\n--- stderr (end) ---\n{result.stderr[-2000:]}"
     )
+
+
+_Failure = TypeVar("_Failure", bound=SnapgymError)
+
+
+def with_prebuilt_failure(template: Template, misses: Mapping[str, str], exc: _Failure) -> _Failure:
+    """``exc`` (an image the build needs could not be had), naming the task's prebuilt ``docker_image``
+    too when it was tried first and could not be had either (``misses``: why each such image was
+    not). Either image runs the task, so the user learns of both. Of ``exc``'s type."""
+    prebuilt = template.dockerfile.prebuilt if template.dockerfile else None
+    if not prebuilt or prebuilt not in misses or misses[prebuilt] == str(exc):
+        return exc
+    return type(exc)(f"{exc}; the task's prebuilt docker_image {prebuilt} could not be had either: {misses[prebuilt]}")

@@ -33,8 +33,8 @@ class EgressSettings:
     extra_ca_files: tuple[str, ...] = ()
     """PEM files of CA certificates that sandboxes trust besides their own (a corporate TLS proxy's)."""
     trust_host_cas: bool = False
-    """Sandboxes trust this machine's CA bundle too (its first system bundle: Debian's
-    ``/etc/ssl/certs/ca-certificates.crt``...), so a mirror or host whose CA the machine trusts is
+    """Sandboxes trust this machine's CA bundle too (the file ``SSL_CERT_FILE`` names, as OpenSSL
+    reads it, else its first system bundle: Debian's ``/etc/ssl/certs/ca-certificates.crt``...), so a mirror or host whose CA the machine trusts is
     trusted inside a task's image as well. What the proxy and the download cache trust is unchanged."""
     trusted_networks: tuple[str, ...] = ()
     """CIDRs exempt from the rule that refuses non-global addresses and this machine's own (a test
@@ -69,11 +69,11 @@ class EgressSettings:
         object.__setattr__(self, "networks", networks)
         extra = tuple(dict.fromkeys(str(p) for p in self.extra_ca_files))
         if self.trust_host_cas:
-            bundle = next((path for path in SYSTEM_BUNDLES if os.path.isfile(path)), None)
+            bundle = host_ca_bundle()
             if bundle is None:
                 raise ConfigError(
-                    f"egress trust_host_cas: this machine has no CA bundle at {', '.join(SYSTEM_BUNDLES)}; "
-                    "name the CA files with egress.extra_ca_files instead"
+                    f"egress trust_host_cas: this machine has no CA bundle (SSL_CERT_FILE unset, none at "
+                    f"{', '.join(SYSTEM_BUNDLES)}); name the CA files with egress.extra_ca_files instead"
                 )
             extra = tuple(dict.fromkeys((*extra, bundle)))
         object.__setattr__(self, "extra_ca_files", extra)
@@ -128,6 +128,15 @@ class EgressSettings:
             "cache": self.cache.as_dict(),
             "models": [route.as_dict() for route in self.models],
         }
+
+
+def host_ca_bundle() -> str | None:
+    """The CA bundle this machine's OpenSSL trusts: ``SSL_CERT_FILE`` when it names a file (as OpenSSL
+    reads it), else the first system bundle there is; None if neither."""
+    named = os.environ.get("SSL_CERT_FILE", "")
+    if named and os.path.isfile(named):
+        return named
+    return next((path for path in SYSTEM_BUNDLES if os.path.isfile(path)), None)
 
 
 def _hosts_map(value: Any) -> dict[str, str]:

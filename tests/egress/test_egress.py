@@ -268,6 +268,22 @@ def test_without_the_extra_ca_the_sandbox_does_not_trust_the_test_origins(
         assert sandbox.exec(f"{CURL} http://pypi.org/_echo").stdout == "200"
 
 
+def test_trust_host_cas_adds_the_hosts_bundle_to_what_sandboxes_trust(
+    net_backend: Backend, internet: TestInternet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mirror whose private CA the host trusts (here through ``SSL_CERT_FILE``, as OpenSSL reads it):
+    ``trust_host_cas`` alone, no ``extra_ca_files``, and HTTPS to it verifies inside the sandbox."""
+    host_bundle = tmp_path / "host-ca-certificates.crt"
+    host_bundle.write_bytes(internet.ca.cert_path.read_bytes())
+    monkeypatch.setenv("SSL_CERT_FILE", str(host_bundle))
+    options = egress_options(internet, extra_ca_files=[], trust_host_cas=True)
+    with fresh_sandbox(net_backend.name, tmp_path, options) as sandbox:
+        env = sandbox.set_network(NetworkPolicy.public(), phase=Phase.AGENT)
+        assert "SSL_CERT_FILE" in env
+        answer = sandbox.exec(f"{CURL} https://pypi.org/_echo")
+        assert answer.stdout == "200", answer.stderr
+
+
 def test_the_audit_counts_bytes_each_way(sandbox: Sandbox, internet: TestInternet) -> None:
     (internet.site("github.com") / "blob.bin").write_bytes(b"x" * 300_000)
     sandbox.set_network(NetworkPolicy.public(), phase=Phase.AGENT)

@@ -29,7 +29,7 @@ from pool.backends.local.store.mountpoints import mount_point_layer
 from pool.build import hostview
 from pool.build.digest import combine
 from pool.build.dockerfile import ImageCopy
-from pool.build.images import BaseConfig, Recipe, file_target, recipe_for, run_recipe
+from pool.build.images import BaseConfig, Recipe, file_target, recipe_for, run_recipe, with_prebuilt_failure
 from pool.build.network import BuildRoute, build_route
 from pool.build.registry.settings import RegistrySettings
 from pool.build.rootfs import RootfsSource
@@ -91,13 +91,10 @@ class Builder:
             recipe = self._recipe(template)
             base = self._base(recipe.base)
         except ImageError as exc:  # say which images were wanted: a prebuilt one tried first, too
-            prebuilt = template.dockerfile.prebuilt if template.dockerfile else None
-            if prebuilt and prebuilt in self._misses and not str(exc).startswith(f"image {prebuilt}"):
-                why = self._misses[prebuilt]
-                raise type(exc)(
-                    f"{exc}; the task's prebuilt docker_image {prebuilt} could not be had either: {why}"
-                ) from exc
-            raise
+            failure = with_prebuilt_failure(template, self._misses, exc)
+            if failure is exc:
+                raise
+            raise failure from exc
         identity = combine(base.digest, *(self._base(image).digest for image in recipe.images))
         snap_id = template.content_hash(identity)[:32]
         if cached := self.store.find_usable(snap_id):

@@ -501,6 +501,19 @@ def test_reap_by_run_removes_every_container_of_that_run_only(docker_backend: Do
         other.close()
 
 
+def test_a_task_whose_prebuilt_image_and_from_image_both_fail_names_both(tmp_path: Path) -> None:
+    """Either image runs the task, so the error names both: the prebuilt ``docker_image`` tried first,
+    and the Dockerfile's ``FROM``, each with why the engine could not get it."""
+    down = f"127.0.0.1:{free_port()}"
+    prebuilt, base = f"{down}/team/prebuilt:1", f"{down}/team/base:1"
+    build = DockerBuild(dockerfile=f"FROM {base}\nRUN true\n", context=str(tmp_path), prebuilt=prebuilt)
+    with backend() as docker, pytest.raises(ConfigError) as raised:
+        docker.build(Template(name="neither", dockerfile=build))
+    message = str(raised.value)
+    assert base in message and "cannot pull it" in message
+    assert f"prebuilt docker_image {prebuilt} could not be had either" in message
+
+
 def test_an_image_is_pulled_through_a_registry_mirror(tmp_path: Path, mirror_registry: Registry) -> None:
     """``registry.mirrors``: an image the engine lacks and its registry cannot give (nothing listens
     there) comes from the mirror, and is tagged with the name the task used, so the next build finds

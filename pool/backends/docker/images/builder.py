@@ -41,7 +41,7 @@ from pool.backends.docker.transport.engine import engine_errors
 from pool.backends.docker.transport.execution import run_helper
 from pool.build.dockerfile import ImageCopy
 from pool.build.hostview import DEFAULT_PATH
-from pool.build.images import BaseConfig, Recipe, file_target, recipe_for, run_recipe
+from pool.build.images import BaseConfig, Recipe, file_target, recipe_for, run_recipe, with_prebuilt_failure
 from pool.build.network import BuildRoute, build_route
 from pool.errors import ConfigError
 from pool.labels import OWNER
@@ -62,6 +62,8 @@ class Builder:
         self._bases = bases
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
+        self._misses: dict[str, str] = {}
+        """Prebuilt images the engine could not get, and why (named when the Dockerfile's base fails too)."""
 
     def build(self, template: Template) -> Snapshot:
         """The snapshot of ``template``: found by its tag, or built.
@@ -71,7 +73,13 @@ class Builder:
             ConfigError: a base or image the engine cannot get, resources it cannot give.
         """
         require_supported(template.resources, backend="docker", gpu=False)
-        identity, start = self._plan(template)
+        try:
+            identity, start = self._plan(template)
+        except ConfigError as exc:  # say which images were wanted: a prebuilt one tried first, too
+            failure = with_prebuilt_failure(template, self._misses, exc)
+            if failure is exc:
+                raise
+            raise failure from exc
         snapshot_id = template.content_hash(identity)[:32]
         if cached := self._link.find_snapshot(snapshot_id):
             return cached
@@ -136,7 +144,8 @@ class Builder:
     def _can_get(self, image: str) -> bool:
         try:
             self._bases.get(image)
-        except ConfigError:
+        except ConfigError as exc:
+            self._misses[image] = str(exc)
             return False
         return True
 
