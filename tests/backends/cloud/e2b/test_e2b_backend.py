@@ -202,8 +202,9 @@ def test_a_collector_step_the_agent_turned_into_another_program_is_not_taken_for
 ) -> None:
     """The catalogue's ptrace attacker turns each new process into a shell that exits 0. The step that
     stops the episode's processes must not pass for done then (the attacker would live on into the
-    archiving): the outputs are empty and the note says why. It once went unnoticed and, when the
-    attacker left the archiving shell stopped, the verification hung for the archive's timeout."""
+    archiving): either it is caught (outputs empty, the note says why), or the step really ran and the
+    attacker is dead. It once went unnoticed and, when the attacker left the archiving shell stopped,
+    the verification hung for the archive's timeout."""
     (tmp_path / "test.sh").write_text("#!/bin/sh\n")
     attack = next(candidate for candidate in PROCESS_ATTACKS if candidate.name == "ptrace-verifier")
     with e2b_backend.create(e2b_backend.build(TEMPLATE)) as sandbox:
@@ -211,8 +212,16 @@ def test_a_collector_step_the_agent_turned_into_another_program_is_not_taken_for
         for action in attack.actions[:-1]:  # all but the submit
             assert sandbox.exec(action).stdout.strip().endswith("armed")
         collected = verify.collect_outputs(sandbox, VerificationPlan(VerifyMode.STRICT, tmp_path, outputs=("/w",)))
-    assert collected.carried == () and collected.missing == ("/w",), collected
-    assert len(collected.notes) == 1 and "could not be stopped" in collected.notes[0], collected.notes
+        if collected.notes:  # the attacker won the race: caught
+            assert collected.carried == () and collected.missing == ("/w",), collected
+            assert len(collected.notes) == 1 and "could not be stopped" in collected.notes[0], collected.notes
+        else:  # the stop step won it: the attacker is gone (a live one would turn this check into a forger)
+            assert collected.carried == ("/w",), collected
+            look = sandbox.run_direct(
+                "for p in /proc/[0-9]*; do grep -qas '[.]ptrace[.]py' $p/cmdline && echo alive; done; echo looked",
+                timeout_s=30,
+            )
+            assert look.stdout.splitlines() == ["looked"], look
 
 
 def test_a_sandbox_that_will_not_give_up_its_outputs_is_scored_with_them_empty(
