@@ -1,4 +1,4 @@
-"""Calibration: a task whose verifier needs the network is first shown to score in this environment.
+"""Calibration: a task is first shown to score in this environment, and its verification mode chosen.
 
 A verifier that downloads its tools (``apt-get``, ``uv``, ``pip``) scores 0.0 when a download fails,
 whoever is to blame; a run that played such a task would report the environment's 0 as the
@@ -8,6 +8,21 @@ run's own environment (backend or pool, verification mode, network): doing nothi
 score 0.0, and the reference solution, which must score 1.0 (see :func:`envs.check.check_in`). A
 task that does not calibrate is not played; the run lists it under ``skipped_tasks`` with why,
 naming the verifier's connections that failed.
+
+Which tasks calibrate (each needs a reference solution): those whose verifier may use the network,
+and those verified in strict mode whose agent phase may use the network. Strict mode verifies on a
+fresh sandbox at the task's snapshot with only the outputs grafted, so what a solution installed
+elsewhere during the agent's turn (``pip install`` into the system interpreter, ``apt-get install``)
+is gone, and a reference solution that installs scores 0.0 there. When the run leaves the mode to
+the task (``verification=task``, the default), the task's mode is strict, its reference solution
+scores below 1.0 and the backend offers shared mode, the task is calibrated again in shared mode (the
+verifier runs in the agent's own sandbox, behind the protections of ``pool.verification``); if the
+reference solution then scores 1.0 and the no-op 0.0, the task is played in shared mode, and the
+choice and its cause are recorded (``calibration.json``; ``verification_chosen_by`` in each of its
+results; ``verification_chosen`` in ``summary.json``). If shared fails too, the reason names both
+modes. ``calibrate_verification=false`` turns the choice off; a strict 0 of the reference solution
+then says the mode is the likely cause. The choice depends only on the reference solution and the
+no-op, played before any agent's episode on fresh sandboxes.
 
 A calibration that holds is kept (``~/.cache/snapgym/calibrations``, or
 ``$SNAPGYM_CALIBRATION_DIR``) under a key of everything it depends on: the task's snapshot digest,
@@ -26,7 +41,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +53,7 @@ from envs.tasks import Task
 from envs.wrappers import sandbox_env
 from pool.errors import SnapgymError
 from pool.network.policy import NetworkMode
+from pool.verification import VerifyMode
 
 CALIBRATION_FILE = "calibration.json"
 """The calibrations a run used, in its directory."""
@@ -63,6 +79,10 @@ class Calibration:
     """Why the task does not calibrate ("" when it does)."""
     cached: bool = False
     """Read from the cache rather than played in this run."""
+    verification: str | None = None
+    """The verification mode it was played in ("shared" when the calibration chose it; None: the run's)."""
+    chosen_by: str = ""
+    """Why the calibration chose :attr:`verification` over the run's mode ("" when it did not)."""
 
     @property
     def ok(self) -> bool:
@@ -70,10 +90,25 @@ class Calibration:
         return not self.reason
 
 
-def needs_calibration(task: Task, network: NetworkSetting) -> bool:
-    """Whether ``task`` is calibrated: its verifier may use the network, and it has a solution."""
+def needs_calibration(task: Task, network: NetworkSetting, *, verification: str | None = None) -> bool:
+    """Whether ``task`` is calibrated: it has a solution, and its verifier may use the network or it is
+    verified in strict mode (``verification``: the run's mode, None: the task's) after an agent phase
+    that may use the network (its solution may install what strict mode drops)."""
+    if task.solution_dir is None:
+        return False
     verifier = effective_policies(task.settings.network, network).verifier
-    return verifier.mode is not NetworkMode.NO_NETWORK and task.solution_dir is not None
+    strict = (verification or task.verification.value) == VerifyMode.STRICT.value
+    return verifier.mode is not NetworkMode.NO_NETWORK or (strict and may_install(task, network))
+
+
+def may_install(task: Task, network: NetworkSetting) -> bool:
+    """Whether ``task``'s agent phase may use the network (so its solution may install packages)."""
+    return effective_policies(task.settings.network, network).agent.mode is not NetworkMode.NO_NETWORK
+
+
+def in_shared_mode(task: Task) -> Task:
+    """``task`` verified in shared mode (how a calibration's choice reaches the task's episodes)."""
+    return replace(task, settings=replace(task.settings, verification=VerifyMode.SHARED.value))
 
 
 def calibrate(
@@ -83,19 +118,54 @@ def calibrate(
     environment: Mapping[str, Any],
     run_dir: Path,
     workers: int = 1,
+    may_share: Callable[[Task], bool] = lambda task: False,
+    strict_hint: Callable[[Task], bool] = lambda task: False,
 ) -> dict[str, Calibration]:
     """The calibration of each task (played with ``workers`` at once, or read from the cache);
     ``environment`` is what the outcome depends on besides the task (JSON-ready), and the result
-    is written to ``run_dir/calibration.json``."""
+    is written to ``run_dir/calibration.json``. A task for which ``may_share`` holds and whose
+    reference solution scores below 1.0 is calibrated again in shared mode (see the module docstring);
+    for one for which ``strict_hint`` holds instead, the reason says that strict mode is the likely cause."""
     if not tasks:
         return {}
+
+    def one(task: Task) -> Calibration:
+        found = _calibrate_one(task, make_env, environment)
+        if found.ok or found.oracle_reward == 1.0:
+            return found
+        if may_share(task):
+            return _in_shared(task, found, make_env, environment)
+        if strict_hint(task):
+            return replace(found, reason=found.reason + "; " + _STRICT_CAUSE)
+        return found
+
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="snapgym-calibrate") as pool:
-        found = list(pool.map(lambda task: _calibrate_one(task, make_env, environment), tasks))
+        found = list(pool.map(one, tasks))
     calibrations = {c.task_id: c for c in found}
     (run_dir / CALIBRATION_FILE).write_text(
         json.dumps({task: asdict(c) for task, c in calibrations.items()}, indent=2) + "\n"
     )
     return calibrations
+
+
+_STRICT_CAUSE = (
+    "strict mode is the likely cause: it verifies with only the task's outputs, so what the solution "
+    "installed elsewhere is gone (verification=shared verifies in the agent's sandbox, and "
+    "calibrate_verification=true lets the calibration choose it)"
+)
+
+
+def _in_shared(
+    task: Task, strict: Calibration, make_env: Callable[[Task], gym.Env[Any, str]], environment: Mapping[str, Any]
+) -> Calibration:
+    """The calibration of ``task`` in shared mode, after ``strict`` failed: the chosen one if it holds."""
+    scored = "was not scored" if strict.oracle_reward is None else f"scored {strict.oracle_reward:g}"
+    shared = _calibrate_one(in_shared_mode(task), make_env, {**environment, "verification": VerifyMode.SHARED.value})
+    if not shared.ok:
+        return replace(strict, reason=f"in strict mode, {strict.reason}; in shared mode, {shared.reason}")
+    chosen_by = f"calibration: the reference solution {scored} in strict mode (it installs outside the outputs)"
+    log.warning("task %s is verified in shared mode: %s", task.id, chosen_by)
+    return replace(shared, verification=VerifyMode.SHARED.value, chosen_by=chosen_by)
 
 
 def _calibrate_one(
