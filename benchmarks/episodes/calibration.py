@@ -15,9 +15,12 @@ fresh sandbox at the task's snapshot with only the outputs grafted, so what a so
 elsewhere during the agent's turn (``pip install`` into the system interpreter, ``apt-get install``)
 is gone, and a reference solution that installs scores 0.0 there. When the run leaves the mode to
 the task (``verification=task``, the default), the task's mode is strict, its reference solution
-scores below 1.0 and the backend offers shared mode, the task is calibrated again in shared mode (the
+scores below 1.0 with no failed verifier connection (those make the network's 0, not the mode's)
+and the backend offers shared mode, the task is calibrated again in shared mode (the
 verifier runs in the agent's own sandbox, behind the protections of ``pool.verification``); if the
-reference solution then scores 1.0 and the no-op 0.0, the task is played in shared mode, and the
+reference solution then scores 1.0, the no-op 0.0 and none of the attack catalogue's attacks on
+what shared mode leaves to the agent (:data:`SHARED_GUARDS`) more than the no-op, the task is
+played in shared mode, and the
 choice and its cause are recorded (``calibration.json``; ``verification_chosen_by`` in each of its
 results; ``verification_chosen`` in ``summary.json``). If shared fails too, the reason names both
 modes. ``calibrate_verification=false`` turns the choice off; a strict 0 of the reference solution
@@ -39,7 +42,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -120,6 +123,7 @@ def calibrate(
     workers: int = 1,
     may_share: Callable[[Task], bool] = lambda task: False,
     strict_hint: Callable[[Task], bool] = lambda task: False,
+    guards: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Calibration]:
     """The calibration of each task (played with ``workers`` at once, or read from the cache);
     ``environment`` is what the outcome depends on besides the task (JSON-ready), and the result
@@ -128,13 +132,14 @@ def calibrate(
     for one for which ``strict_hint`` holds instead, the reason says that strict mode is the likely cause."""
     if not tasks:
         return {}
+    guards = guards or {}
 
     def one(task: Task) -> Calibration:
         found = _calibrate_one(task, make_env, environment)
-        if found.ok or found.oracle_reward == 1.0:
+        if found.ok or found.oracle_reward == 1.0 or found.failed:  # failed connections: the network's 0
             return found
         if may_share(task):
-            return _in_shared(task, found, make_env, environment)
+            return _in_shared(task, found, make_env, environment, guards)
         if strict_hint(task):
             return replace(found, reason=found.reason + "; " + _STRICT_CAUSE)
         return found
@@ -156,16 +161,51 @@ _STRICT_CAUSE = (
 
 
 def _in_shared(
-    task: Task, strict: Calibration, make_env: Callable[[Task], gym.Env[Any, str]], environment: Mapping[str, Any]
-) -> Calibration:
+    task: Task, strict: Calibration, make_env: Callable[[Task], gym.Env[Any, str]], environment: Mapping[str, Any],
+    guards: Mapping[str, Sequence[str]],
+) -> Calibration:  # fmt: skip
     """The calibration of ``task`` in shared mode, after ``strict`` failed: the chosen one if it holds."""
     scored = "was not scored" if strict.oracle_reward is None else f"scored {strict.oracle_reward:g}"
     shared = _calibrate_one(in_shared_mode(task), make_env, {**environment, "verification": VerifyMode.SHARED.value})
     if not shared.ok:
         return replace(strict, reason=f"in strict mode, {strict.reason}; in shared mode, {shared.reason}")
+    beaten = _beaten_in_shared(in_shared_mode(task), make_env, shared.noop_reward or 0.0, guards)
+    if beaten is not None:
+        return replace(strict, reason=(
+            f"in strict mode, {strict.reason}; shared mode is not chosen: the attack {beaten} scored above doing "
+            "nothing there (its verifier runs tools or an interpreter the agent can change)"
+        ))  # fmt: skip
     chosen_by = f"calibration: the reference solution {scored} in strict mode (it installs outside the outputs)"
     log.warning("task %s is verified in shared mode: %s", task.id, chosen_by)
     return replace(shared, verification=VerifyMode.SHARED.value, chosen_by=chosen_by)
+
+
+SHARED_GUARDS = ("python-pth", "python-sitecustomize", "path-shadow-tools", "pytest-conftest")
+"""The catalogue's attacks (``benchmarks.attacks``) on what shared mode leaves to the agent (its
+interpreters' site-packages, tools on PATH, a conftest.py): shared mode is chosen for a task only
+when each of them scores no more than doing nothing there (the runner passes them to :func:`calibrate`
+as ``guards``: name -> actions)."""
+
+
+def _beaten_in_shared(
+    task: Task, make_env: Callable[[Task], gym.Env[Any, str]], floor: float, guards: Mapping[str, Sequence[str]]
+) -> str | None:
+    """The first of ``guards`` (name: actions) that scores above ``floor`` on ``task`` (in shared mode), or None."""
+    env = make_env(task)
+    try:
+        for name, actions in guards.items():
+            env.reset()
+            reward: float = 0.0
+            for action in actions:
+                _, step_reward, terminated, truncated, _ = env.step(action)
+                reward = float(step_reward)
+                if terminated or truncated:
+                    break
+            if reward > floor:
+                return name
+    finally:
+        env.close()
+    return None
 
 
 def _calibrate_one(

@@ -31,8 +31,9 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from benchmarks.agents import InstalledAgent, LLMAgent, OracleAgent, make_agent
+from benchmarks.attacks import select_attacks
 from benchmarks.episodes.attempt import INFRA_ERROR
-from benchmarks.episodes.calibration import calibrate, in_shared_mode, may_install, needs_calibration
+from benchmarks.episodes.calibration import SHARED_GUARDS, calibrate, in_shared_mode, may_install, needs_calibration
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation, plan_episodes
 from benchmarks.episodes.outage import HealthProbe, OutageError
 from benchmarks.episodes.recording import rundir
@@ -218,6 +219,7 @@ def _calibrated(
         workers=config.pool.size,
         may_share=may_share if choose else lambda task: False,
         strict_hint=strict_hint,
+        guards={attack.name: attack.actions for attack in select_attacks(SHARED_GUARDS)},
     )
     skipped = {task_id: f"calibration: {c.reason}" for task_id, c in found.items() if not c.ok}
     for task_id, why in skipped.items():

@@ -36,9 +36,11 @@ pytest_plugins = ["tests.support.net_fixtures"]
 
 SOLVE_SH = """\
 #!/bin/bash
-# As largest-eigenval's solution does: install a package system-wide, then code in /app that imports it.
-PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --index-url https://pypi.org/simple sgeigen==1.0
+# As largest-eigenval's solution does: install a package outside the outputs, then code in /app that imports it.
+python3 -m pip install -q --index-url https://pypi.org/simple --target /opt/sgeigen sgeigen==1.0
 cat > /app/eigen.py <<'PY'
+import sys
+sys.path.insert(0, "/opt/sgeigen")
 import sgeigen
 print(sgeigen.largest())
 PY
@@ -54,12 +56,19 @@ fi
 """
 MODULE = "def largest():\n    return 42\n"
 TASK = "installs-outside-outputs"
-DOCKERFILE = """\
+INTERPRETER = "installs-into-its-interpreter"
+VENV_DOCKERFILE = """\
 FROM snapgym/host
 # the image's interpreter, with site-packages of its own, as python:3.13-slim's /usr/local one
 RUN python3 -m venv /opt/python
 ENV PATH=/opt/python/bin:$PATH
 WORKDIR /app
+"""
+VENV_SOLVE_SH = """\
+#!/bin/bash
+# into the interpreter the verifier runs too: in shared mode the agent could change it (a .pth, ...)
+python3 -m pip install -q --index-url https://pypi.org/simple sgeigen==1.0
+printf 'import sgeigen\\nprint(sgeigen.largest())\\n' > /app/eigen.py
 """
 
 
@@ -71,7 +80,7 @@ def write_task(folder: Path) -> Path:
     (folder / "task.toml").write_text(
         'version = "1.0"\n\n[verifier]\ntimeout_sec = 60.0\nnetwork_mode = "no-network"\n\n[environment]\n'
     )
-    (folder / "environment" / "Dockerfile").write_text(DOCKERFILE)
+    (folder / "environment" / "Dockerfile").write_text("FROM snapgym/host\nWORKDIR /app\n")
     (folder / "tests" / "test.sh").write_text(TEST_SH)
     (folder / "solution" / "solve.sh").write_text(SOLVE_SH)
     return folder
@@ -92,6 +101,9 @@ def egress(internet: TestInternet) -> dict[str, Any]:
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("suite")
     write_task(folder / TASK)
+    venv = write_task(folder / INTERPRETER)
+    (venv / "environment" / "Dockerfile").write_text(VENV_DOCKERFILE)
+    (venv / "solution" / "solve.sh").write_text(VENV_SOLVE_SH)
     return folder
 
 
@@ -120,6 +132,9 @@ def test_the_calibration_plays_a_task_that_installs_outside_its_outputs_in_share
 ) -> None:
     summary = run(published, suite, tmp_path, "oracle", "agent=oracle")
     assert summary["mean_reward"] == 1.0 and summary["counts"]["scored"] == 1, summary
+    refused = summary["skipped_tasks"][INTERPRETER]  # its verifier's interpreter is the one the agent installs into
+    assert refused.startswith("calibration: in strict mode, its reference solution scored 0"), refused
+    assert "shared mode is not chosen: the attack python-pth scored above doing nothing" in refused
     why = "calibration: the reference solution scored 0 in strict mode (it installs outside the outputs)"
     assert summary["verification_chosen"] == {TASK: {"verification": "shared", "chosen_by": why}}
     [result] = results(tmp_path / "oracle")
@@ -127,7 +142,7 @@ def test_the_calibration_plays_a_task_that_installs_outside_its_outputs_in_share
     chosen = json.loads((tmp_path / "oracle" / "calibration.json").read_text())[TASK]
     assert (chosen["verification"], chosen["chosen_by"], chosen["oracle_reward"]) == ("shared", why, 1.0)
 
-    summary = run(published, suite, tmp_path, "noop", "agent=noop")
+    summary = run(published, suite, tmp_path, "noop", "agent=noop", f"suite.include=[{TASK}]")
     assert summary["mean_reward"] == 0.0 and summary["counts"]["scored"] == 1, summary
     [result] = results(tmp_path / "noop")
     assert (result["verification"], result["verification_chosen_by"]) == ("shared", why)
@@ -138,7 +153,15 @@ def test_with_the_choice_off_the_strict_zero_is_reported_naming_the_mode(
 ) -> None:
     for agent in ("oracle", "noop"):
         with pytest.raises(AssertionError, match="no task can be verified"):
-            run(published, suite, tmp_path, agent, f"agent={agent}", "calibrate_verification=false")
+            run(
+                published,
+                suite,
+                tmp_path,
+                agent,
+                f"agent={agent}",
+                "calibrate_verification=false",
+                f"suite.include=[{TASK}]",
+            )
     calibration = json.loads((tmp_path / "noop" / "calibration.json").read_text())[TASK]
     assert calibration["oracle_reward"] == 0.0 and calibration["verification"] is None
     assert "strict mode is the likely cause" in calibration["reason"], calibration
