@@ -1,4 +1,4 @@
-"""Calibration: a task whose verifier needs the network is first shown to score in this environment.
+"""Calibration: a task is first shown to score in this environment, and its verification mode chosen.
 
 A verifier that downloads its tools (``apt-get``, ``uv``, ``pip``) scores 0.0 when a download fails,
 whoever is to blame; a run that played such a task would report the environment's 0 as the
@@ -8,6 +8,24 @@ run's own environment (backend or pool, verification mode, network): doing nothi
 score 0.0, and the reference solution, which must score 1.0 (see :func:`envs.check.check_in`). A
 task that does not calibrate is not played; the run lists it under ``skipped_tasks`` with why,
 naming the verifier's connections that failed.
+
+Which tasks calibrate (each needs a reference solution): those whose verifier may use the network,
+and those verified in strict mode whose agent phase may use the network. Strict mode verifies on a
+fresh sandbox at the task's snapshot with only the outputs grafted, so what a solution installed
+elsewhere during the agent's turn (``pip install`` into the system interpreter, ``apt-get install``)
+is gone, and a reference solution that installs scores 0.0 there. When the run leaves the mode to
+the task (``verification=task``, the default), the task's mode is strict, its reference solution
+scores below 1.0 with no failed verifier connection (those make the network's 0, not the mode's)
+and the backend offers shared mode, the task is calibrated again in shared mode (the
+verifier runs in the agent's own sandbox, behind the protections of ``pool.verification``); if the
+reference solution then scores 1.0, the no-op 0.0 and none of the attack catalogue's attacks on
+what shared mode leaves to the agent (:data:`SHARED_GUARDS`) more than the no-op, the task is
+played in shared mode, and the
+choice and its cause are recorded (``calibration.json``; ``verification_chosen_by`` in each of its
+results; ``verification_chosen`` in ``summary.json``). If shared fails too, the reason names both
+modes. ``calibrate_verification=false`` turns the choice off; a strict 0 of the reference solution
+then says the mode is the likely cause. The choice depends only on the reference solution and the
+no-op, played before any agent's episode on fresh sandboxes.
 
 A calibration that holds is kept (``~/.cache/snapgym/calibrations``, or
 ``$SNAPGYM_CALIBRATION_DIR``) under a key of everything it depends on: the task's snapshot digest,
@@ -24,9 +42,9 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +56,7 @@ from envs.tasks import Task
 from envs.wrappers import sandbox_env
 from pool.errors import SnapgymError
 from pool.network.policy import NetworkMode
+from pool.verification import VerifyMode
 
 CALIBRATION_FILE = "calibration.json"
 """The calibrations a run used, in its directory."""
@@ -63,6 +82,14 @@ class Calibration:
     """Why the task does not calibrate ("" when it does)."""
     cached: bool = False
     """Read from the cache rather than played in this run."""
+    verification: str | None = None
+    """The verification mode it was played in ("shared" when the calibration chose it; None: the run's)."""
+    chosen_by: str = ""
+    """Why the calibration chose :attr:`verification` over the run's mode ("" when it did not)."""
+    not_started: str = ""
+    """Why the calibration could not start a sandbox of the task (its build failed, the backend is
+    down): nothing was judged, so the task is played and its episodes report that failure as theirs
+    (unscored, counted as infrastructure errors, played again on ``resume``); never cached."""
 
     @property
     def ok(self) -> bool:
@@ -70,10 +97,25 @@ class Calibration:
         return not self.reason
 
 
-def needs_calibration(task: Task, network: NetworkSetting) -> bool:
-    """Whether ``task`` is calibrated: its verifier may use the network, and it has a solution."""
+def needs_calibration(task: Task, network: NetworkSetting, *, verification: str | None = None) -> bool:
+    """Whether ``task`` is calibrated: it has a solution, and its verifier may use the network or it is
+    verified in strict mode (``verification``: the run's mode, None: the task's) after an agent phase
+    that may use the network (its solution may install what strict mode drops)."""
+    if task.solution_dir is None:
+        return False
     verifier = effective_policies(task.settings.network, network).verifier
-    return verifier.mode is not NetworkMode.NO_NETWORK and task.solution_dir is not None
+    strict = (verification or task.verification.value) == VerifyMode.STRICT.value
+    return verifier.mode is not NetworkMode.NO_NETWORK or (strict and may_install(task, network))
+
+
+def may_install(task: Task, network: NetworkSetting) -> bool:
+    """Whether ``task``'s agent phase may use the network (so its solution may install packages)."""
+    return effective_policies(task.settings.network, network).agent.mode is not NetworkMode.NO_NETWORK
+
+
+def in_shared_mode(task: Task) -> Task:
+    """``task`` verified in shared mode (how a calibration's choice reaches the task's episodes)."""
+    return replace(task, settings=replace(task.settings, verification=VerifyMode.SHARED.value))
 
 
 def calibrate(
@@ -83,14 +125,31 @@ def calibrate(
     environment: Mapping[str, Any],
     run_dir: Path,
     workers: int = 1,
+    may_share: Callable[[Task], bool] = lambda task: False,
+    strict_hint: Callable[[Task], bool] = lambda task: False,
+    guards: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Calibration]:
     """The calibration of each task (played with ``workers`` at once, or read from the cache);
     ``environment`` is what the outcome depends on besides the task (JSON-ready), and the result
-    is written to ``run_dir/calibration.json``."""
+    is written to ``run_dir/calibration.json``. A task for which ``may_share`` holds and whose
+    reference solution scores below 1.0 is calibrated again in shared mode (see the module docstring);
+    for one for which ``strict_hint`` holds instead, the reason says that strict mode is the likely cause."""
     if not tasks:
         return {}
+    guards = guards or {}
+
+    def one(task: Task) -> Calibration:
+        found = _calibrate_one(task, make_env, environment)
+        if found.ok or found.oracle_reward == 1.0 or found.failed:  # failed connections: the network's 0
+            return found
+        if may_share(task):
+            return _in_shared(task, found, make_env, environment, guards)
+        if strict_hint(task):
+            return replace(found, reason=found.reason + "; " + _STRICT_CAUSE)
+        return found
+
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="snapgym-calibrate") as pool:
-        found = list(pool.map(lambda task: _calibrate_one(task, make_env, environment), tasks))
+        found = list(pool.map(one, tasks))
     calibrations = {c.task_id: c for c in found}
     (run_dir / CALIBRATION_FILE).write_text(
         json.dumps({task: asdict(c) for task, c in calibrations.items()}, indent=2) + "\n"
@@ -98,12 +157,74 @@ def calibrate(
     return calibrations
 
 
+_STRICT_CAUSE = (
+    "strict mode is the likely cause: it verifies with only the task's outputs, so what the solution "
+    "installed elsewhere is gone (verification=shared verifies in the agent's sandbox, and "
+    "calibrate_verification=true lets the calibration choose it)"
+)
+
+
+def _in_shared(
+    task: Task, strict: Calibration, make_env: Callable[[Task], gym.Env[Any, str]], environment: Mapping[str, Any],
+    guards: Mapping[str, Sequence[str]],
+) -> Calibration:  # fmt: skip
+    """The calibration of ``task`` in shared mode, after ``strict`` failed: the chosen one if it holds."""
+    scored = "was not scored" if strict.oracle_reward is None else f"scored {strict.oracle_reward:g}"
+    shared = _calibrate_one(in_shared_mode(task), make_env, {**environment, "verification": VerifyMode.SHARED.value})
+    if not shared.ok:
+        return replace(strict, reason=f"in strict mode, {strict.reason}; in shared mode, {shared.reason}")
+    beaten = _beaten_in_shared(in_shared_mode(task), make_env, shared.noop_reward or 0.0, guards)
+    if beaten is not None:
+        return replace(strict, reason=(
+            f"in strict mode, {strict.reason}; shared mode is not chosen: the attack {beaten} scored above doing "
+            "nothing there (its verifier runs tools or an interpreter the agent can change)"
+        ))  # fmt: skip
+    chosen_by = f"calibration: the reference solution {scored} in strict mode (it installs outside the outputs)"
+    log.warning("task %s is verified in shared mode: %s", task.id, chosen_by)
+    return replace(shared, verification=VerifyMode.SHARED.value, chosen_by=chosen_by)
+
+
+SHARED_GUARDS = ("python-pth", "python-sitecustomize", "path-shadow-tools", "pytest-conftest")
+"""The catalogue's attacks (``benchmarks.attacks``) on what shared mode leaves to the agent (its
+interpreters' site-packages, tools on PATH, a conftest.py): shared mode is chosen for a task only
+when each of them scores no more than doing nothing there (the runner passes them to :func:`calibrate`
+as ``guards``: name -> actions)."""
+
+
+def _beaten_in_shared(
+    task: Task, make_env: Callable[[Task], gym.Env[Any, str]], floor: float, guards: Mapping[str, Sequence[str]]
+) -> str | None:
+    """The first of ``guards`` (name: actions) that scores above ``floor`` on ``task`` (in shared mode), or None."""
+    env = make_env(task)
+    try:
+        for name, actions in guards.items():
+            env.reset()
+            reward: float = 0.0
+            for action in actions:
+                _, step_reward, terminated, truncated, _ = env.step(action)
+                reward = float(step_reward)
+                if terminated or truncated:
+                    break
+            if reward > floor:
+                return name
+    finally:
+        env.close()
+    return None
+
+
 def _calibrate_one(
     task: Task, make_env: Callable[[Task], gym.Env[Any, str]], environment: Mapping[str, Any]
 ) -> Calibration:
-    env = make_env(task)
+    env: gym.Env[Any, str] | None = None
     try:
+        env = make_env(task)
         env.reset()  # the snapshot's digest is part of the key
+    except SnapgymError as exc:
+        if env is not None:
+            env.close()
+        log.warning("task %s: its calibration could not start (%s); its episodes will say why", task.id, exc)
+        return Calibration(task.id, "", None, None, not_started=f"{type(exc).__name__}: {exc}")
+    try:
         snapshot = sandbox_env(env).task_snapshot
         key = _key(task, getattr(snapshot, "digest", None), environment)
         if (cached := _read(key)) is not None:

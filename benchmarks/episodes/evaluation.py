@@ -26,7 +26,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -68,6 +68,8 @@ class EvalSettings(EpisodeSettings):
     """"strict" or "shared" for every episode; None: each task's own mode."""
     network: Any = None
     """The network of every episode (see envs.episode.network); None: each task's own policy per phase."""
+    verification_chosen_by: dict[str, str] = field(default_factory=dict)
+    """Why the calibration chose a task's verification mode, by task id (copied into its results)."""
 
     def __post_init__(self) -> None:
         """Refuse values no episode could run with, before any work starts (naming the key)."""
@@ -267,7 +269,10 @@ class Evaluation:
             env = self._env_for(task)
         except Exception as exc:  # a pool that is gone may raise Ray's errors here, not only ours
             return AttemptResult(INFRA_ERROR, error=f"could not make the environment: {type(exc).__name__}: {exc}")
-        return play(env, task, self.agent, spec, limits, self._durability(spec, attempt))
+        result = play(env, task, self.agent, spec, limits, self._durability(spec, attempt))
+        if (chosen_by := self.settings.verification_chosen_by.get(task.id)) is not None:
+            result.extra["verification_chosen_by"] = chosen_by
+        return result
 
     def _durability(self, spec: EpisodeSpec, attempt: int) -> Durability | None:
         """How the attempt is journalled (None: checkpoints are off)."""

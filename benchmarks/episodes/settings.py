@@ -49,3 +49,9 @@ class EpisodeSettings:
     """Before the agent plays a task whose verifier may use the network, show that its reference
     solution scores 1.0 and doing nothing 0.0 in this run's environment (cached); a task that does
     not is skipped, saying why (see benchmarks.episodes.calibration)."""
+    calibrate_verification: bool = True
+    """Let the calibration choose a task's verification mode: when the run leaves the mode to the task
+    (``verification=task``, the default), the task's is strict, its reference solution scores below 1.0
+    there and the backend offers shared, it is calibrated again in shared mode and played in shared mode
+    if that holds (recorded in the ledger and summary). False: such a task is skipped, the reason naming
+    the mode."""

@@ -31,8 +31,9 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from benchmarks.agents import InstalledAgent, LLMAgent, OracleAgent, make_agent
+from benchmarks.attacks import select_attacks
 from benchmarks.episodes.attempt import INFRA_ERROR
-from benchmarks.episodes.calibration import calibrate, needs_calibration
+from benchmarks.episodes.calibration import SHARED_GUARDS, calibrate, in_shared_mode, may_install, needs_calibration
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation, plan_episodes
 from benchmarks.episodes.outage import HealthProbe, OutageError
 from benchmarks.episodes.recording import rundir
@@ -51,6 +52,7 @@ from envs.episode.taskset import Setup, TaskSet, check_playable
 from envs.tasks import Task
 from pool.errors import ConfigError, SnapgymError
 from pool.network.policy import PhasePolicies
+from pool.verification import VerifyMode
 
 SHELL_ENV_ID = "snapgym/Shell-v0"
 """Calibrations play a task's reference solution in the shell environment, whatever the run's."""
@@ -160,6 +162,9 @@ def evaluate(
         with contextlib.suppress(Exception):
             supply.close()
     extra: dict[str, Any] = {"skipped_tasks": skipped or {}}
+    if settings.verification_chosen_by:
+        extra["verification_chosen"] = {task: {"verification": VerifyMode.SHARED.value, "chosen_by": why}
+                                         for task, why in settings.verification_chosen_by.items()}  # fmt: skip
     if pool_stats:
         extra["pool_stats"] = pool_stats
     if evaluation.outages:
@@ -179,10 +184,24 @@ def _calibrated(
     job: Job, config: DictConfig, settings: EvalSettings, supply: Supply, run_dir: Path, tasks: list[Task],
     agent: Any,
 ) -> tuple[list[Task], dict[str, str]]:  # fmt: skip
-    """The tasks that calibrate in this environment, and why each other one is skipped (see
-    :mod:`benchmarks.episodes.calibration`; the oracle agent's run is its own calibration)."""
-    wanted = [task for task in tasks if needs_calibration(task, settings.network)]
-    if not settings.calibrate or isinstance(agent, OracleAgent) or not wanted:
+    """The tasks that calibrate in this environment (those whose mode the calibration chose, in that
+    mode), and why each other one is skipped (see :mod:`benchmarks.episodes.calibration`; the oracle
+    agent's run is its own calibration, except for the choice of a task's verification mode)."""
+    if not settings.calibrate:
+        return tasks, {}
+
+    def may_share(task: Task) -> bool:
+        strict = settings.verification is None and task.verification is VerifyMode.STRICT
+        return strict and VerifyMode.SHARED.value in supply.for_task(task).capabilities.verification
+
+    def strict_hint(task: Task) -> bool:
+        return (settings.verification or task.verification.value) == VerifyMode.STRICT.value
+
+    choose = settings.calibrate_verification
+    wanted = [task for task in tasks if needs_calibration(task, settings.network, verification=settings.verification)]
+    if isinstance(agent, OracleAgent):  # only where strict mode may drop what the solution installs
+        wanted = [task for task in wanted if strict_hint(task) and may_install(task, settings.network)]
+    if not wanted:
         return tasks, {}
     options = {name: value for name, value in (("verification", settings.verification), ("network", settings.network))
                if value is not None}  # fmt: skip
@@ -198,11 +217,16 @@ def _calibrated(
         environment=environment,
         run_dir=run_dir,
         workers=config.pool.size,
+        may_share=may_share if choose else lambda task: False,
+        strict_hint=strict_hint,
+        guards={attack.name: attack.actions for attack in select_attacks(SHARED_GUARDS)},
     )
     skipped = {task_id: f"calibration: {c.reason}" for task_id, c in found.items() if not c.ok}
     for task_id, why in skipped.items():
         log.warning("skipping task %s: %s", task_id, why)
-    return [task for task in tasks if task.id not in skipped], skipped
+    chosen = {task_id: c.chosen_by for task_id, c in found.items() if c.ok and c.chosen_by}
+    settings.verification_chosen_by.update(chosen)
+    return [in_shared_mode(task) if task.id in chosen else task for task in tasks if task.id not in skipped], skipped
 
 
 def health_probes(supply: Supply, agent: Any) -> list[HealthProbe]:
