@@ -42,7 +42,7 @@ class PythonEnv(SandboxEnv):
         result = self._sandbox.exec(
             command,
             stdin=action,
-            timeout_s=timeout + 2.0,
+            timeout_s=timeout + 3.5,  # the client's own limit is timeout + 1 s (repl_server: its interrupt grace)
             cwd=self.task.workdir,
             env={**self._episode_env(), "SNAPGYM_WORKDIR": self.task.workdir},
             max_output_bytes=self.max_output_bytes,

@@ -21,6 +21,9 @@ import sys
 
 _HEADER = struct.Struct("!I")
 _FD = struct.Struct("i")
+_INTERRUPT_GRACE_S = 2.0
+"""How long an interrupted cell has to end (its traceback printed, its status sent) before the
+interpreter is killed; on a busy machine half a second was once too little, and the variables went."""
 _RESTARTED = "[timed out; the cell ignored the interrupt, so the interpreter was restarted: its variables are gone]\n"
 
 
@@ -113,7 +116,7 @@ def _interrupt(conn: _socket.socket, path: str, budget: float) -> int:
     with open(f"{path}.pid") as pidfile:
         pid = int(pidfile.read())
     os.kill(pid, signal.SIGINT)
-    conn.settimeout(0.5)
+    conn.settimeout(_INTERRUPT_GRACE_S)
     try:
         conn.recv(1)
         sys.stderr.write(f"[timed out after {budget:.0f} s; the cell was interrupted, its variables are kept]\n")

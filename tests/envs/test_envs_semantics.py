@@ -310,6 +310,22 @@ def test_python_timeout_interrupts_the_cell_and_keeps_variables(backend: LocalBa
         env.close()
 
 
+def test_a_cell_that_unwinds_slowly_after_the_interrupt_keeps_the_variables(backend: LocalBackend) -> None:
+    """On a busy machine an interrupted cell may take a while to print its traceback and answer: a second
+    (a stand-in for that load) is within the interrupt's grace, so the interpreter and its variables stay."""
+    env = envs.PythonEnv(TASK, backend=backend, step_timeout_s=1.0)
+    try:
+        env.reset()
+        run(env, "z = 7")
+        slow = "import time\ntry:\n    while True: time.sleep(0.01)\nexcept KeyboardInterrupt:\n"
+        slow += "    time.sleep(1.0)\n    raise"
+        obs, _, _, _, _ = env.step(slow)
+        assert int(obs["exit_code"]) == envs.TIMED_OUT and "variables are kept" in obs["output"], obs["output"]
+        assert run(env, "z")["output"] == "7\n[exit code 0]"
+    finally:
+        env.close()
+
+
 def test_python_timeout_sets_timed_out_in_info(backend: LocalBackend) -> None:
     """info["timed_out"] agrees with the observation when a Python cell times out."""
     env = envs.PythonEnv(TASK, backend=backend, step_timeout_s=1.0)
