@@ -47,7 +47,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -215,8 +215,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         "",
         f"episodes {counts['finished']}/{counts['scheduled']}: scored {counts['scored']}, "
         f"agent errors {counts['agent_error']}, timeouts {counts['timeout']}, infra errors {counts['infra_error']}, "
-        f"network-blocked {counts.get(NETWORK_DENIED, 0) + counts.get(NETWORK_UNREACHABLE, 0)} "
-        f"(attempts retried: {counts['retried_attempts']}, failed during outages: {counts.get('outage_attempts', 0)})",
+        f"network-blocked {counts.get(NETWORK_DENIED, 0) + counts.get(NETWORK_UNREACHABLE, 0)}" + _replayed(counts),
         f"mean reward {_fmt(summary['mean_reward'])}, pass rate {_fmt(summary['pass_rate'])}, "
         + ", ".join(f"pass@{k} {_fmt(v)}" for k, v in summary["pass_at_k"].items()),
         *(f"skipped {task}: {why}" for task, why in summary.get("skipped_tasks", {}).items()),
@@ -343,6 +342,18 @@ def session_clock(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     start = frame["session_started_s"].fillna(frame["started_at"])
     end = frame["session_finished_s"].fillna(frame["finished_at"])
     return start, end
+
+
+def _replayed(counts: Mapping[str, Any]) -> str:
+    """The attempts played again, by why (only the causes that occurred): "" when none were."""
+    causes = (
+        ("retried_attempts", "after an infrastructure failure"),
+        ("interrupted_attempts", "after an interruption"),
+        ("outage_attempts", "after failing during an outage"),
+        ("superseded", "unscored results a resume played again"),
+    )
+    parts = [f"{counts.get(key, 0)} {why}" for key, why in causes if counts.get(key, 0)]
+    return f" (attempts played again: {', '.join(parts)})" if parts else ""
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

@@ -29,7 +29,7 @@ from benchmarks.agents.base import AgentError, EpisodeContext, Observation
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation
 from benchmarks.episodes.recording.ledger import LEDGER_FILE, Ledger, LedgerState, read_records
 from benchmarks.episodes.sources.supply import BackendSupply
-from benchmarks.reports.results import read_run, summarize_run
+from benchmarks.reports.results import format_summary, read_run, summarize_run
 from envs import SUBMIT
 from envs.tasks import Task, load_tasks
 from pool import Backend, ConfigError, LocalBackend
@@ -334,6 +334,7 @@ def test_a_killed_run_resumes_to_exactly_one_result_per_episode(
     assert counts["scheduled"] == counts["finished"] == counts["scored"] == len(planned)
     assert (counts["interrupted_attempts"], counts["retried_attempts"]) == (len(interrupted), 0)
     assert summary["mean_reward"] == 1.0
+    assert f"(attempts played again: {len(interrupted)} after an interruption)" in format_summary(summary)
     assert not any(str(runtime / f"{pid}-") in args for pid in (first, second) for _, args in descendants(1).values())
 
     finished = ledger.read_bytes()
@@ -414,8 +415,11 @@ def test_a_resume_plays_infra_errors_again_and_keeps_every_other_result(
     assert dict(zip(frame["episode_id"], frame["outcome"], strict=True)) == {
         "alpha:0": "scored", "beta:0": "agent_error", "gamma:0": "scored"
     }  # fmt: skip
-    counts = summary_of(tmp_path, scheduled=3)["counts"]
+    summary = summary_of(tmp_path, scheduled=3)
+    counts = summary["counts"]
     assert (counts["finished"], counts["infra_error"], counts["superseded"], counts["retried_attempts"]) == (3, 0, 1, 1)
+    replayed = "(attempts played again: 1 after an infrastructure failure, 1 unscored results a resume played again)"
+    assert replayed in format_summary(summary)
 
     again = evaluate(tmp_path, tasks, fixed, backend, episodes_per_task=1, max_attempts=2)
     assert again == records  # every result is final now: nothing is played
