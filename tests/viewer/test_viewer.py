@@ -248,6 +248,12 @@ def test_the_table_lists_every_episode_with_its_outcome_and_reward(browser: Any,
     plots = browser.find_elements("css selector", "#plots img")
     assert {"reward_by_task.png", "reset_latency.png"} <= {img.get_attribute("alt") for img in plots}
     wait_for(browser, lambda d: all(img.get_property("naturalWidth") > 0 for img in plots), "the plots to load")
+    for img in plots:  # drawn at the image's own aspect ratio, never stretched
+        natural = img.get_property("naturalWidth") / img.get_property("naturalHeight")
+        drawn = img.get_property("width") / img.get_property("height")
+        assert abs(drawn - natural) < 0.02 * natural, img.get_attribute("alt")
+    table, section = (browser.find_element("css selector", css) for css in ("#episodes", "#plots-section"))
+    assert section.location["y"] > table.location["y"]  # the plots come below the episode table
     no_page_errors(browser)
 
 
