@@ -525,3 +525,15 @@ def test_durable_names_the_error_of_a_runner_it_started(tmp_path: Path, monkeypa
     assert done.returncode == 2, done.stderr[-2000:]
     assert "RunnerFailedError: the runner ended before step 2 was journalled" in done.stderr
     assert "E2B_API_KEY is not set" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_baseline_episode_that_does_not_score_says_why(tmp_path: Path) -> None:
+    """The throughput scenario's no-isolation baseline must do the same work: an episode of it that
+    scores nothing stops it with the verifier's output, not a bare AssertionError."""
+    from benchmarks.scenarios.baselines.noisolation import BaselineFailedError, episodes_per_s
+
+    task = tmp_path / "task"
+    (task / "tests").mkdir(parents=True)
+    (task / "tests" / "test.sh").write_text("echo 'the answer is missing' >&2\nexit 1\n")
+    with pytest.raises(BaselineFailedError, match="the answer is missing"):
+        episodes_per_s(task, ["true"], episodes=2, concurrency=2, scratch=tmp_path)

@@ -24,6 +24,13 @@ import threading
 import time
 from pathlib import Path
 
+from pool.errors import SnapgymError
+
+
+class BaselineFailedError(SnapgymError):
+    """A baseline episode did not score 1: the baseline would not be doing the same work, so its
+    figure means nothing (the message has the verifier's output)."""
+
 
 def episodes_per_s(
     task_dir: Path, actions: list[str], *, episodes: int, concurrency: int, scratch: Path, timeout_s: float = 30.0
@@ -31,7 +38,7 @@ def episodes_per_s(
     """Play ``episodes`` baseline episodes ``concurrency`` at a time; complete episodes per second.
 
     Raises:
-        AssertionError: an episode's verifier did not give reward 1 (the baseline must do the same work).
+        BaselineFailedError: an episode's verifier did not give reward 1 (the baseline must do the same work).
     """
     test_script = (task_dir / "tests" / "test.sh").read_text()
     ledger = scratch / "baseline-ledger.jsonl"
@@ -39,9 +46,12 @@ def episodes_per_s(
     with open(ledger, "a", encoding="utf-8") as out:
 
         def one(index: int) -> None:
-            reward = _episode(test_script, actions, scratch, timeout_s)
+            reward, output = _episode(test_script, actions, scratch, timeout_s)
             if reward != "1":
-                raise AssertionError(f"baseline episode {index} scored {reward!r}, not 1")
+                raise BaselineFailedError(
+                    f"the no-isolation baseline's episode {index} scored {reward!r}, not 1, so the throughput "
+                    f"comparison cannot be made; its verifier's output (end): {output[-1500:]!r}"
+                )
             with lock:
                 out.write(json.dumps({"episode": index, "reward": 1.0, "at": time.time()}) + "\n")
                 out.flush()
@@ -54,8 +64,9 @@ def episodes_per_s(
         return episodes / (time.perf_counter() - started)
 
 
-def _episode(test_script: str, actions: list[str], scratch: Path, timeout_s: float) -> str:
-    """One episode in a fresh scratch folder; the reward file's text."""
+def _episode(test_script: str, actions: list[str], scratch: Path, timeout_s: float) -> tuple[str | None, str]:
+    """One episode in a fresh scratch folder: the reward file's text (None: none was written) and the
+    verifier's output."""
     root = Path(tempfile.mkdtemp(dir=scratch))
     try:
         app, logs = root / "app", root / "logs" / "verifier"
@@ -63,9 +74,14 @@ def _episode(test_script: str, actions: list[str], scratch: Path, timeout_s: flo
         logs.mkdir(parents=True)
         _play_in_one_shell([action.replace("/app", str(app)) for action in actions], app)
         script = test_script.replace("/app", str(app)).replace("/logs/verifier", str(logs))
-        subprocess.run(["sh", "-c", script], cwd=app, stdin=subprocess.DEVNULL, capture_output=True,
-                       timeout=timeout_s, check=False)  # fmt: skip
-        return (logs / "reward.txt").read_text().strip()
+        try:
+            done = subprocess.run(["sh", "-c", script], cwd=app, stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, timeout=timeout_s, check=False)  # fmt: skip
+            output = done.stdout + done.stderr
+        except subprocess.TimeoutExpired:
+            output = f"[the verifier ran past {timeout_s:g} s]"
+        reward = logs / "reward.txt"
+        return (reward.read_text().strip() if reward.is_file() else None), output
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
