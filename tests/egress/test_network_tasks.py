@@ -19,7 +19,7 @@ import pytest
 import envs  # noqa: F401 (registers the environments)
 from pool import BuildError, LocalBackend
 from tests.support.backends import LIMITS
-from tests.support.net_fixtures import TestInternet, publish_installer, publish_wheel
+from tests.support.net_fixtures import TestInternet, egress_options, publish_installer, publish_wheel
 from tests.support.runner_fixtures import REPO
 
 pytest_plugins = ["tests.support.net_fixtures"]
@@ -72,14 +72,10 @@ def published(internet: TestInternet) -> TestInternet:
     return internet
 
 
-def egress(internet: TestInternet) -> dict[str, Any]:
-    return {"hosts": dict(internet.hosts), "trusted_networks": [internet.network],
-            "extra_ca_files": [str(internet.ca.cert_path)]}  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def net_local(published: TestInternet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBackend]:
-    with LocalBackend(store_dir=tmp_path_factory.mktemp("store"), **LIMITS, egress=egress(published)) as backend:
+    store = tmp_path_factory.mktemp("store")
+    with LocalBackend(store_dir=store, **LIMITS, egress=egress_options(published)) as backend:
         yield backend
 
 
@@ -131,7 +127,7 @@ def test_verify_time_downloads_replay_offline_from_a_recording(
     verification replays from the cache (1.0 for the oracle, 0.0 for doing nothing) without a
     request reaching an origin, and a download that was never recorded is ``network_denied``."""
     store, folder = tmp_path_factory.mktemp("store"), tmp_path_factory.mktemp("download-cache")
-    recording = {**egress(published), "cache": {"mode": "record", "dir": str(folder)}}
+    recording = {**egress_options(published), "cache": {"mode": "record", "dir": str(folder)}}
     with LocalBackend(store_dir=store, **LIMITS, egress=recording) as backend:
         reward, info = play(backend, task_dir, [SOLVE])
     assert (reward, info["scored"]) == (1.0, True), info["verifier"]["output"]
@@ -140,7 +136,7 @@ def test_verify_time_downloads_replay_offline_from_a_recording(
 
     reached = len(published.requests())
     nowhere = published.network.replace(".0/24", ".200")  # in the trusted network, and nothing there
-    replaying = {**egress(published), "hosts": dict.fromkeys(published.hosts, nowhere),
+    replaying = {**egress_options(published), "hosts": dict.fromkeys(published.hosts, nowhere),
                  "cache": {"mode": "replay", "dir": str(folder)}}  # fmt: skip
     with LocalBackend(store_dir=store, **LIMITS, egress=replaying) as backend:
         reward, info = play(backend, task_dir, [SOLVE])
@@ -266,7 +262,7 @@ def test_envs_check_plays_the_task_under_its_network_and_names_a_network_failure
     network made the oracle unscored and names the host, not "oracle scored 0.0"."""
     from envs.check import main
 
-    given = {"store_dir": str(tmp_path / "store"), "egress": egress(published), **LIMITS}
+    given = {"store_dir": str(tmp_path / "store"), "egress": egress_options(published), **LIMITS}
     options = [arg for key, value in given.items() for arg in ("-o", f"{key}={json.dumps(value)}")]
     assert main([*options, str(task_dir)]) == 0, capsys.readouterr().out
     assert main([*options, "--network", "offline", str(task_dir)]) == 1
@@ -298,7 +294,7 @@ def test_a_later_download_that_fails_is_never_a_silent_zero(
     (task / "tests" / "test.sh").write_text(LATER_DOWNLOAD_SH)
     write_task(suite / "download-at-verify")  # its environment is fine: it calibrates, and is played
     nowhere = published.network.replace(".0/24", ".200")  # in the trusted network, and nothing there
-    settings = egress(published)
+    settings = egress_options(published)
     settings["hosts"] = {**settings["hosts"], "github.com": nowhere}
     with LocalBackend(store_dir=tmp_path_factory.mktemp("store"), **LIMITS, egress=settings) as backend:
         reward, info = play(backend, task, [SOLVE])

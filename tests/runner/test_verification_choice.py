@@ -29,7 +29,7 @@ from benchmarks.episodes.calibration import in_shared_mode
 from envs import load_task
 from pool import LocalBackend
 from tests.support.backends import LIMITS
-from tests.support.net_fixtures import TestInternet, publish_wheel
+from tests.support.net_fixtures import TestInternet, egress_options, publish_wheel
 from tests.support.runner_fixtures import REPO
 
 pytest_plugins = ["tests.support.net_fixtures"]
@@ -90,11 +90,6 @@ def write_task(folder: Path) -> Path:
 def published(internet: TestInternet) -> TestInternet:
     publish_wheel(internet, "sgeigen", "1.0", MODULE)
     return internet
-
-
-def egress(internet: TestInternet) -> dict[str, Any]:
-    return {"hosts": dict(internet.hosts), "trusted_networks": [internet.network],
-            "extra_ca_files": [str(internet.ca.cert_path)]}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +164,8 @@ def test_with_the_choice_off_the_strict_zero_is_reported_naming_the_mode(
 
 @pytest.fixture(scope="module")
 def net_local(published: TestInternet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBackend]:
-    with LocalBackend(store_dir=tmp_path_factory.mktemp("store"), **LIMITS, egress=egress(published)) as backend:
+    store = tmp_path_factory.mktemp("store")
+    with LocalBackend(store_dir=store, **LIMITS, egress=egress_options(published)) as backend:
         yield backend
 
 
