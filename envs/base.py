@@ -29,7 +29,7 @@ from envs.episode.clock import AgentClock
 from envs.episode.endstate import end_digest
 from envs.episode.network import NetworkSetting, template_for
 from envs.episode.resume import check_reset_options, episode_start, start_info
-from envs.episode.scoring import changes_info, judge, outcome, record_network
+from envs.episode.scoring import AGENT_ENDED, agents_end, changes_info, judge, outcome, record_network
 from envs.episode.sources import SandboxLeaser, SandboxSource, open_source
 from envs.episode.taskset import Setup, TaskSampler, TaskSet, check_playable
 from envs.errors import InvalidActionError, ResetNeededError
@@ -41,14 +41,7 @@ from envs.tasks.task import Task, load_task
 from pool.capabilities import Capabilities, EgressControl, Location
 from pool.changes import Changes
 from pool.contract import Backend, Sandbox
-from pool.errors import (
-    CommandRejectedError,
-    ConfigError,
-    SandboxEndedError,
-    SandboxError,
-    SandboxOutOfMemoryError,
-    SnapgymError,
-)
+from pool.errors import CommandRejectedError, ConfigError, SandboxError, SnapgymError
 from pool.network.policy import Phase, PhasePolicies
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
@@ -234,14 +227,11 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
             result = self._run(action)
         except CommandRejectedError as exc:
             raise InvalidActionError(str(exc)) from None
-        except SandboxOutOfMemoryError as exc:  # the agent's own doing: the episode ends and is scored
+        except AGENT_ENDED as exc:  # the agent's own doing: the episode ends and is scored
             self._steps += 1
-            obs = make_observation(f"[the sandbox ran out of memory: {exc}]", NO_COMMAND)
-            return self._end(obs, {"step": self._steps, "exec_duration_s": 0.0}, "out_of_memory")
-        except SandboxEndedError as exc:  # the agent's processes ended the sandbox: the episode ends, scored
-            self._steps += 1
-            obs = make_observation(f"[the sandbox ended: {exc}]", NO_COMMAND)
-            return self._end(obs, {"step": self._steps, "exec_duration_s": 0.0}, "sandbox_ended")
+            what, reason = agents_end(exc)
+            obs = make_observation(f"[{what}: {exc}]", NO_COMMAND)
+            return self._end(obs, {"step": self._steps, "exec_duration_s": 0.0}, reason)
         except SandboxError as exc:
             return self._infra_failure(exc, {"step": self._steps + 1})
         return self._after_command(observe(result), {**exec_info(result)})

@@ -21,9 +21,20 @@ from pool.capabilities import Capabilities, ChangesSource
 from pool.changes import Changes
 from pool.cluster.beside import run_beside
 from pool.contract import Sandbox
-from pool.errors import SandboxError, SandboxOutOfMemoryError
+from pool.errors import SandboxEndedError, SandboxError, SandboxOutOfMemoryError
 from pool.snapshots import Snapshot
 from pool.verification import VerifyMode
+
+AGENT_ENDED = (SandboxOutOfMemoryError, SandboxEndedError)
+"""How a sandbox's own processes end it during a step (out of memory; on a cloud backend, by ending
+its entrypoint): the agent's doing, so the episode ends there and is verified and scored."""
+
+
+def agents_end(exc: SandboxError) -> tuple[str, str]:
+    """For an error of :data:`AGENT_ENDED`: what the observation says, and the episode's ``end_reason``."""
+    if isinstance(exc, SandboxOutOfMemoryError):
+        return "the sandbox ran out of memory", "out_of_memory"
+    return "the sandbox ended", "sandbox_ended"
 
 
 def changes_info(
