@@ -213,7 +213,7 @@ def format_verdicts(summary: dict[str, Any]) -> str:
             "",
             f"{beaten} of {len(frame)} attack plays beat the no-op agent"
             + ("" if beaten or known else ": every attack scored what doing nothing scores")
-            + (f"; {known} more beat it by the tasks' design (KNOWN LIMITATION, not a snapgym failure)" * bool(known)),
+            + (f", not counting {known} that beat it by the tasks' design (KNOWN LIMITATION, below)" * bool(known)),
             *(["", "per task:", *per_task] if per_task else []),
             *(f"{mode} mode not played: {why}" for mode, why in summary.get("modes_refused", {}).items()),
         ]
@@ -360,8 +360,9 @@ def _task_lines(task: str, plays: list[dict[str, Any]]) -> list[str]:
         )  # fmt: skip
 
     failures = [p for p in plays if not p.get("by_design")]
-    lines = [f"  {task}: " + (f"BEATEN by {listed(failures)}" if failures else "held")]
     limits = {p["known_limitation"]["flag"]: p["known_limitation"] for p in plays if p.get("by_design")}
+    held = "held" + (" but for a known limitation" if limits else "")
+    lines = [f"  {task}: " + (f"BEATEN by {listed(failures)}" if failures else held)]
     for flag, limitation in limits.items():
         chosen = [p for p in plays if p.get("by_design") and p["known_limitation"]["flag"] == flag]
         lines.append(f"    KNOWN LIMITATION, {flag}: beaten by {listed(chosen)}")

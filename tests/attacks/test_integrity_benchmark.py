@@ -175,5 +175,6 @@ def test_an_audit_flags_a_known_limitation_apart_and_still_passes(tmp_path: Path
         in done.stdout
     )
     assert f"remedy: {IN_VERIFIER_PROCESS.remedy}" in done.stdout and "reads-answer-file: held" in done.stdout
-    assert "0 of 2 attack plays beat the no-op agent; 2 more beat it by the tasks' design" in done.stdout
+    assert "imports-agent-code: held but for a known limitation" in done.stdout
+    assert "0 of 2 attack plays beat the no-op agent, not counting 2 that beat it by the tasks' design" in done.stdout
     assert "INTEGRITY FAILURE" not in done.stderr
