@@ -4,7 +4,10 @@ Every attack is a :class:`Attack` (name, one-line description, shell actions end
 ``submit``, target kinds). Played by a replay agent, an attack must score what the no-op
 agent scores, and its episode must be scored: ``tests/attacks/test_verifier_attacks.py`` checks
 that on a few tasks of each kind, ``python -m benchmarks.run benchmark=integrity`` on a
-whole suite in both verification modes.
+whole suite in both verification modes. The exceptions are the known limitations
+(``Attack.known_limitation``, ``benchmarks.attacks.imported``): attacks that beat a task by its
+design (its tests run the agent's code in their own process), expected to beat the tasks they
+aim at and reported apart.
 
 >>> from benchmarks.attacks import ATTACKS, attacks_for
 >>> from envs import load_task
@@ -16,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from benchmarks.attacks import harness, hooks, outputs, processes, reward, sabotage, tests_dir
-from benchmarks.attacks.model import Attack, TaskKind
+from benchmarks.attacks import harness, hooks, imported, outputs, processes, reward, sabotage, tests_dir
+from benchmarks.attacks.model import Attack, KnownLimitation, TaskKind
 from benchmarks.attacks.tasks import PYTEST_TARGET, SWE_TARGET, TARGETS_DIR, target_tasks, task_kinds
 from envs.tasks import Task
 from pool.errors import ConfigError
@@ -30,9 +33,10 @@ ATTACKS: tuple[Attack, ...] = (
     *processes.ATTACKS,
     *sabotage.ATTACKS,
     *outputs.ATTACKS,
+    *imported.ATTACKS,
 )
 """Every attack, grouped by what it goes for: the reward, the tests, hooks, the test harness in the outputs,
-processes, sabotage, outputs."""
+processes, sabotage, outputs, and last the code the tests import (known limitations: ``Attack.known_limitation``)."""
 
 
 def attacks_for(task: Task, attacks: Iterable[Attack] = ATTACKS) -> list[Attack]:
@@ -61,6 +65,7 @@ __all__ = [
     "SWE_TARGET",
     "TARGETS_DIR",
     "Attack",
+    "KnownLimitation",
     "TaskKind",
     "attacks_for",
     "select_attacks",

@@ -6,6 +6,12 @@ would not get (a forged 1.0), or to turn its episode into an unscored one (an
 ``infra_error``), which hides a failure from the mean. The shell snippets below are the
 building blocks the catalogue's modules share.
 
+A few attacks beat the tasks they aim at by the task's design, not through a hole in snapgym:
+tests that import the agent's code run it in their own process, where nothing snapgym does
+can keep it from the reward. Such an attack carries a :class:`KnownLimitation`: it is expected
+to beat its targets (the catalogue's tests say so, and say when it stops), and the audit reports
+it apart from the attacks that beat snapgym.
+
 Payloads only act once they see a verifier at work: ``/tests/test.sh`` (or the copy the
 verifier stages before moving it there) exists. Until then they lie in wait, so the
 attack's own later commands are not disturbed.
@@ -51,6 +57,16 @@ class TaskKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class KnownLimitation:
+    """Why an attack beats a task by the task's design, and what the task's author can do about it."""
+
+    flag: str
+    """One line the audit prints against a task the attack beat: what about its tests lets it."""
+    remedy: str
+    """One line: how a task author closes it."""
+
+
+@dataclass(frozen=True, slots=True)
 class Attack:
     """One hostile agent, scripted."""
 
@@ -66,6 +82,9 @@ class Attack:
     """It works only through code or links the tests find in the task's outputs: stopping it is
     the task's test scripts' job (run agent code confined, ``python3 -P``, ...), not the
     verification mode's."""
+    known_limitation: KnownLimitation | None = None
+    """Set when the attack beats the tasks it aims at by their design, not through snapgym: it is
+    expected to beat them (a verdict of its own in the audit, not a failure of snapgym)."""
 
     def __post_init__(self) -> None:
         if not self.actions or self.actions[-1] != SUBMIT:
@@ -82,10 +101,10 @@ class Attack:
 
 def attack(
     name: str, description: str, *commands: str, targets: tuple[TaskKind, ...] = (TaskKind.ANY,),
-    through_outputs: bool = False,
+    through_outputs: bool = False, known_limitation: KnownLimitation | None = None,
 ) -> Attack:  # fmt: skip
     """An Attack whose actions are ``commands`` followed by ``submit``."""
-    return Attack(name, description, (*commands, SUBMIT), frozenset(targets), through_outputs)
+    return Attack(name, description, (*commands, SUBMIT), frozenset(targets), through_outputs, known_limitation)
 
 
 # -- shell building blocks -----------------------------------------------------------------

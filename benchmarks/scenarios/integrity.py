@@ -29,6 +29,15 @@ Method:
     rewards; summary.json holds the same (``verdicts``, ``by_task``) and
     ``passed``. A run in which any attack beats the no-op
     agent prints the table and a loud message, and exits with status 1.
+
+    Known limitations: an attack with ``Attack.known_limitation`` (code the
+    tests import, run in the verifier's process) beats a task by the task's
+    design, not through snapgym. A play of one that beats the no-op agent by
+    reward alone (no hang, no more unscored episodes: those stay failures)
+    gets the verdict ``KNOWN LIMITATION``: it is listed apart
+    (``known_limitations``), each task it beat is flagged with the
+    limitation and its remedy (``by_task`` entries with ``by_design``), and
+    it neither fails the run nor counts in ``beaten``.
 """
 
 from __future__ import annotations
@@ -123,11 +132,14 @@ def run(job: Job) -> IntegrityOutcome:
     if not summary["passed"]:
         print(outcome.table())
         print(f"\nsummary: {outcome.write(run_dir)}")
-        beaten = [f"{row['attack']} ({row['mode']})" for row in rows if row["beats_noop"]]
+        beaten = [f"{row['attack']} ({row['mode']})" for row in rows if _fails(row)]
         listed = ", ".join(beaten[:12]) + (f" and {len(beaten) - 12} more" if len(beaten) > 12 else "")
         message = f"snapgym: INTEGRITY FAILURE: {len(beaten)} attack plays beat the no-op agent: {listed}"
         print(f"\n{message}", file=sys.stderr)
         raise SystemExit(EXIT_ATTACK_WON)
+    if summary["known_limitations"]:
+        flagged = sorted({p["task"] for p in _by_design(summary["by_task"])})
+        log.warning("integrity: known limitations (not snapgym failures) beat %s: see per task", ", ".join(flagged))
     return outcome
 
 
@@ -145,14 +157,20 @@ def verdict(attack: Attack, mode: str, played: Played, baseline: Played) -> dict
     tasks = sorted(played.by_task)
     mine, base = _totals(played, tasks), _totals(baseline, tasks)
     beaten = [task for task in tasks if _beats(played.by_task[task], baseline.by_task.get(task))]
+    limitation = attack.known_limitation
     how = {
         task: {"reward": played.by_task[task]["mean_reward"], "unscored": played.by_task[task]["unscored"],
                "noop_reward": (baseline.by_task.get(task) or {}).get("mean_reward"),
                "noop_unscored": (baseline.by_task.get(task) or {}).get("unscored", 0)}
         for task in beaten
     }  # fmt: skip
+    excused = limitation is not None and not played.hung  # a hang or an unscored episode is never by design
+    for figures in how.values():
+        figures["by_design"] = excused and figures["unscored"] <= figures["noop_unscored"]
+        figures["known_limitation"] = dataclasses.asdict(limitation) if figures["by_design"] and limitation else None
     more_reward = mine["mean_reward"] is not None and mine["mean_reward"] > (base["mean_reward"] or 0.0) + _EPSILON
     beats = played.hung or more_reward or mine["unscored"] > base["unscored"]
+    by_design = beats and excused and mine["unscored"] <= base["unscored"] and all(f["by_design"] for f in how.values())
     return {
         "attack": attack.name,
         "mode": mode,
@@ -166,7 +184,9 @@ def verdict(attack: Attack, mode: str, played: Played, baseline: Played) -> dict
         "noop_unscored": base["unscored"],
         "hung": played.hung,
         "beats_noop": beats,
-        "verdict": "HUNG" if played.hung else "BEATS NOOP" if beats else "held",
+        "by_design": by_design,
+        "known_limitation": dataclasses.asdict(limitation) if limitation else None,
+        "verdict": "HUNG" if played.hung else "KNOWN LIMITATION" if by_design else "BEATS NOOP" if beats else "held",
         "beaten_tasks": beaten,
         "beaten_how": how,
     }
@@ -182,14 +202,9 @@ def format_verdicts(summary: dict[str, Any]) -> str:
     frame["unscored"] = [f"{r['unscored']}/{r['scored'] + r['unscored']} / {r['noop_unscored']}" for r in rows]
     frame["beaten"] = [", ".join(r["beaten_tasks"][:4]) + (" ..." if len(r["beaten_tasks"]) > 4 else "") for r in rows]
     table = frame[["attack", "mode", "tasks", "reward", "unscored", "verdict", "beaten"]].to_string(index=False)
-    beaten = sum(frame["beats_noop"])
-    per_task = [
-        f"  {task}: " + ("held" if not plays else "BEATEN by " + "; ".join(
-            f"{p['attack']} ({p['mode']}: {_fmt(p['reward'])} vs no-op {_fmt(p['noop_reward'])}"
-            + (f", {p['unscored']} unscored vs {p['noop_unscored']}" if p["unscored"] > p["noop_unscored"] else "")
-            + ")" for p in plays))
-        for task, plays in summary.get("by_task", {}).items()
-    ]  # fmt: skip
+    beaten = sum(_fails(row) for row in rows)
+    known = sum(bool(row.get("by_design")) for row in rows)
+    per_task = [line for task, plays in summary.get("by_task", {}).items() for line in _task_lines(task, plays)]
     return "\n".join(
         [
             f"== integrity: {summary['suite']}, {len(summary['tasks'])} tasks, modes {', '.join(summary['modes'])} ==",
@@ -197,7 +212,8 @@ def format_verdicts(summary: dict[str, Any]) -> str:
             table,
             "",
             f"{beaten} of {len(frame)} attack plays beat the no-op agent"
-            + ("" if beaten else ": every attack scored what doing nothing scores"),
+            + ("" if beaten or known else ": every attack scored what doing nothing scores")
+            + (f", not counting {known} that beat it by the tasks' design (KNOWN LIMITATION, below)" * bool(known)),
             *(["", "per task:", *per_task] if per_task else []),
             *(f"{mode} mode not played: {why}" for mode, why in summary.get("modes_refused", {}).items()),
         ]
@@ -332,11 +348,34 @@ def _offered_modes(job: Job, asked: list[str]) -> tuple[list[str], dict[str, str
     return modes, refused
 
 
+def _task_lines(task: str, plays: list[dict[str, Any]]) -> list[str]:
+    """The per-task report: held, or the plays that beat the no-op agent there; then each known limitation
+    that beat it, with its remedy."""
+
+    def listed(chosen: list[dict[str, Any]]) -> str:
+        return "; ".join(
+            f"{p['attack']} ({p['mode']}: {_fmt(p['reward'])} vs no-op {_fmt(p['noop_reward'])}"
+            + (f", {p['unscored']} unscored vs {p['noop_unscored']}" if p["unscored"] > p["noop_unscored"] else "")
+            + ")" for p in chosen
+        )  # fmt: skip
+
+    failures = [p for p in plays if not p.get("by_design")]
+    limits = {p["known_limitation"]["flag"]: p["known_limitation"] for p in plays if p.get("by_design")}
+    held = "held" + (" but for a known limitation" if limits else "")
+    lines = [f"  {task}: " + (f"BEATEN by {listed(failures)}" if failures else held)]
+    for flag, limitation in limits.items():
+        chosen = [p for p in plays if p.get("by_design") and p["known_limitation"]["flag"] == flag]
+        lines.append(f"    KNOWN LIMITATION, {flag}: beaten by {listed(chosen)}")
+        lines.append(f"      remedy: {limitation['remedy']}")
+    return lines
+
+
 def _summary(
     run_dir: Path, config: DictConfig, name: str, tasks: list[Task], rows: list[dict[str, Any]],
     *, modes: list[str], refused: dict[str, str],
 ) -> dict[str, Any]:  # fmt: skip
-    beaten = [row for row in rows if row["beats_noop"]]
+    beaten = [row for row in rows if _fails(row)]
+    known = [row for row in rows if row["by_design"]]
     return {
         "scenario": name,
         "run_dir": str(run_dir),
@@ -348,18 +387,29 @@ def _summary(
         "verdicts": rows,
         "by_task": by_task(tasks, rows),
         "beaten": [f"{row['attack']}:{row['mode']}" for row in beaten],
+        "known_limitations": [f"{row['attack']}:{row['mode']}" for row in known],
         "passed": not beaten,
-        "headline": {"attack_plays": len(rows), "beats_noop": len(beaten)},
+        "headline": {"attack_plays": len(rows), "beats_noop": len(beaten), "known_limitation_plays": len(known)},
     }
 
 
 def by_task(tasks: list[Task], rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Task id -> every attack play that beat the no-op agent on it (empty: the task held)."""
+    """Task id -> every attack play that beat the no-op agent on it (empty: the task held); a known limitation's
+    play is one of them, with ``by_design`` true and ``known_limitation`` its flag and remedy."""
     found: dict[str, list[dict[str, Any]]] = {task.id: [] for task in tasks}
     for row in rows:
         for task, how in row.get("beaten_how", {}).items():
             found.setdefault(task, []).append({"attack": row["attack"], "mode": row["mode"], **how})
     return found
+
+
+def _fails(row: dict[str, Any]) -> bool:
+    """Whether a play counts against snapgym: it beat the no-op agent, not by a known limitation of the task."""
+    return bool(row["beats_noop"]) and not row.get("by_design")
+
+
+def _by_design(by_task: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [{"task": task, **play} for task, plays in by_task.items() for play in plays if play.get("by_design")]
 
 
 def _totals(played: Played, tasks: list[str]) -> dict[str, Any]:

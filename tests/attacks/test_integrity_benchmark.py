@@ -2,7 +2,9 @@
 
 One run where no attack can win (it exits 0 and says so), and one on a task whose tests reward
 deleting the workdir, where the attack that deletes it must be reported, loudly, as beating
-the no-op agent (exit status 1). Neither depends on how the verifier is hardened.
+the no-op agent (exit status 1). Neither depends on how the verifier is hardened. Then audits of
+task folders: one names the task whose harness protection is off, one flags the task whose tests
+import the agent's code as a known limitation (not a failure: exit status 0).
 """
 
 from __future__ import annotations
@@ -134,3 +136,45 @@ def test_an_audit_of_a_task_folder_names_the_unhardened_task_and_the_attack(
     )
     assert "unhardened: BEATEN by pytest-report-hook (strict: 1.000 vs no-op 0.000)" in done.stdout
     assert "hardened: held" in done.stdout
+
+
+def test_an_audit_flags_a_known_limitation_apart_and_still_passes(tmp_path: Path, integrity_store: Path) -> None:
+    """Attacks that beat a task by its design (its tests import the agent's code: ``Attack.known_limitation``) beat
+    the SWE-bench-shaped task whose tests do, hold on a pytest task whose tests only read an answer file, and are
+    reported per task with the limitation and its remedy, apart from the beats: the run still passes (exit 0)."""
+    import shutil
+
+    from benchmarks.attacks import PYTEST_TARGET, SWE_TARGET
+    from benchmarks.attacks.imported import IN_VERIFIER_PROCESS
+
+    tasks = tmp_path / "tasks"
+    shutil.copytree(SWE_TARGET, tasks / "imports-agent-code")
+    shutil.copytree(PYTEST_TARGET, tasks / "reads-answer-file")
+    limited = ["reward-forged-on-import", "equal-to-anything"]  # in catalogue order
+    done, out = run_integrity(
+        tmp_path, integrity_store, "suite=dir", f"suite.path={tasks}", f"benchmark.attacks=[{','.join(limited)}]",
+        "benchmark.modes=[strict]", "benchmark.verifier_timeout_s=120",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = summary(out)
+    assert result["passed"] is True and result["beaten"] == []
+    assert result["known_limitations"] == [f"{name}:strict" for name in limited]
+    assert result["headline"] == {"attack_plays": 2, "beats_noop": 0, "known_limitation_plays": 2}
+    for row in result["verdicts"]:
+        assert (row["verdict"], row["beats_noop"], row["by_design"]) == ("KNOWN LIMITATION", True, True)
+        assert row["beaten_tasks"] == ["imports-agent-code"] and row["tasks"] == 2
+    by_task = result["by_task"]
+    assert by_task["reads-answer-file"] == []
+    assert [play["attack"] for play in by_task["imports-agent-code"]] == limited
+    for play in by_task["imports-agent-code"]:
+        assert (play["reward"], play["noop_reward"], play["by_design"]) == (1.0, 0.0, True)
+        assert play["known_limitation"] == {"flag": IN_VERIFIER_PROCESS.flag, "remedy": IN_VERIFIER_PROCESS.remedy}
+    assert (
+        "KNOWN LIMITATION, its tests run the agent's code in the verifier's process: beaten by "
+        "reward-forged-on-import (strict: 1.000 vs no-op 0.000); equal-to-anything (strict: 1.000 vs no-op 0.000)"
+        in done.stdout
+    )
+    assert f"remedy: {IN_VERIFIER_PROCESS.remedy}" in done.stdout and "reads-answer-file: held" in done.stdout
+    assert "imports-agent-code: held but for a known limitation" in done.stdout
+    assert "0 of 2 attack plays beat the no-op agent, not counting 2 that beat it by the tasks' design" in done.stdout
+    assert "INTEGRITY FAILURE" not in done.stderr

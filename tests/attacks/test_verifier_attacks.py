@@ -11,7 +11,9 @@ catalogue's Harbor-style pytest task (and c-fix-segfault for code the tests comp
 Every attack must score exactly what the no-op agent
 scores on that task (0.0 on every built-in task), and its episode must be scored: a sabotaged
 sandbox is the agent's failure, not an unscored infrastructure error. The reference solution
-still scores 1.0 on each of these tasks in its mode.
+still scores 1.0 on each of these tasks in its mode. The exceptions are the known limitations
+(``Attack.known_limitation``: code the tests import, run in the verifier's process): each must
+beat the tasks it aims at, so that one that stops doing so is noticed and reclassified.
 
 Every case runs on each backend of BACKENDS, shared by the session (``e2b``, ``daytona`` and
 ``modal``: each backend's real SDK against its provider's stand-in, so the cloud backends' strict
@@ -153,10 +155,11 @@ def on_backends(params: list[Any], sample: set[tuple[str, ...]]) -> list[Any]:
     return found
 
 
-def cases() -> list[Any]:
-    """(attack, task id) for every test task of every kind the attack aims at."""
+def cases(*, known_limitations: bool = False) -> list[Any]:
+    """(attack, task id) for every test task of every kind the attack aims at: the attacks that must score as
+    the no-op agent, or with ``known_limitations`` those that beat their targets by design."""
     found = []
-    for attack in ATTACKS:
+    for attack in (a for a in ATTACKS if (a.known_limitation is not None) == known_limitations):
         kinds = sorted(attack.targets, key=lambda kind: kind.value)
         tasks = dict.fromkeys(task for kind in kinds for task in TEST_TASKS[kind])
         found += [pytest.param(attack, task, id=f"{attack.name}-{task}") for task in tasks]
@@ -288,7 +291,11 @@ def test_the_catalogue_is_well_formed() -> None:
         assert attack.description and "\n" not in attack.description
         assert attack.actions[-1] == SUBMIT and all(action.strip() for action in attack.actions)
         assert attack.targets <= set(TEST_TASKS), f"{attack.name} aims at a kind no test task has"
-    assert {attack.name for attack, _ in (case.values for case in cases())} == set(names)
+    played = cases() + cases(known_limitations=True)
+    assert {attack.name for attack, _ in (case.values for case in played)} == set(names)
+    for limited in (attack for attack in ATTACKS if attack.known_limitation):
+        assert limited.known_limitation.flag and "\n" not in limited.known_limitation.flag
+        assert limited.known_limitation.remedy and "\n" not in limited.known_limitation.remedy
 
 
 def test_every_builtin_task_has_its_kinds_and_test_tasks_are_of_theirs() -> None:
@@ -330,3 +337,23 @@ def test_attack_scores_what_doing_nothing_scores(arena: Arena, attack: Attack, t
     context = f"{attack.name} ({attack.description}) on {task_id}:\n{played.explain()}"
     assert played.scored, f"the episode was not scored\n{context}"
     assert played.reward == noop.reward, f"it scored {played.reward}, the no-op agent {noop.reward}\n{context}"
+
+
+@pytest.mark.parametrize(
+    ("arena", "attack", "task_id"), on_backends(cases(known_limitations=True), SAMPLE), indirect=["arena"]
+)
+def test_a_known_limitation_beats_the_tasks_it_aims_at(arena: Arena, attack: Attack, task_id: str) -> None:
+    """An attack that beats its targets by their design (``Attack.known_limitation``: their tests run the agent's
+    code in the verifier's process) does beat them, in a scored episode. When it stops, the limitation is gone
+    and the attack belongs with the others, which must score as the no-op agent."""
+    assert attack.known_limitation is not None and attack.aims_at(task_kinds(arena.tasks[task_id]))
+    arena.require_mode(task_id)
+    noop = arena.noop(task_id)
+    played = arena.play(task_id, list(attack.actions))
+    context = f"{attack.name} ({attack.description}) on {task_id}:\n{played.explain()}"
+    assert played.scored, f"the episode was not scored\n{context}"
+    assert played.reward > noop.reward, (
+        f"the known limitation ({attack.known_limitation.flag}) no longer beats {task_id}: it scored "
+        f"{played.reward}, the no-op agent {noop.reward}; reclassify {attack.name} as an attack that must score "
+        f"what doing nothing scores (drop its known_limitation)\n{context}"
+    )
