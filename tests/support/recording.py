@@ -176,9 +176,8 @@ class Recorder:
             save_results(self.path, old.merged(Results(conformance, attacks)))
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.ensure_newline()
             done = sorted({f"{b} ({w})" for b, w in [*self.conformance, *self.attacks]})
-            reporter.write_line(f"recorded conformance results of {', '.join(done)} in {self.path}")
+            reporter.write_sep("-", f"recorded the results of {', '.join(done)} in {self.path}")
 
 
 NO_STAMP = Stamp(None, False, "1970-01-01")
