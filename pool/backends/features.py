@@ -1,10 +1,10 @@
-"""The documentation's backend-by-feature table, rendered from what each backend class declares.
+"""The documentation's backend-by-feature table: what each backend class declares, and what runs recorded.
 
 ``python -m pool.backends --markdown docs/backends/capabilities.md`` writes it between the markers of
 that page, and ``tests/runner/test_capability_table.py`` fails while the page differs from what
 :func:`feature_table` renders now.
 
-Every cell comes from a declaration made by the backend class, so the table renders without
+Every cell of a feature row comes from a declaration made by the backend class, so the table renders without
 credentials, an engine or a started backend: a cloud backend's ``declared_capabilities()`` (fixed by
 its provider, :class:`~pool.contract.DeclaresCapabilities`), or the ``capability_range()`` of a
 backend whose capabilities depend on the machine and its options
@@ -13,7 +13,7 @@ that changes something). A cell that differs across a backend's range shows each
 machine's first, with a footnote naming the condition of each; a cell without one holds on every
 machine. ``python -m pool.backends`` shows what the backends do on this machine instead.
 
-Two rows are not fields of :class:`~pool.capabilities.Capabilities`, and are derived (each row's
+Two feature rows are not fields of :class:`~pool.capabilities.Capabilities`, and are derived (each row's
 note under the table says from what): task images from ``bases``, installed agents from
 :func:`pool.backends.has_model_gateway`, the rule by which the runner refuses them.
 

@@ -135,7 +135,7 @@ class Recorder:
         for key, value in report.user_properties:
             if key == CONFORMANCE and report.when == "teardown":
                 self.add_conformance(value)
-            elif key == ATTACK and (report.when == "call" or report.failed):
+            elif key == ATTACK and (report.when == "call" or (report.when == "setup" and report.failed)):
                 self.add_attack(value, report)
 
     def add_conformance(self, found: dict[str, Any]) -> None:
