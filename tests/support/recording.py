@@ -177,6 +177,7 @@ class Recorder:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             done = sorted({f"{b} ({w})" for b, w in [*self.conformance, *self.attacks]})
+            reporter.write("\n")  # the progress line may still be open
             reporter.write_sep("-", f"recorded the results of {', '.join(done)} in {self.path}")
 
 
