@@ -11,8 +11,8 @@ attack and task, and its report says how it ended, told apart by the test's own 
 
 The process that reports (xdist's controller, or the only one) gathers what the reports carry and, when
 the session ends, merges it into PATH under a lock: the entry of each (backend, where) this run
-checked replaces the old one, the rest of the file stays. A file that cannot be read stops the run
-before anything runs.
+checked replaces the old one, the rest of the file stays. An interrupted run records nothing, and a
+file that cannot be read stops the run before anything runs.
 """
 
 from __future__ import annotations
@@ -161,8 +161,13 @@ class Recorder:
     def pytest_sessionstart(self) -> None:
         self.stamp = run_stamp(self.path) if self.reports else NO_STAMP  # the code as it starts is what runs
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if not self.reports or not (self.conformance or self.attacks):
+            return
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if exitstatus == pytest.ExitCode.INTERRUPTED:  # a part of a run would pass for the whole
+            if reporter is not None:
+                reporter.write_sep("-", f"the run was interrupted: nothing recorded in {self.path}")
             return
         stamp = self.stamp
         conformance = tuple(dataclasses.replace(entry, stamp=stamp) for entry in self.conformance.values())
@@ -174,7 +179,6 @@ class Recorder:
         with locked(self.path):
             old = load_results(self.path) if self.path.stat().st_size else Results()
             save_results(self.path, old.merged(Results(conformance, attacks)))
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             done = sorted({f"{b} ({w})" for b, w in [*self.conformance, *self.attacks]})
             reporter.write("\n")  # the progress line may still be open
