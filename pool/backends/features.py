@@ -63,8 +63,8 @@ CONFORMANCE = (
 """The note on where the declarations are checked and the results come from."""
 RESULT_ROWS = {
     "conformance": "`pool.testing.check_backend`, as recorded: `passed`, or `failed:` and the check it stopped at "
-    "(its footnote says why); where it ran (`machine`: this machine, the engine or kernel it has; `stand-in`: "
-    "the provider's real SDK against its stand-in in `tests/backends/cloud/`; `live`: the provider itself, "
+    "(its footnote says why); where it ran (`machine`: the machine that recorded it, its kernel and engine; "
+    "`stand-in`: the provider's real SDK against its stand-in in `tests/backends/cloud/`; `live`: the provider itself, "
     "with credentials), the day (UTC) and snapgym's commit (`+`: its checkout had uncommitted changes); "
     '"not recorded": no run is on record.',
     "attack catalogue": "`tests/attacks/test_verifier_attacks.py`, as recorded: of the catalogue's (attack, task) "
@@ -247,12 +247,11 @@ def _stamp(entry: ConformanceResult | AttackResult) -> str:
 def _conformance_cell(name: str, results: Results, notes: _Footnotes) -> str:
     cells = []
     for entry in results.for_backend(name)[0]:
-        text = (
-            "passed"
-            if entry.passed
-            else f"failed: {entry.check}"
-            + notes.mark(f"`{name}` ({entry.where}): {entry.check}: {entry.detail or 'no detail recorded'}")
-        )
+        if entry.passed:
+            text = "passed"
+        else:  # the check in the cell (a "|" would end it), why in its footnote
+            why = notes.mark(f"`{name}` ({entry.where}): {entry.check}: {entry.detail or 'no detail recorded'}")
+            text = f"failed: {str(entry.check).replace('|', '/')}{why}"
         cells.append(text + _stamp(entry))
     return " / ".join(cells) or "not recorded"
 
