@@ -2,7 +2,9 @@
 ``any_backend``: the backend matrix (:func:`tests.support.backends.backend_params`), for the tests
 of the contract. Which tests are ``slow`` (:data:`SLOW`): the default run leaves them out, ``-m slow``
 runs them. And the ``needs`` mark (:mod:`tests.support.needs`): a test that needs something this
-machine lacks skips, or fails under ``SNAPGYM_REQUIRE_ALL=1``."""
+machine lacks skips, or fails under ``SNAPGYM_REQUIRE_ALL=1``. And ``--record-conformance PATH``
+(:mod:`tests.support.recording`): the run records how the conformance suite and the attack catalogue
+went on each backend."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import pytest
 from pool import Backend, LocalBackend, Snapshot, load_backend
 from tests.support.backends import BACKEND_OPTIONS, LIMITS, WORKSPACE_TEMPLATE, backend_params
 from tests.support.needs import MARKER, check_needs
+
+pytest_plugins = ["tests.support.recording"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -6,8 +6,10 @@ capabilities it declares without being opened (a cloud backend's, which need no 
 state). Nothing is built and no sandbox starts.
 
 ``--declared``: the documentation's backend-by-feature table instead, from what each backend class
-declares (no backend is opened; see :mod:`pool.backends.features`). ``--markdown PAGE``: write that
-table between the markers of ``PAGE`` (``docs/backends/capabilities.md``), the rest of the page as it is.
+declares (no backend is opened; see :mod:`pool.backends.features`), with the conformance results
+recorded in ``docs/results/conformance.json`` (``--results FILE``: another file). ``--markdown PAGE``:
+write that table between the markers of ``PAGE`` (``docs/backends/capabilities.md``), the rest of the
+page as it is.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import sys
 from pathlib import Path
 
 from pool.backends import BACKENDS, backend_class, load_backend, unavailable_reason
-from pool.backends.features import feature_table, splice
+from pool.backends.features import RESULTS, feature_table, splice
+from pool.errors import ConfigError
 
 
 def capability_table() -> str:
@@ -47,13 +50,19 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--declared", action="store_true", help="the backend-by-feature table the classes declare")
     which.add_argument("--markdown", metavar="PAGE", type=Path, help="write that table between PAGE's markers")
+    shown = "the recorded conformance results the declared table shows (default: %(default)s)"
+    parser.add_argument("--results", metavar="FILE", type=Path, default=RESULTS, help=shown)
     args = parser.parse_args(argv)
-    if args.markdown is not None:
-        page: Path = args.markdown
-        page.write_text(splice(page.read_text(), feature_table()))
-        sys.stdout.write(f"wrote the backend-by-feature table into {page}\n")
-    else:
-        sys.stdout.write(feature_table() if args.declared else capability_table() + "\n")
+    try:
+        if args.markdown is not None:
+            page: Path = args.markdown
+            page.write_text(splice(page.read_text(), feature_table(results=args.results)))
+            sys.stdout.write(f"wrote the backend-by-feature table into {page}\n")
+        else:
+            sys.stdout.write(feature_table(results=args.results) if args.declared else capability_table() + "\n")
+    except ConfigError as exc:
+        sys.stderr.write(f"python -m pool.backends: {exc}\n")
+        return 2
     return 0
 
 

@@ -1,10 +1,10 @@
-"""The documentation's backend-by-feature table, rendered from what each backend class declares.
+"""The documentation's backend-by-feature table: what each backend class declares, and what runs recorded.
 
 ``python -m pool.backends --markdown docs/backends/capabilities.md`` writes it between the markers of
 that page, and ``tests/runner/test_capability_table.py`` fails while the page differs from what
 :func:`feature_table` renders now.
 
-Every cell comes from a declaration made by the backend class, so the table renders without
+Every cell of a feature row comes from a declaration made by the backend class, so the table renders without
 credentials, an engine or a started backend: a cloud backend's ``declared_capabilities()`` (fixed by
 its provider, :class:`~pool.contract.DeclaresCapabilities`), or the ``capability_range()`` of a
 backend whose capabilities depend on the machine and its options
@@ -13,20 +13,28 @@ that changes something). A cell that differs across a backend's range shows each
 machine's first, with a footnote naming the condition of each; a cell without one holds on every
 machine. ``python -m pool.backends`` shows what the backends do on this machine instead.
 
-Two rows are not fields of :class:`~pool.capabilities.Capabilities`, and are derived (each row's
+Two feature rows are not fields of :class:`~pool.capabilities.Capabilities`, and are derived (each row's
 note under the table says from what): task images from ``bases``, installed agents from
 :func:`pool.backends.has_model_gateway`, the rule by which the runner refuses them.
+
+The last two rows are results, not declarations: how the conformance suite and the verifier-attack
+catalogue went on each backend, where and when, as recorded in ``docs/results/conformance.json``
+(:mod:`pool.testing.record`; the test suite's ``--record-conformance`` writes it). The table reads that
+file and nothing else, so it renders the same until the file is recorded again; a backend without an
+entry says "not recorded".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from pool.backends import BACKENDS, backend_class, has_model_gateway
 from pool.capabilities import Capabilities, ChangesSource, EgressControl, Enforcement
 from pool.contract import DeclaresCapabilities, DeclaresCapabilityRange
 from pool.errors import ConfigError
+from pool.testing.record import RESULTS_FILE, AttackResult, ConformanceResult, Results, Stamp, load_results
 
 BEGIN = "<!-- BEGIN generated: python -m pool.backends --markdown docs/backends/capabilities.md -->"
 END = "<!-- END generated (edit pool/backends/features.py or a backend's declaration, then regenerate) -->"
@@ -35,17 +43,36 @@ COMMAND = "python -m pool.backends --markdown docs/backends/capabilities.md"
 """The one command that regenerates the documentation's table."""
 RESOURCES = ("memory", "cpu", "pids")
 """The limits the resources row shows (disk has its own row)."""
+RESULTS = Path(__file__).resolve().parents[2] / RESULTS_FILE
+"""The recorded results the table shows (in a checkout of snapgym; elsewhere none are recorded)."""
+RECORD = "--record-conformance docs/results/conformance.json"
+"""The test suite's option that records them again (docs/backends/capabilities.md gives the whole command)."""
 CONFORMANCE = (
-    "The cells are declarations, not a run's results. Each backend's tests run the conformance suite "
-    "`pool.testing.check_backend` against it (`tests/contract/` on every backend this machine runs; the "
-    "cloud backends against their providers' stand-ins in `tests/backends/cloud/`, and live where "
-    "credentials are set), and the suite follows the declaration: it verifies in each declared "
-    "verification mode, pushes past the memory and disk limits declared enforced, refuses the network "
-    "modes not declared and checks the audit where one is, checks who lists the end-state changes, "
-    "forks where fork is declared and refuses a GPU where none is. A declaration a backend does not "
-    "keep fails its tests. `python -m pool.backends` shows what each backend declares on this machine."
+    "The rows above the last two are declarations. The last two are results of real runs, recorded in "
+    "`docs/results/conformance.json` (its format: `pool/testing/record.py`) and only read for this table: "
+    "the conformance suite `pool.testing.check_backend` (`tests/contract/test_conformance.py` on every "
+    "backend this machine runs; each cloud backend through its provider's real SDK against the stand-in "
+    "in `tests/backends/cloud/`, and live where credentials are set) and the verifier-attack catalogue "
+    "(`tests/attacks/test_verifier_attacks.py`). The suite follows the declaration: it verifies in each "
+    "declared verification mode, pushes past the memory and disk limits declared enforced, refuses the "
+    "network modes not declared and checks the audit where one is, checks who lists the end-state "
+    "changes, forks where fork is declared and refuses a GPU where none is; a declaration a backend does "
+    f"not keep fails it. Those tests run with `{RECORD}` record their outcome again. "
+    "`python -m pool.backends` shows what each backend declares on this machine."
 )
-"""The note on where the declarations are checked (the table holds no conformance results)."""
+"""The note on where the declarations are checked and the results come from."""
+RESULT_ROWS = {
+    "conformance": "`pool.testing.check_backend`, as recorded: `passed`, or `failed:` and the check it stopped at "
+    "(its footnote says why); where it ran (`machine`: the machine that recorded it, its kernel and engine; "
+    "`stand-in`: the provider's real SDK against its stand-in in `tests/backends/cloud/`; `live`: the provider itself, "
+    "with credentials), the day (UTC) and snapgym's commit (`+`: its checkout had uncommitted changes); "
+    '"not recorded": no run is on record.',
+    "attack catalogue": "`tests/attacks/test_verifier_attacks.py`, as recorded: of the catalogue's (attack, task) "
+    "cases, how many were played (the rest were skipped on this backend, e.g. for a verification mode it "
+    "lacks, or left out of that run as `slow`), how many scored other than the no-op agent, and how many were "
+    "left unscored (each named in a footnote; any other failure too); where, day and commit as above.",
+}
+"""The rows of recorded results, and what their cells say."""
 _DECLARED = {False: "fixed: `declared_capabilities()`", True: "per machine: `capability_range()`"}
 _SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
@@ -211,16 +238,54 @@ def _cell(feature: Feature, name: str, declared: Mapping[str, Capabilities], not
     return text + "".join(notes.mark(f"`{name}`: {detail}") for detail in details)
 
 
+def _stamp(entry: ConformanceResult | AttackResult) -> str:
+    stamp: Stamp = entry.stamp
+    commit = f" `{stamp.commit[:7]}`{'+' if stamp.dirty else ''}" if stamp.commit else ""
+    return f" · {entry.where} · {stamp.date}{commit}"
+
+
+def _conformance_cell(name: str, results: Results, notes: _Footnotes) -> str:
+    cells = []
+    for entry in results.for_backend(name)[0]:
+        if entry.passed:
+            text = "passed"
+        else:  # the check in the cell (a "|" would end it), why in its footnote
+            why = notes.mark(f"`{name}` ({entry.where}): {entry.check}: {entry.detail or 'no detail recorded'}")
+            text = f"failed: {str(entry.check).replace('|', '/')}{why}"
+        cells.append(text + _stamp(entry))
+    return " / ".join(cells) or "not recorded"
+
+
+def _attack_cell(name: str, results: Results, notes: _Footnotes) -> str:
+    cells = []
+    for entry in results.for_backend(name)[1]:
+        counts = f"{entry.played} of {entry.cases} played, {len(entry.beat_noop)} beat no-op"
+        counts += f", {len(entry.unscored)} unscored" + (f", {len(entry.failed)} failed" if entry.failed else "")
+        for what, cases in (("beat the no-op agent", entry.beat_noop), ("unscored", entry.unscored),
+                            ("failed otherwise", entry.failed)):  # fmt: skip
+            if cases:
+                counts += notes.mark(f"`{name}` ({entry.where}), {what}: {', '.join(cases)}")
+        cells.append(counts + _stamp(entry))
+    return " / ".join(cells) or "not recorded"
+
+
 def _row(cells: Iterable[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def feature_table(names: Iterable[str] = BACKENDS) -> str:
+def feature_table(names: Iterable[str] = BACKENDS, *, results: Path = RESULTS) -> str:
     """The table, its footnotes and how each row is derived, as Markdown.
 
+    Args:
+        names: the backends, one column each.
+        results: the recorded results the last two rows show (:mod:`pool.testing.record`; a missing
+            file: "not recorded" in every cell).
+
     Raises:
-        ConfigError: a backend declares nothing before it starts, or its SDK is not installed.
+        ConfigError: a backend declares nothing before it starts, or its SDK is not installed, or the
+            results file cannot be read (the message names it and the problem).
     """
+    recorded = load_results(results)
     columns = {name: declared_range(name) for name in names}
     notes = _Footnotes()
     varies = {name: next(iter(declared)) for name, declared in columns.items() if len(declared) > 1}
@@ -231,12 +296,18 @@ def feature_table(names: Iterable[str] = BACKENDS) -> str:
     ]
     for feature in FEATURES:
         lines.append(_row([feature.name, *(_cell(feature, n, d, notes) for n, d in columns.items())]))
+    declared_notes = len(notes.texts)
+    lines.append(_row(["conformance", *(_conformance_cell(name, recorded, notes) for name in columns)]))
+    lines.append(_row(["attack catalogue", *(_attack_cell(name, recorded, notes) for name in columns)]))
     typical = "; ".join(f"`{name}`: {condition}" for name, condition in varies.items())
     lines += ["", f"Where a cell holds more than one value, the first is the typical machine's ({typical}), "
-              "and each other one holds under the condition its footnote names:", ""]  # fmt: skip
+              "and each other one holds under the condition its footnote names"
+              + ("; a recorded result's footnote says what failed:" if len(notes.texts) > declared_notes else ":"),
+              ""]  # fmt: skip
     lines += [f"{number}. {text}" for number, text in enumerate(notes.texts, 1)]
     lines += ["", "Where each row comes from (a field of `Capabilities` unless it says otherwise):", ""]
     lines += [f"- **{feature.name}**: {feature.source}" for feature in FEATURES]
+    lines += [f"- **{row}**: {source}" for row, source in RESULT_ROWS.items()]
     lines += ["", CONFORMANCE]
     return "\n".join(lines) + "\n"
 
