@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from benchmarks.agents import make_agent
+from benchmarks.agents.base import ResumableAgent
 from benchmarks.viewer.reader import RunReader
 from tests.runner.test_durable_episodes import kill_after, results
 from tests.support.chat_server import ChatServer
@@ -242,3 +244,38 @@ def test_a_chat_model_becomes_a_gymnasium_policy(chat_server: ChatServer, tmp_pa
     assert all(r.headers["authorization"] == "Bearer k-123" and r.body["model"] == "m" for r in requests)
     firsts: list[Any] = [r.messages for r in requests if len(r.messages) == 2]
     assert len(firsts) == 2 and all("5xx" in m[1]["content"] for m in firsts)  # the instruction, per episode
+
+
+STATELESS = """
+class Agent:
+    def start(self, episode):
+        return Policy()
+
+    def resume(self, episode, state):
+        return Policy()
+
+
+class Policy:
+    last_turn = {"message": "hi"}
+
+    def act(self, observation, info):
+        return "submit"
+"""
+
+
+def test_an_agent_with_resume_but_a_policy_without_state_gets_checkpoints_that_say_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "stateless.py").write_text(STATELESS)
+    agent = make_agent({"name": "python", "target": f"{tmp_path / 'stateless.py'}:Agent", "kwargs": {}})
+    assert isinstance(agent, ResumableAgent) and (agent.name, agent.whole_task_steps) == ("Agent", False)
+    policy = agent.start(None)  # type: ignore[arg-type]
+    assert policy.act({"output": ""}, {}) == "submit" and policy.last_turn == {"message": "hi"}
+    with pytest.raises(TypeError, match=r"Policy has no state\(\) method"):
+        policy.state()
+
+
+def test_an_agent_without_resume_is_not_durable(tmp_path: Path) -> None:
+    (tmp_path / "plain.py").write_text(STATELESS.replace("def resume", "def not_resume"))
+    agent = make_agent({"name": "python", "target": f"{tmp_path / 'plain.py'}:Agent", "kwargs": {}})
+    assert not isinstance(agent, ResumableAgent)
