@@ -53,6 +53,8 @@ def check_nested_keys(arguments: Sequence[str]) -> None:
         if not isinstance(node, DictConfig):
             raise ConfigError(f"unknown config key {key!r}") from None
         valid = sorted(map(str, node.keys()))
+        if not valid:  # an open mapping (agent.kwargs): Hydra adds keys to it only with a +
+            raise ConfigError(f"{key!r} is a new key of an open mapping; add it with a +: +{key}=...") from None
         name = key.rsplit(".", 1)[1]
         close = difflib.get_close_matches(name, valid, n=3)
         hint = f"did you mean {', '.join(close)}? " if close else ""

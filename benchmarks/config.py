@@ -180,6 +180,7 @@ def register_configs() -> None:
     store.store(group="agent", name="replay_schema", node=schemas.ReplayAgentConfig)
     store.store(group="agent", name="llm_schema", node=schemas.LLMAgentConfig)
     store.store(group="agent", name="installed_schema", node=schemas.InstalledAgentConfig)
+    store.store(group="agent", name="python_schema", node=schemas.PythonAgentConfig)
     from pool.backends import cloud_option_defaults, option_defaults
 
     store.store(group="backend/cloud", name="options", node=_open_mappings(cloud_option_defaults()))

@@ -132,6 +132,17 @@ class ReplayAgentConfig:
 
 
 @dataclass
+class PythonAgentConfig:
+    """Your own agent class, imported in the runner's process (benchmarks.agents.imported, docs/agents.md)."""
+
+    name: str = "python"
+    target: str = MISSING
+    """``module:Class`` (importable from the directory the run starts in) or ``path/to/file.py:Class``."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the class's constructor (``agent.kwargs.steps=3`` or ``'agent.kwargs={steps: 3}'``)."""
+
+
+@dataclass
 class InstalledAgentConfig:
     """A CLI agent installed into each task's snapshot and run inside the sandbox (benchmarks.agents.installed)."""
 

@@ -1,5 +1,5 @@
-"""Agents the runner can play episodes with: ``oracle``, ``noop``, ``replay``, ``llm`` (outside the
-sandbox) and ``installed`` (a CLI agent inside it: ``agent=claude-code``, ``agent=codex``).
+"""Agents the runner can play episodes with: ``oracle``, ``noop``, ``replay``, ``llm``, ``python`` (your own
+class; all outside the sandbox) and ``installed`` (a CLI agent inside it: ``agent=claude-code``, ``agent=codex``).
 
 >>> from benchmarks.agents import make_agent
 >>> agent = make_agent({"name": "noop", "steps": 0})
@@ -7,7 +7,7 @@ sandbox) and ``installed`` (a CLI agent inside it: ``agent=claude-code``, ``agen
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchmarks.agents.base import (
@@ -16,8 +16,11 @@ from benchmarks.agents.base import (
     EpisodeContext,
     ModelRequestError,
     ModelUnavailableError,
+    Observation,
     Policy,
+    SavablePolicy,
 )
+from benchmarks.agents.imported import python_agent
 from benchmarks.agents.installed import InstalledAgent
 from benchmarks.agents.llm import LLMAgent
 from benchmarks.agents.noop import NoopAgent
@@ -25,12 +28,13 @@ from benchmarks.agents.oracle import OracleAgent
 from benchmarks.agents.replay import ReplayAgent
 from pool.errors import ConfigError
 
-AGENTS: dict[str, type[Any]] = {
+AGENTS: dict[str, Callable[..., Any]] = {
     "oracle": OracleAgent,
     "noop": NoopAgent,
     "replay": ReplayAgent,
     "llm": LLMAgent,
     "installed": InstalledAgent,
+    "python": python_agent,
 }
 
 
@@ -60,8 +64,10 @@ __all__ = [
     "ModelRequestError",
     "ModelUnavailableError",
     "NoopAgent",
+    "Observation",
     "OracleAgent",
     "Policy",
     "ReplayAgent",
+    "SavablePolicy",
     "make_agent",
 ]

@@ -5,8 +5,10 @@ rot. Each test's id names the file and the line its block starts on."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
+import os
 import re
 import shlex
 import subprocess
@@ -19,6 +21,7 @@ import pytest
 
 from benchmarks.api import checked_config
 from benchmarks.cli import config_overrides
+from tests.support.chat_server import ChatServer
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
@@ -78,9 +81,22 @@ def test_python_block_runs_as_written(code: str, tmp_path: Path) -> None:
         from tests.support.backends import need_backend
 
         need_backend("docker")
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=540, check=False
-    )
+    env = dict(os.environ)
+    with contextlib.ExitStack() as stack:
+        if "OPENAI_BASE_URL" in code:  # a model's policy: a local stand-in answers (tests/agents/test_own_agent.py)
+            server = ChatServer(["```bash\nls\n```"])
+            server.start()
+            stack.callback(server.close)
+            env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="stand-in-key")
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=540,
+            check=False,
+        )
     assert done.returncode == 0, f"{code}\n--- stderr ---\n{done.stderr[-4000:]}"
 
 
