@@ -46,7 +46,8 @@ def run_benchmark(*overrides: str) -> Outcome:
 
 def checked_config(overrides: Sequence[str]) -> DictConfig:
     """The run's config from ``configs/`` and ``overrides``, after the command line's own checks: unknown
-    keys (top-level and nested, named with the closest valid ones) and missing values.
+    keys (top-level and nested, named with the closest valid ones), unknown choices of a group and missing
+    values; ``~`` and relative paths made absolute (see ``benchmarks.paths``).
 
     Raises:
         ConfigError: the first problem, named.
@@ -54,6 +55,7 @@ def checked_config(overrides: Sequence[str]) -> DictConfig:
     from benchmarks.run import check_top_level_keys  # the command line's own check
 
     register_configs()
+    overrides = quote_path_arguments(overrides)
     check_top_level_keys(list(overrides))
     check_choices(overrides)
     check_nested_keys(overrides)
