@@ -8,9 +8,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from benchmarks.cli import check_nested_keys, compose_config, config_overrides
+from benchmarks.cli import check_choices, check_nested_keys, compose_config, config_overrides
 from benchmarks.config import check_backend_options, register_configs, reject_unknown_keys, require_values
 from benchmarks.job import Job, Outcome
+from benchmarks.paths import expand_config_paths, quote_path_arguments
 
 
 def run_benchmark(*overrides: str) -> Outcome:
@@ -28,7 +29,7 @@ def run_benchmark(*overrides: str) -> Outcome:
     """
     from benchmarks.run import load_scenario
 
-    given = config_overrides(overrides)
+    given = quote_path_arguments(config_overrides(overrides))
     config = checked_config(given)
     check_backend_options(config)
     name = str(config.benchmark.name)
@@ -45,7 +46,8 @@ def run_benchmark(*overrides: str) -> Outcome:
 
 def checked_config(overrides: Sequence[str]) -> DictConfig:
     """The run's config from ``configs/`` and ``overrides``, after the command line's own checks: unknown
-    keys (top-level and nested, named with the closest valid ones) and missing values.
+    keys (top-level and nested, named with the closest valid ones), unknown choices of a group and missing
+    values; ``~`` and relative paths made absolute (see ``benchmarks.paths``).
 
     Raises:
         ConfigError: the first problem, named.
@@ -53,11 +55,14 @@ def checked_config(overrides: Sequence[str]) -> DictConfig:
     from benchmarks.run import check_top_level_keys  # the command line's own check
 
     register_configs()
+    overrides = quote_path_arguments(overrides)
     check_top_level_keys(list(overrides))
+    check_choices(overrides)
     check_nested_keys(overrides)
     config = compose_config(overrides)
     reject_unknown_keys(config)
     require_values(config)
+    expand_config_paths(config)
     return config
 
 

@@ -29,6 +29,29 @@ def compose_config(overrides: Sequence[str]) -> DictConfig:
         return compose("config", overrides=list(overrides))
 
 
+def check_choices(arguments: Sequence[str]) -> None:
+    """Refuse a choice no config group has (``backend=dockr``), suggesting the closest and listing all.
+
+    Raises:
+        ConfigError: ``unknown backend 'dockr'; did you mean docker? (daytona, docker, e2b, local, modal)``.
+    """
+    for argument in config_overrides(arguments):
+        group, _, value = argument.lstrip("+").partition("=")
+        folder = CONFIG_DIR / group
+        if "." in group or "@" in group or not folder.is_dir() or "(" in value:
+            continue  # a key, not a group; or a sweep function (range(...), choice(...)) Hydra expands
+        options = sorted(p.stem for p in folder.glob("*.yaml"))
+        for choice in (v.strip() for v in value.split(",")):
+            if choice not in options:
+                close = difflib.get_close_matches(choice, options, n=1)
+                listed = (
+                    f"did you mean {close[0]}? ({', '.join(options)})"
+                    if close
+                    else f"choose one of: {', '.join(options)}"
+                )
+                raise ConfigError(f"unknown {group} {choice!r}; {listed}")
+
+
 def check_nested_keys(arguments: Sequence[str]) -> None:
     """Refuse an override of a nested key that does not exist (``pool.siz=3``), suggesting the closest.
 

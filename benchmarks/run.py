@@ -31,9 +31,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from benchmarks.cli import check_nested_keys, help_text
+from benchmarks.cli import check_choices, check_nested_keys, help_text
 from benchmarks.config import check_backend_options, register_configs, reject_unknown_keys, require_values
 from benchmarks.job import Job, Outcome, ScenarioStoppedError
+from benchmarks.paths import expand_config_paths, quote_path_arguments
 from benchmarks.schemas import RunConfig
 from pool import ConfigError
 from pool.errors import SnapgymError
@@ -81,6 +82,7 @@ def load_scenario(name: str) -> Scenario:
 @hydra.main(config_path="../configs", config_name="config", version_base="1.3")
 def _run(cfg: DictConfig) -> None:
     hydra = HydraConfig.get()
+    expand_config_paths(cfg)
     job = Job(cfg, Path(hydra.runtime.output_dir), tuple(hydra.overrides.task))
     try:
         reject_unknown_keys(cfg)
@@ -120,12 +122,13 @@ def one_line(text: str) -> str:
 def main() -> None:
     """Register the config schemas, check top-level keys, then hand the command line to Hydra."""
     register_configs()
-    arguments = sys.argv[1:]
+    arguments = sys.argv[1:] = quote_path_arguments(sys.argv[1:])
     try:
         check_top_level_keys(arguments)
         if "--help" in arguments or "-h" in arguments:
             print(help_text([a for a in arguments if a not in ("--help", "-h")]))
             return
+        check_choices(arguments)
         check_nested_keys(arguments)
     except ConfigError as exc:
         print(f"snapgym: ConfigError: {exc}", file=sys.stderr)

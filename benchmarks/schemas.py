@@ -91,6 +91,9 @@ class SuiteConfig:
     images: list[str] = field(default_factory=list)
     """``IMAGE=SOURCE`` entries: get IMAGE (with or without tag) from SOURCE instead: ``host``, a root
     filesystem path, ``docker-archive:/saved.tar``, ``oci:/layout:tag``, or a mirror's reference."""
+    strict: bool = False
+    """true: an invalid task (a broken ``task.toml``, a refused Dockerfile) stops the run; false: the run
+    skips it, lists it on stderr at the start and under ``skipped_tasks`` in summary.json."""
 
 
 @dataclass

@@ -389,6 +389,7 @@ def _suite(config: DictConfig) -> Suite:
         exclude=list(suite.exclude),
         limit=suite.limit,
         images=image_sources(list(suite.images)),
+        strict=bool(suite.strict),
     )
 
 

@@ -308,6 +308,7 @@ def _tasks(config: DictConfig, settings: IntegrityBenchConfig) -> list[Task]:
         exclude=list(suite.exclude),
         limit=suite.limit,
         images=image_sources(list(suite.images)),
+        strict=bool(suite.strict),
     )
     extra = [task for task in target_tasks() if settings.targets and task.id not in {t.id for t in chosen.tasks}]
     return [*chosen.tasks, *extra]

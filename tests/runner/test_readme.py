@@ -57,8 +57,8 @@ def run_lines() -> list[tuple[str, list[str]]]:
         for offset, text in enumerate(code.splitlines()):
             command = text.split("  #", 1)[0].strip()
             words = shlex.split(command, comments=True) if "benchmarks.run" in command else []
-            if words:  # bash expands a ~ after an argument's "=" (not in POSIX mode); shlex does not
-                words = [re.sub(r"=~/", f"={Path.home()}/", word, count=1) for word in words]
+            if words:  # bash expands a ~ after "NAME=" (not after suite.path=: the runner does); shlex does not
+                words = [re.sub(r"^([A-Za-z_]\w*)=~/", rf"\1={Path.home()}/", word, count=1) for word in words]
                 found.append((f"{name}:{start + offset}", words[words.index("benchmarks.run") + 1 :]))
     return found
 
