@@ -34,8 +34,9 @@ class EgressSettings:
     """PEM files of CA certificates that sandboxes trust besides their own (a corporate TLS proxy's)."""
     trust_host_cas: bool = False
     """Sandboxes trust this machine's CA bundle too (the file ``SSL_CERT_FILE`` names, as OpenSSL
-    reads it, else its first system bundle: Debian's ``/etc/ssl/certs/ca-certificates.crt``...), so a mirror or host whose CA the machine trusts is
-    trusted inside a task's image as well. What the proxy and the download cache trust is unchanged."""
+    reads it, else its first system bundle: Debian's ``/etc/ssl/certs/ca-certificates.crt``...), so
+    a mirror or host whose CA the machine trusts is trusted inside a task's image as well. What the
+    proxy and the download cache trust is unchanged."""
     trusted_networks: tuple[str, ...] = ()
     """CIDRs exempt from the rule that refuses non-global addresses and this machine's own (a test
     network, an internal mirror). The policy still applies to them. A trusted network that holds
