@@ -10,7 +10,7 @@ body closed before its last chunk, a reset) is a failed transfer for curl (non-z
 ``cut: the destination ...`` record counting what curl got.
 
 Default run: 8 downloads of 1-4 MB and the cut cases, per backend (seconds). Slow set: 80
-downloads of 20-50 MB per backend, fast and slow origin alternating (about a minute each)::
+downloads of 20-50 MB per backend, fast and slow origin alternating (about 30 s each on a quiet machine)::
 
     PYTHONPATH=$PWD python -m pytest -n 0 -q tests/egress/test_egress_soak_sandbox.py -m "slow or not slow"
 """
