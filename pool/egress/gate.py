@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pool.egress.connection.attempt import Attempt
-from pool.egress.connection.relay import flush, lost_on_close, reply, shut
+from pool.egress.connection.relay import deliver, flush, lost_on_close, reply, reset, shut, unsent
 from pool.egress.connection.route import Network
 from pool.egress.connection.session import serve
 from pool.egress.limits import ProxyLimits
@@ -201,13 +201,20 @@ class Gate:
         except Exception as exc:  # a bug must cost one connection, never the gate
             attempt.error = f"proxy error: {type(exc).__name__}"
         if client.writer is not None:
-            if attempt.error is None:  # a transfer that ended: its last bytes reach the client first
-                await flush(client.writer, self._limits.idle_timeout_s)
-            attempt.lost(lost_on_close(client.writer))
+            if attempt.is_broken:  # what was sent reaches the client, the rest is not counted
+                await deliver(client.writer, self._limits.reply_timeout_s)
+                attempt.lost(unsent(client.writer))
+            else:
+                if attempt.error is None:  # a transfer that ended: its last bytes reach the client first
+                    await flush(client.writer, self._limits.idle_timeout_s)
+                attempt.lost(lost_on_close(client.writer))
         # Recorded before the client sees the connection end: once it saw the end, a drain has the record.
         self._record(client)
         if reader is not None and client.writer is not None:
-            await shut(reader, client.writer, self._limits.reply_timeout_s)
+            if attempt.is_broken:  # a reset: no client takes the end of a broken transfer for its end
+                reset(client.writer)
+            else:
+                await shut(reader, client.writer, self._limits.reply_timeout_s)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         client = self._clients.pop(task)
@@ -219,7 +226,7 @@ class Gate:
                 attempt.error = attempt.error or f"proxy error: {type(task.exception()).__name__}"
             self._record(client)
         if client.writer is not None:
-            client.writer.transport.abort()  # a no-op once closed; else the connection was cut
+            reset(client.writer)  # a no-op once closed; else the connection was cut
         else:
             client.sock.close()
 

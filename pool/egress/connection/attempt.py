@@ -33,12 +33,20 @@ class Attempt:
     bytes_down: int = 0
     error: str | None = None
     cache: str | None = None
+    is_broken: bool = False
+    """The transfer broke off mid-way (:meth:`broke`): the client's connection ends with a reset."""
     started: float = field(default_factory=time.time)
     _clock: float = field(default_factory=time.monotonic)
 
     def decided(self, verdict: str, rule: str, error: str | None = None) -> None:
         """Set the verdict and the rule (and why it failed, for unreachable and invalid ones)."""
         self.verdict, self.rule, self.error = verdict, _capped(rule), None if error is None else _capped(error)
+
+    def broke(self, why: str) -> None:
+        """The transfer broke off mid-way (``why``, the record's error): what was sent still reaches
+        the client, then its connection is reset, so that it sees a failed transfer, never an end of
+        stream it could take for the end of a whole one."""
+        self.error, self.is_broken = _capped(why), True
 
     def up(self, count: int) -> None:
         """Count bytes sent to the destination."""
@@ -50,11 +58,12 @@ class Attempt:
 
     def lost(self, count: int) -> None:
         """``count`` of the bytes sent to the client will never reach it (its connection is reset
-        with them still queued): they are not counted, and the record says the transfer was cut."""
+        with them still queued: it stopped reading): they are not counted, and the record says the
+        transfer was cut."""
         if count <= 0:
             return
         self.bytes_down = max(0, self.bytes_down - count)
-        cut = f"cut: {count} bytes never reached the client (it stopped reading)"
+        cut = f"cut: {count} bytes never reached the client"
         self.error = _capped(f"{self.error}; {cut}" if self.error else cut)
 
     def record(self) -> Connection:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import socket
 import struct
 import termios
 from collections.abc import Callable, Coroutine
@@ -17,6 +18,8 @@ from typing import Any
 
 CHUNK_BYTES = 64 * 1024
 _LINGER_BYTES = 64 * 1024
+_STALL_S = 0.5
+"""A peer that took none of what is queued for it for this long is not reading."""
 _REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -27,7 +30,8 @@ _REASONS = {
 
 
 class SourceBrokenError(OSError):
-    """Reading the side a pipe copies from failed: the peer reset or broke the connection mid-way."""
+    """The side a pipe copies from broke off mid-transfer: it reset the connection, or ended before
+    the end its own framing announced (``str()``: what it did, as in "closed after ...")."""
 
 
 class Activity:
@@ -60,8 +64,10 @@ async def pipe(
     writer: asyncio.StreamWriter,
     count: Callable[[int], None],
     activity: Activity,
+    watch: Callable[[bytes], None] | None = None,
 ) -> None:
-    """Copy ``reader`` to ``writer`` until end of stream, counting the bytes.
+    """Copy ``reader`` to ``writer`` until end of stream, counting the bytes (and showing each
+    piece to ``watch`` before it is sent).
 
     Raises:
         SourceBrokenError: reading failed (the source reset the connection); a failure to write
@@ -71,10 +77,12 @@ async def pipe(
         try:
             data = await reader.read(CHUNK_BYTES)
         except OSError as exc:
-            raise SourceBrokenError(exc.errno, exc.strerror) from exc
+            raise SourceBrokenError(f"broke the connection ({(exc.strerror or 'reset').lower()})") from exc
         if not data:
             return
         activity.touch()
+        if watch is not None:
+            watch(data)
         await send(writer, data, activity)
         count(len(data))
 
@@ -94,8 +102,8 @@ async def relay(
 
     Returns:
         ``"idle timeout"`` when that ended it, ``"cut: ..."`` when the destination broke its side
-        mid-transfer (a reset: the client sees a failed transfer, and the record says so), else
-        None (a client that hangs up early chose to).
+        mid-transfer (``down`` raised :class:`SourceBrokenError`: a reset, or an answer that ended
+        short), else None (a client that hangs up early chose to).
     """
     up_task, down_task = asyncio.ensure_future(up), asyncio.ensure_future(down)
     idle_task = asyncio.ensure_future(activity.idle(idle_timeout_s))
@@ -117,7 +125,7 @@ async def relay(
             raise failure  # a bug here, not a peer that went away
     broken = None if down_task.cancelled() else down_task.exception()
     if isinstance(broken, SourceBrokenError):
-        return f"cut: the destination broke the connection ({(broken.strerror or 'reset').lower()})"
+        return f"cut: the destination {broken}"
     return None
 
 
@@ -171,26 +179,54 @@ async def flush(writer: asyncio.StreamWriter, timeout_s: float) -> None:
             await writer.drain()
 
 
+async def deliver(writer: asyncio.StreamWriter, timeout_s: float) -> None:
+    """Wait, at most ``timeout_s``, until the peer has every byte written to it (the proxy's buffer
+    and the kernel's send queue are empty), giving up sooner once it took nothing for a while."""
+    loop = asyncio.get_running_loop()
+    deadline, left = loop.time() + timeout_s, unsent(writer)
+    last_progress = loop.time()
+    while left > 0 and loop.time() < deadline and loop.time() - last_progress < _STALL_S:
+        await asyncio.sleep(0.01)
+        if (now_left := unsent(writer)) < left:
+            last_progress = loop.time()
+        left = now_left
+
+
+def unsent(writer: asyncio.StreamWriter) -> int:
+    """What is written to the peer and not yet acknowledged by it: the proxy's buffer and the
+    kernel's send queue (unsent or unacknowledged bytes)."""
+    transport = writer.transport
+    sock = transport.get_extra_info("socket")
+    queued = 0
+    if sock is not None and not transport.is_closing():
+        with contextlib.suppress(OSError, ValueError):
+            queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    return transport.get_write_buffer_size() + queued
+
+
 def lost_on_close(writer: asyncio.StreamWriter) -> int:
     """The bytes a :func:`close` now would drop: none when it closes gracefully, else what is
     still in the proxy's buffer and in the kernel's send queue (unsent or unacknowledged)."""
-    transport = writer.transport
-    buffered = transport.get_write_buffer_size()
-    if buffered == 0:
-        return 0
-    sock = transport.get_extra_info("socket")
-    queued = 0
-    if sock is not None:
-        with contextlib.suppress(OSError, ValueError):
-            queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
-    return buffered + queued
+    return 0 if writer.transport.get_write_buffer_size() == 0 else unsent(writer)
 
 
 def close(writer: asyncio.StreamWriter) -> None:
     """Close now: gracefully when nothing is left to send, else with a reset (a peer that stopped
     reading must not keep the socket open)."""
-    transport = writer.transport
-    if transport.get_write_buffer_size() > 0:
-        transport.abort()
+    if writer.transport.get_write_buffer_size() > 0:
+        reset(writer)
     else:
-        transport.close()
+        writer.transport.close()
+
+
+def reset(writer: asyncio.StreamWriter) -> None:
+    """Close with a TCP reset (what is still queued is dropped): the peer sees a failed connection,
+    never an end of stream it could take for the end of a whole transfer."""
+    transport = writer.transport
+    if transport.is_closing():
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError, ValueError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()

@@ -15,7 +15,7 @@ import functools
 
 from pool.egress.connection import cached
 from pool.egress.connection.attempt import Attempt
-from pool.egress.connection.body import Framing, copy_body, framing
+from pool.egress.connection.body import AnswerFraming, Framing, copy_body, framing
 from pool.egress.connection.client import Client
 from pool.egress.connection.head import Authority, RequestHead, host_of, parse_authority, parse_head, parse_proxy_url
 from pool.egress.connection.relay import Activity, close, send
@@ -121,7 +121,8 @@ async def _forward(client: Client, head: RequestHead) -> None:
     try:
         request = _origin_request(head, target, path, route, client.network)
         attempt.decided(ALLOWED, route.rule)
-        await relay_route(client, route, functools.partial(_forward_up, client, request, body, route))
+        answer = AnswerFraming(head.method, client.network.limits.max_head_bytes)
+        await relay_route(client, route, functools.partial(_forward_up, client, request, body, route), answer)
     finally:
         close(route.writer)
 

@@ -9,9 +9,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from pool.egress.connection import opening
+from pool.egress.connection.body import AnswerFraming
 from pool.egress.connection.client import Client
 from pool.egress.connection.head import Authority
-from pool.egress.connection.relay import Activity, pipe, relay, send
+from pool.egress.connection.relay import Activity, SourceBrokenError, pipe, relay, send
 from pool.egress.connection.route import Refused, Route, Unreachable
 from pool.network.audit import ALLOWED, DENIED, UNREACHABLE
 from pool.network.policy import IPAddress
@@ -32,14 +33,27 @@ async def established(client: Client, rule: str) -> bool:
     return True
 
 
-async def relay_route(client: Client, route: Route, up: Callable[[Activity], Coroutine[Any, Any, bool]]) -> None:
+async def relay_route(
+    client: Client,
+    route: Route,
+    up: Callable[[Activity], Coroutine[Any, Any, bool]],
+    answer: AnswerFraming | None = None,
+) -> None:
     """Relay both ways until the connection is over (see :func:`~pool.egress.connection.relay.relay`):
     ``up(activity)`` sends the client's bytes to ``route``, the destination's answer goes back as it
-    comes; an idle timeout or a cut transfer is recorded as the connection's error."""
+    comes (followed by ``answer``, which tells whether it ended whole); an idle timeout or a cut
+    transfer breaks the connection off (:meth:`~pool.egress.connection.attempt.Attempt.broke`)."""
     activity = Activity()
-    down = pipe(route.reader, client.writer, client.attempt.down, activity)
+    down = _down(client, route, activity, answer)
     if (ended := await relay(up(activity), down, activity, client.network.limits.idle_timeout_s)) is not None:
-        client.attempt.error = ended
+        client.attempt.broke(ended)
+
+
+async def _down(client: Client, route: Route, activity: Activity, answer: AnswerFraming | None) -> None:
+    watch = None if answer is None else answer.feed
+    await pipe(route.reader, client.writer, client.attempt.down, activity, watch)
+    if answer is not None and (short := answer.shortfall()) is not None:
+        raise SourceBrokenError(short)
 
 
 async def relay_tunnel(client: Client, route: Route, target: Authority, checked: bytes | None = None) -> None:
