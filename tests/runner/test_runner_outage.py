@@ -10,6 +10,7 @@ it (``python -m benchmarks.run``) when the exit status and stderr are the point.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -28,7 +29,7 @@ import ray
 from benchmarks.agents import LLMAgent, ReplayAgent
 from benchmarks.agents.base import EpisodeContext
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation
-from benchmarks.episodes.outage import OutageError
+from benchmarks.episodes.outage import OutageError, OutageGate, OutagePolicy, UnreachableError
 from benchmarks.episodes.recording.ledger import LEDGER_FILE, Ledger, read_records
 from benchmarks.episodes.sources.supply import BackendSupply, PoolSupply, open_sandbox_supply
 from benchmarks.reports.results import read_run, summarize_run
@@ -180,6 +181,27 @@ def test_an_endpoint_that_answered_then_went_down_says_how_the_outage_stands_unt
     assert lines[-1].startswith("snapgym: run stopped: OutageError: an outage lasted")
     assert elapsed < 90, f"took {elapsed:.0f} s"
     assert json.loads((stopped.run_dir / "summary.json").read_text())["outages"][0]["resolved"] is False
+
+
+@pytest.mark.timeout(60)
+def test_a_long_pause_between_probes_is_cut_into_reports(
+    chat_server: ChatServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pause between probes longer than report_every_s (as the default 30 s backoff is, against 20 s) still
+    says how the outage stands every report_every_s, then the breaker trips as an outage (it answered before)."""
+    chat_server.fail_next(503, times=None)
+    probe = LLMAgent(base_url=chat_server.base_url, model="scripted", api_key_env="").endpoint_probe()
+    policy = OutagePolicy(timeout_s=4.0, first_backoff_s=3.5, max_backoff_s=30.0, report_every_s=1.0)
+    gate = OutageGate([probe], policy)
+    gate.served()  # an episode ended with a result: the endpoint answered in this run
+    assert gate.is_outage(gate.epoch) is not None
+    breaker = pytest.raises(OutageError, match=r"past outage_timeout_s=4: the model endpoint: .*HTTP 503")
+    with caplog.at_level(logging.WARNING, logger="benchmarks.episodes.outage"), breaker as stop:
+        gate.wait(threading.Event())
+    assert not isinstance(stop.value, UnreachableError)
+    status = [r.getMessage() for r in caplog.records if "; down since " in r.getMessage()]
+    assert len(status) >= 2, status  # the 3.5 s pause after the first probe, reported about every second
+    assert any(re.search(r"next probe in [1-3] s", line) for line in status), status  # said during the pause
 
 
 @pytest.mark.timeout(120)
