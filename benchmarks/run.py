@@ -58,8 +58,9 @@ EXIT_INCOMPLETE = 4
 """Exit status of a run that finished with episodes its infrastructure left unscored (the cause is
 printed; a resume plays them again)."""
 EXIT_STOPPED = 3
-"""Exit status of a run stopped early by its infrastructure (an outage past ``outage_timeout_s``, a
-ledger that could not be written): summary.json holds what finished, and a resume plays the rest."""
+"""Exit status of a run stopped early by its infrastructure (an outage past ``outage_timeout_s``, a model
+endpoint, backend or Ray cluster that never answered, a ledger that could not be written): summary.json holds
+what finished, and a resume plays the rest."""
 
 Scenario = Callable[[Job], Outcome]
 

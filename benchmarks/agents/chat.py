@@ -123,6 +123,14 @@ class EndpointProbe:
         """For outage messages (its errors name the URL, never the key)."""
         return "the model endpoint"
 
+    @property
+    def health_hint(self) -> str:
+        """What to check when the endpoint never answered."""
+        return (
+            f"is the model server running, and are agent.base_url={self._endpoint.base_url} and "
+            f"agent.model={self._endpoint.model} right?"
+        )
+
     def check_health(self) -> str | None:
         """None when one minimal completion comes back (or the server refuses it: it answers, so it is up)."""
         body = json.dumps({"model": self._endpoint.model, "messages": list(_PROBE_MESSAGES), "max_tokens": 1})

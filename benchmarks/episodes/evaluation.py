@@ -14,6 +14,7 @@ An infrastructure failure is first checked against an outage (see
 ``benchmarks.episodes.outage``): during one, failed attempts are not counted against
 ``max_attempts`` and no attempt starts until the supply (and the model
 endpoint) serve again; an outage longer than ``outage_timeout_s`` stops the run.
+What never answered since the run started stops it within ``first_contact_s``.
 Durations and deadlines come from monotonic clocks; the wall-clock ``at``,
 ``started_at`` and ``finished_at`` fields are for people reading the ledger.
 """
@@ -33,7 +34,7 @@ import gymnasium as gym
 
 from benchmarks.agents.base import Agent, ModelRequestError
 from benchmarks.episodes.attempt import INFRA_ERROR, AttemptResult, EpisodeLimits, EpisodeSpec, play
-from benchmarks.episodes.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy
+from benchmarks.episodes.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy, UnreachableError
 from benchmarks.episodes.recording import episodefiles
 from benchmarks.episodes.recording.durable import Durability
 from benchmarks.episodes.recording.journal import EpisodeJournal
@@ -167,6 +168,7 @@ class Evaluation:
 
         Raises:
             RunStoppedError: the model endpoint refused requests, or the run was interrupted.
+            UnreachableError: what every episode depends on never answered since the run started.
             OutageError: an outage outlasted ``outage_timeout_s`` (the circuit breaker).
             LedgerWriteError: a record could not be written (the ledger stays whole).
         """
@@ -216,7 +218,7 @@ class Evaluation:
 
     def _raise_fatal(self, fatal: BaseException) -> None:
         resume = f"resume=true output_dir={self.ledger.path.parent}"
-        if isinstance(fatal, LedgerWriteError):
+        if isinstance(fatal, LedgerWriteError | UnreachableError):
             raise fatal
         if isinstance(fatal, OutageError):
             done = f"{self.final_results()} of {len(self.plan())} episodes have a final result"
@@ -256,6 +258,8 @@ class Evaluation:
                 self.ledger.append(self.records.failed(spec.episode_id, attempt, result.error))
                 self._drop_env()
                 continue
+            if not result.is_retryable:
+                self._gate.served()
             record = self._result(spec, attempt, result, started, failures)
             self.ledger.append(record)
             self._on_result(record)
@@ -377,6 +381,7 @@ class Evaluation:
             epoch = self._gate.epoch
             try:
                 self._snapshots[task.id] = self.supply.build(task)
+                self._gate.served(self.supply)
                 return None
             except SnapgymError as exc:
                 error = f"building the task's snapshot failed: {type(exc).__name__}: {exc}"

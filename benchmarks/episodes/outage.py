@@ -24,15 +24,27 @@ after the daemon died) and probes again: at once, then after
 ``first_backoff_s``, doubling up to ``max_backoff_s``. The first probe that
 finds everything up ends the outage and every thread goes on.
 
+While it waits, the run says so (on stderr and in its log) at least every
+``report_every_s``: what is down, since when, when the next probe is, and when
+the run gives up.
+
 The breaker: an outage that lasts ``timeout_s`` trips it; every waiting
 thread gets :class:`OutageError`, the run stops with what it finished, and a
 resume plays the rest (episodes cut short by the outage have no result, so
 they are pending).
+
+Never answered: the gate remembers which probes have answered since the run
+began (a probe that found it up, or an episode that ended with a result). A
+probe that has never answered is not having an outage: its address is wrong or
+its service is not running. Its "outage" is retried only ``first_contact_s``,
+quietly, then the run stops with :class:`UnreachableError`, naming what was
+tried (the probe's words name the URL or address) and what to check.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -49,12 +61,24 @@ class OutageError(SnapgymError):
     """An outage outlasted ``outage_timeout_s``: the circuit breaker stopped the run (resume it later)."""
 
 
+FIRST_CONTACT_S = 10.0
+"""At the run's start, how long what has never answered is retried before the run stops."""
+
+
+class UnreachableError(OutageError):
+    """Something every episode depends on never answered since the run started: the run stops at once."""
+
+
 class HealthProbe(Protocol):
     """Something every episode depends on, which can say whether it serves and try to recover."""
 
     @property
     def health_name(self) -> str:
         """What it is, for messages ("the sandbox pool", "the model endpoint http://...")."""
+
+    @property
+    def health_hint(self) -> str:
+        """What to check when it never answered ("is the model server running? agent.base_url=...")."""
 
     def check_health(self) -> str | None:
         """None when it can serve now; otherwise why not, in one line."""
@@ -73,6 +97,11 @@ class OutagePolicy:
     """Pause before the second probe of an outage (the first is at once)."""
     max_backoff_s: float = EpisodeSettings.outage_backoff_max_s
     """The pause between probes doubles up to this (the run's ``outage_backoff_max_s``)."""
+    first_contact_s: float = FIRST_CONTACT_S
+    """At the run's start, how long a probe that has never answered is retried before the run stops."""
+    report_every_s: float = 20.0
+    """During an outage, the run says how it stands at least this often (and at every probe once probes are
+    ``max_backoff_s`` apart, if that is sooner)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +133,11 @@ class OutageGate:
         self._probe_lock = threading.Lock()
         self._epoch = 0
         self._reason: str | None = None
+        self._down: HealthProbe | None = None
+        self._answered: set[int] = set()
         self._began = 0.0
+        self._began_wall = 0.0
+        self._reported = 0.0
         self._probes_made = 0
         self._backoff_s = 0.0
         self._leader = False
@@ -124,6 +157,11 @@ class OutageGate:
         with self._cond:
             return self._reason
 
+    def served(self, *probes: HealthProbe) -> None:
+        """Note that ``probes`` served in this run (none named: all of them, as when an episode ended with a result)."""
+        with self._cond:
+            self._answered.update(i for i, probe in enumerate(self._probes) if not probes or probe in probes)
+
     def is_outage(self, epoch: int) -> str | None:
         """After an attempt that started at ``epoch`` failed on infrastructure: the outage that explains
         it, or None when the failure is the attempt's own (everything serves)."""
@@ -133,15 +171,16 @@ class OutageGate:
                     return self._reason
                 if self._epoch != epoch:  # one began and ended while the attempt ran
                     return f"the attempt ran during an outage ({self.outages[-1].reason})"
-            reason = self._check()
-            if reason is not None:
-                self._begin(reason)
-            return reason
+            down = self._check()
+            if down is not None:
+                self._begin(*down)
+            return None if down is None else down[1]
 
     def wait(self, stop: threading.Event) -> None:
         """Return when no outage is going on (or ``stop`` is set).
 
         Raises:
+            UnreachableError: what is down never answered since the run started, for ``first_contact_s``.
             OutageError: the outage outlasted the policy's ``timeout_s``.
         """
         while not stop.is_set():
@@ -154,9 +193,9 @@ class OutageGate:
                     self._cond.wait(0.5)
                     continue
                 self._leader = True
-                pause = min(self._backoff_s, max(0.0, self._began + self._policy.timeout_s - time.monotonic()))
+                pause = self._next_pause()
             try:
-                if not stop.wait(pause):
+                if self._pause(pause, stop):
                     self._probe_once()
             finally:
                 with self._cond:
@@ -167,41 +206,115 @@ class OutageGate:
         with self._probe_lock:
             for probe in self._probes:
                 probe.recover()
-            reason = self._check()
+            down = self._check()
+        status: str | None = None
         with self._cond:
             self._probes_made += 1
             lasted = time.monotonic() - self._began
-            if reason is None:
+            if down is None:
                 self.outages.append(Outage(self._reason or "", lasted, self._probes_made, resolved=True))
-                log.warning("the outage is over after %.1f s; the run goes on", lasted)
-                self._reason = None
-            elif lasted >= self._policy.timeout_s:
-                self.outages.append(Outage(self._reason or reason, lasted, self._probes_made, resolved=False))
-                self._tripped = OutageError(
-                    f"an outage lasted {lasted:.1f} s, past outage_timeout_s={self._policy.timeout_s:g}: {reason}"
-                )
+                status = f"the outage is over after {lasted:.1f} s; the run goes on"
+                self._reason = self._down = None
+            elif lasted >= self._limit_s():
+                self.outages.append(Outage(self._reason or down[1], lasted, self._probes_made, resolved=False))
+                self._tripped = self._breaker(down[0], down[1], lasted)
             else:
                 doubled = max(self._backoff_s * 2, self._policy.first_backoff_s)
                 self._backoff_s = min(doubled, self._policy.max_backoff_s)
+                status = self._due_status(self._next_pause())
+        if status is not None:
+            _announce(status)
 
-    def _begin(self, reason: str) -> None:
+    def _breaker(self, probe: HealthProbe, reason: str, lasted: float) -> OutageError:
+        """The error that stops the run (called under the condition's lock)."""
+        if self._never_answered():
+            return UnreachableError(
+                f"{probe.health_name} never answered since the run started ({self._probes_made + 1} tries over "
+                f"{lasted:.0f} s; last: {reason}); {probe.health_hint}"
+            )
+        return OutageError(
+            f"an outage lasted {lasted:.1f} s, past outage_timeout_s={self._policy.timeout_s:g}: "
+            f"{probe.health_name}: {reason}"
+        )
+
+    def _never_answered(self) -> bool:
+        return self._down is not None and self._probes.index(self._down) not in self._answered
+
+    def _limit_s(self) -> float:
+        """How long this outage may last: ``first_contact_s`` for what never answered, else ``timeout_s``."""
+        if self._never_answered():
+            return min(self._policy.first_contact_s, self._policy.timeout_s)
+        return self._policy.timeout_s
+
+    def _pause(self, pause: float, stop: threading.Event) -> bool:
+        """Sleep ``pause`` seconds before the next probe, saying how the outage stands when a report is due;
+        False when ``stop`` was set."""
+        end = time.monotonic() + pause
+        while (left := end - time.monotonic()) > 0:
+            if stop.wait(min(left, self._report_every_s())):
+                return False
+            with self._cond:
+                status = self._due_status(end - time.monotonic())
+            if status is not None:
+                _announce(status)
+        return not stop.is_set()
+
+    def _report_every_s(self) -> float:
+        return max(0.1, min(self._policy.report_every_s, self._policy.max_backoff_s))
+
+    def _next_pause(self) -> float:
+        return min(self._backoff_s, max(0.0, self._began + self._limit_s() - time.monotonic()))
+
+    def _due_status(self, next_probe_s: float) -> str | None:
+        """How the outage stands, when a report is due (called under the condition's lock); else None.
+
+        Quiet while what is down never answered: that ends within ``first_contact_s`` in one line of its own.
+        """
+        now = time.monotonic()
+        if self._reason is None or self._never_answered() or now - self._reported < self._report_every_s() - 0.05:
+            return None
+        self._reported = now
+        since = time.strftime("%H:%M:%S", time.gmtime(self._began_wall))
+        gives_up = time.strftime("%H:%M:%S", time.gmtime(self._began_wall + self._policy.timeout_s))
+        return (
+            f"outage: {self._reason}; down since {since} UTC ({now - self._began:.0f} s), "
+            f"{self._probes_made} probe(s) so far; next probe in {max(0.0, next_probe_s):.0f} s; the run gives up "
+            f"at {gives_up} UTC (outage_timeout_s={self._policy.timeout_s:g}) unless it serves again"
+        )
+
+    def _begin(self, probe: HealthProbe, reason: str) -> None:
         with self._cond:
             if self._reason is not None:
                 return
             self._epoch += 1
-            self._reason = reason
-            self._began = time.monotonic()
+            self._reason = f"{probe.health_name}: {reason}"
+            self._down = probe
+            self._began = self._reported = time.monotonic()
+            self._began_wall = time.time()
             self._probes_made = 0
             self._backoff_s = 0.0
-        log.warning(
-            "outage: %s; attempts wait (not counted against max_attempts) for up to outage_timeout_s=%g s",
-            reason,
-            self._policy.timeout_s,
-        )
+            if self._never_answered():
+                log.warning("%s has not answered since the run started: %s", probe.health_name, reason)
+                return
+            message = (
+                f"outage: {self._reason}; attempts wait (not counted against max_attempts) for up to "
+                f"outage_timeout_s={self._policy.timeout_s:g} s, saying how it stands at least every "
+                f"{self._report_every_s():g} s"
+            )
+        _announce(message)
 
-    def _check(self) -> str | None:
-        for probe in self._probes:
+    def _check(self) -> tuple[HealthProbe, str] | None:
+        """The first probe that cannot serve, and why; None when all can (each one that can has answered)."""
+        for index, probe in enumerate(self._probes):
             reason = probe.check_health()
             if reason is not None:
-                return f"{probe.health_name}: {reason}"
+                return probe, reason
+            with self._cond:
+                self._answered.add(index)
         return None
+
+
+def _announce(message: str) -> None:
+    """Into the run's log, and onto stderr (the runner's log goes to stdout and its file)."""
+    log.warning(message)
+    print(f"snapgym: {message}", file=sys.stderr, flush=True)

@@ -35,7 +35,7 @@ from benchmarks.attacks import select_attacks
 from benchmarks.episodes.attempt import INFRA_ERROR
 from benchmarks.episodes.calibration import SHARED_GUARDS, calibrate, in_shared_mode, may_install, needs_calibration
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation, plan_episodes
-from benchmarks.episodes.outage import HealthProbe, OutageError
+from benchmarks.episodes.outage import HealthProbe, OutageError, UnreachableError
 from benchmarks.episodes.recording import rundir
 from benchmarks.episodes.recording.ledger import Ledger, LedgerWriteError
 from benchmarks.episodes.settings import EpisodeSettings
@@ -132,6 +132,11 @@ def evaluate(
     ledger = Ledger.open(run_dir, fsync=config.ledger_fsync)  # first: a second runner of this run stops here
     try:
         supply = open_supply(job, config)
+    except UnreachableError as exc:  # a cluster that never answered: stopped like an outage, nothing played
+        ledger.close()
+        scheduled = len(plan_episodes(tasks, settings.episodes_per_task, settings.seed))
+        raise _stopped(exc, run_dir, config, scheduled, agent_name=agent.name, backend=str(config.backend.name),
+                       plots=False, extra={"skipped_tasks": skipped or {}}) from exc  # fmt: skip
     except BaseException:
         ledger.close()
         raise
@@ -171,13 +176,22 @@ def evaluate(
         extra["outages"] = [dataclasses.asdict(outage) for outage in evaluation.outages]
     if stopped is None:
         return report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots, extra=extra)
+    raise _stopped(stopped, run_dir, config, scheduled, agent_name=agent.name, backend=supply.name,
+                   plots=plots, extra=extra) from stopped  # fmt: skip
+
+
+def _stopped(
+    stopped: SnapgymError, run_dir: Path, config: DictConfig, scheduled: int, *, agent_name: str, backend: str,
+    plots: bool, extra: dict[str, Any],
+) -> ScenarioStoppedError:  # fmt: skip
+    """What stops the scenario after ``stopped``, with the run's summary written (when the disk takes it)."""
     reason = f"{type(stopped).__name__}: {stopped}"
     try:
-        outcome = report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots,
+        outcome = report(run_dir, config, scheduled, agent_name=agent_name, backend=backend, plots=plots,
                          extra={**extra, "stopped": reason})  # fmt: skip
     except OSError as exc:  # the disk that refused the ledger may refuse the summary too
-        raise ScenarioStoppedError(f"{reason} (summary.json could not be written either: {exc})", None) from stopped
-    raise ScenarioStoppedError(reason, outcome) from stopped
+        return ScenarioStoppedError(f"{reason} (summary.json could not be written either: {exc})", None)
+    return ScenarioStoppedError(reason, outcome)
 
 
 def _calibrated(

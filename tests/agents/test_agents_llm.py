@@ -306,18 +306,22 @@ def test_transient_503_is_retried_inside_the_client(
 def test_model_down_is_an_outage_that_stops_the_run_without_burning_attempts(
     chat_server: ChatServer, tmp_path: Path, runner_store: Path
 ) -> None:
-    """Every request fails: the failed attempt is an outage casualty (not counted), the probes back off, and
-    the breaker stops the run (exit 3, summary.json written, the reason on one line); see test_runner_outage."""
+    """Every request fails from the start: the failed attempt is an outage casualty (not counted), the probes
+    back off, and as the endpoint never answered the run stops (exit 3, summary.json written, the reason and
+    what to check on one line); see test_runner_outage."""
     chat_server.fail_next(503, times=None)
     run = run_llm(chat_server, tmp_path, runner_store, "agent.max_retries=0", "max_attempts=2", "outage_timeout_s=1")
     assert run.done.returncode == 3, run.done.stderr[-3000:]
-    assert run.done.stderr.splitlines()[-1].startswith("snapgym: run stopped: OutageError:")
+    assert run.done.stderr.splitlines()[-1].startswith(
+        "snapgym: run stopped: UnreachableError: the model endpoint never answered since the run started"
+    )
+    assert "is the model server running" in run.done.stderr.splitlines()[-1]
     assert "HTTP 503" in run.done.stderr.splitlines()[-1]
     summary = json.loads((run.run_dir / "summary.json").read_text())
     assert summary["counts"]["finished"] == summary["counts"]["infra_error"] == 0
     assert summary["counts"]["retried_attempts"] == 0
     assert summary["counts"]["outage_attempts"] == 1
-    assert "OutageError" in summary["stopped"]
+    assert summary["stopped"].startswith("UnreachableError")
 
     records = run.ledger()
     assert [(r["kind"], r["attempt_id"]) for r in records] == [

@@ -46,6 +46,10 @@ class RoutedSupply:
         return f"{self.default.health_name} and the GPU backend"
 
     @property
+    def health_hint(self) -> str:
+        return f"{self.default.health_hint} And the GPU backend's: {self.gpu.health_hint}"
+
+    @property
     def generation(self) -> int:
         """Changes when either supply replaced its backend or pool."""
         return self.default.generation * 1000 + self.gpu.generation

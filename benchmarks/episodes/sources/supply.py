@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from benchmarks.episodes.outage import FIRST_CONTACT_S, UnreachableError
 from benchmarks.schemas import PoolKind
 from envs.episode.sources import BackendSource, PoolSource, SandboxSource
 from envs.tasks import Task
@@ -99,6 +103,11 @@ class BackendSupply:
     def make_env(self, env_id: str, task: Task, **options: Any) -> gym.Env[Any, str]:
         """An environment for ``task`` on this supply."""
         return _make_env(self.current_source, env_id, task, options)
+
+    @property
+    def health_hint(self) -> str:
+        """What to check when the backend never served."""
+        return f"is the {self.name} backend's service running and reachable (backend={self.name} and its options)?"
 
     def check_health(self) -> str | None:
         """None when the backend serves, or a new one could be opened in its place; otherwise why not."""
@@ -196,6 +205,9 @@ class PoolSupply:
         """An environment for ``task`` on this supply."""
         return _make_env(self.current_source, env_id, task, options)
 
+    health_hint = "is the Ray cluster up with at least one live node (ray status), and RAY_ADDRESS its address?"
+    """What to check when the pool never served."""
+
     def check_health(self) -> str | None:
         """None when the pool's manager answers and has a live host; otherwise why not."""
         with self._lock:
@@ -271,9 +283,42 @@ def _make_env(source: SandboxSource, env_id: str, task: Task, options: Mapping[s
 
 
 def _open_pool(config: PoolConfig) -> SandboxPool:
+    import ray
+
     from pool.cluster.sandbox_pool import SandboxPool  # Ray is imported only by a run that uses it
 
+    if not ray.is_initialized():
+        reach_ray_cluster(os.environ.get("RAY_ADDRESS", ""))
     return SandboxPool(config)
+
+
+def reach_ray_cluster(address: str, *, within_s: float = FIRST_CONTACT_S) -> None:
+    """Return once the cluster at ``address`` (``RAY_ADDRESS``: ``host:port`` or ``ray://host:port``) accepts a
+    connection, retrying for ``within_s``; nothing to check for no address, ``auto`` or ``local``.
+
+    ``ray.init`` itself waits for an address that never answers without end, in silence.
+
+    Raises:
+        UnreachableError: nothing answered there, naming the address and what to check.
+    """
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    began, pause = time.monotonic(), 0.5
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=min(5.0, within_s)):
+                return
+        except OSError as exc:
+            lasted = time.monotonic() - began
+            if lasted + pause > within_s:
+                raise UnreachableError(
+                    f"the Ray cluster at RAY_ADDRESS={address} never answered since the run started (tried for "
+                    f"{lasted:.0f} s: {exc}); is the cluster running (ray status), and is RAY_ADDRESS its head's "
+                    "address (host:6379, or ray://host:10001)? Unset it to start Ray on this machine"
+                ) from None
+        time.sleep(pause)
+        pause = min(pause * 2, 4.0)
 
 
 def _pool_config(settings: Any, backend: str, backend_options: Mapping[str, Any]) -> PoolConfig:
