@@ -9,7 +9,13 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from benchmarks.cli import check_choices, check_nested_keys, compose_config, config_overrides
-from benchmarks.config import check_backend_options, register_configs, reject_unknown_keys, require_values
+from benchmarks.config import (
+    check_backend_options,
+    check_pool_installed,
+    register_configs,
+    reject_unknown_keys,
+    require_values,
+)
 from benchmarks.job import Job, Outcome
 from benchmarks.paths import expand_config_paths, quote_path_arguments
 
@@ -32,6 +38,7 @@ def run_benchmark(*overrides: str) -> Outcome:
     given = quote_path_arguments(config_overrides(overrides))
     config = checked_config(given)
     check_backend_options(config)
+    check_pool_installed(config)
     name = str(config.benchmark.name)
     scenario = load_scenario(name)
     output_dir = Path(config.output_dir) if config.output_dir else _default_output_dir(name)

@@ -14,7 +14,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from pool import ConfigError
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+"""The Hydra configs: ``configs/`` in a checkout (``benchmarks/configs`` links to it), carried as
+package data into an installed snapgym."""
 _NOT_OVERRIDABLE = re.compile(r"Could not override '([^']+)'")
 
 

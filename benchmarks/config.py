@@ -221,6 +221,18 @@ def check_backend_options(cfg: DictConfig) -> None:
     check_options(str(name), {str(key): value for key, value in options.items()})
 
 
+def check_pool_installed(cfg: DictConfig) -> None:
+    """Refuse ``pool=ray`` where Ray is not installed, before any sandbox starts (the ``ray`` extra).
+
+    Raises:
+        ConfigError: ``pool=ray needs Ray: pip install 'snapgym[ray]'``.
+    """
+    if str(OmegaConf.select(cfg, "pool.kind")).rsplit(".", 1)[-1] == "ray":
+        from pool.cluster import require_ray
+
+        require_ray()
+
+
 def reject_unknown_keys(cfg: DictConfig, prefix: str = "") -> None:
     """Fail on keys that the node's schema lacks, at any depth.
 

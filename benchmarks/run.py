@@ -32,7 +32,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from benchmarks.cli import check_choices, check_nested_keys, help_text
-from benchmarks.config import check_backend_options, register_configs, reject_unknown_keys, require_values
+from benchmarks.config import (
+    check_backend_options,
+    check_pool_installed,
+    register_configs,
+    reject_unknown_keys,
+    require_values,
+)
 from benchmarks.job import Job, Outcome, ScenarioStoppedError
 from benchmarks.paths import expand_config_paths, quote_path_arguments
 from benchmarks.schemas import RunConfig
@@ -80,7 +86,7 @@ def load_scenario(name: str) -> Scenario:
     return cast(Scenario, importlib.import_module(module_name).run)
 
 
-@hydra.main(config_path="../configs", config_name="config", version_base="1.3")
+@hydra.main(config_path="configs", config_name="config", version_base="1.3")
 def _run(cfg: DictConfig) -> None:
     hydra = HydraConfig.get()
     expand_config_paths(cfg)
@@ -89,6 +95,7 @@ def _run(cfg: DictConfig) -> None:
         reject_unknown_keys(cfg)
         require_values(cfg)
         check_backend_options(cfg)
+        check_pool_installed(cfg)
         scenario = load_scenario(cfg.benchmark.name)
         log.info("running %s", cfg.benchmark.name)
         outcome = scenario(job)

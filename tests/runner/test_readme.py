@@ -115,7 +115,7 @@ def test_every_module_the_shell_blocks_run_exists() -> None:
 def test_the_quickstart_is_two_commands_install_and_run_then_test() -> None:
     quickstart = README.split("## Quickstart", 1)[1].split("##", 1)[0]
     commands = [line for line in _FENCE.search(quickstart).group(3).splitlines() if line.strip()]  # type: ignore[union-attr]
-    assert commands == ["pip install -e '.[dev]' && python -m benchmarks.run", "python -m pytest"]
+    assert commands == ["pip install -e . && python -m benchmarks.run", "pip install -e '.[dev]' && python -m pytest"]
 
 
 def test_the_docs_blocks_are_collected_too() -> None:
