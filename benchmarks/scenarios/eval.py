@@ -34,7 +34,7 @@ from benchmarks.agents import InstalledAgent, LLMAgent, OracleAgent, make_agent
 from benchmarks.attacks import select_attacks
 from benchmarks.episodes.attempt import INFRA_ERROR
 from benchmarks.episodes.calibration import SHARED_GUARDS, calibrate, in_shared_mode, may_install, needs_calibration
-from benchmarks.episodes.evaluation import EvalSettings, Evaluation, plan_episodes
+from benchmarks.episodes.evaluation import EvalSettings, Evaluation, RunInterruptedError, plan_episodes
 from benchmarks.episodes.outage import HealthProbe, OutageError
 from benchmarks.episodes.recording import rundir
 from benchmarks.episodes.recording.ledger import Ledger, LedgerWriteError
@@ -153,8 +153,10 @@ def evaluate(
     stopped: SnapgymError | None = None
     try:
         evaluation.run()
-    except (OutageError, LedgerWriteError) as exc:
+    except (OutageError, LedgerWriteError, RunInterruptedError) as exc:
         stopped = exc
+    except KeyboardInterrupt:  # while the snapshots were built, before any episode started
+        stopped = RunInterruptedError("interrupted before the episodes started")
     finally:
         progress.close()
         ledger.close()
@@ -171,13 +173,21 @@ def evaluate(
         extra["outages"] = [dataclasses.asdict(outage) for outage in evaluation.outages]
     if stopped is None:
         return report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots, extra=extra)
-    reason = f"{type(stopped).__name__}: {stopped}"
+    interrupted = isinstance(stopped, RunInterruptedError)
+    if isinstance(stopped, RunInterruptedError) and stopped.at_once:
+        raise ScenarioStoppedError(f"{stopped}; the ledger holds what finished", None, run_dir=run_dir,
+                                   interrupted=True) from stopped  # fmt: skip
+    done = f"{evaluation.final_results()} of {scheduled} episodes have a final result"
+    reason = f"{stopped}; {done}" if interrupted else f"{type(stopped).__name__}: {stopped}"
+    if interrupted:
+        extra["state"] = "interrupted"
     try:
         outcome = report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots,
                          extra={**extra, "stopped": reason})  # fmt: skip
     except OSError as exc:  # the disk that refused the ledger may refuse the summary too
-        raise ScenarioStoppedError(f"{reason} (summary.json could not be written either: {exc})", None) from stopped
-    raise ScenarioStoppedError(reason, outcome) from stopped
+        raise ScenarioStoppedError(f"{reason} (summary.json could not be written either: {exc})", None,
+                                   run_dir=run_dir, interrupted=interrupted) from stopped  # fmt: skip
+    raise ScenarioStoppedError(reason, outcome, run_dir=run_dir, interrupted=interrupted) from stopped
 
 
 def _calibrated(
