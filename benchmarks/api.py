@@ -30,8 +30,8 @@ def run_benchmark(*overrides: str) -> Outcome:
     (summary.json) and ``.run_dir``.
 
     Raises:
-        ConfigError: bad input, named; ScenarioStoppedError: the run stopped early (an outage),
-        with what finished written.
+        ConfigError: bad input, named; ScenarioStoppedError: the run stopped early (an outage, or
+        ``.interrupted``: Ctrl-C), with what finished written and ``.run_dir`` to resume.
     """
     from benchmarks.run import load_scenario
 

@@ -39,11 +39,17 @@ class ScenarioStoppedError(SnapgymError):
     Args:
         reason: what stopped it and what to do, in one line.
         outcome: what was written (None when even summary.json could not be written).
+        run_dir: the run's directory, which ``resume=`` takes (None: the scenario has none).
+        interrupted: Ctrl-C stopped it (the runner exits 130 and prints how to resume).
     """
 
-    def __init__(self, reason: str, outcome: Outcome | None) -> None:
+    def __init__(
+        self, reason: str, outcome: Outcome | None, *, run_dir: Path | None = None, interrupted: bool = False
+    ) -> None:
         super().__init__(reason)
         self.outcome = outcome
+        self.run_dir = run_dir
+        self.interrupted = interrupted
 
 
 @dataclass

@@ -22,8 +22,10 @@ import dataclasses
 import difflib
 import importlib
 import logging
+import os
+import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -39,7 +41,8 @@ from benchmarks.config import (
     reject_unknown_keys,
     require_values,
 )
-from benchmarks.job import Job, Outcome, ScenarioStoppedError
+from benchmarks.episodes.recording.rundir import PLAN_KEYS
+from benchmarks.job import Job, Outcome, ScenarioStoppedError, top_level_key
 from benchmarks.paths import expand_config_paths, quote_path_arguments
 from benchmarks.schemas import RunConfig
 from pool import ConfigError
@@ -63,6 +66,9 @@ EXIT_USAGE = 2
 EXIT_INCOMPLETE = 4
 """Exit status of a run that finished with episodes its infrastructure left unscored (the cause is
 printed; a resume plays them again)."""
+EXIT_INTERRUPTED = 130
+"""Exit status of a run stopped by Ctrl-C (128 + SIGINT): summary.json says ``interrupted``, and the
+resume command is printed."""
 EXIT_STOPPED = 3
 """Exit status of a run stopped early by its infrastructure (an outage past ``outage_timeout_s``, a model
 endpoint, backend or Ray cluster that never answered, a ledger that could not be written): summary.json holds
@@ -99,7 +105,11 @@ def _run(cfg: DictConfig) -> None:
         scenario = load_scenario(cfg.benchmark.name)
         log.info("running %s", cfg.benchmark.name)
         outcome = scenario(job)
+    except KeyboardInterrupt:
+        _interrupted(None, job)
     except ScenarioStoppedError as stop:
+        if stop.interrupted:
+            _interrupted(stop, job)
         if stop.outcome is not None:
             _show(stop.outcome, job.output_dir)
         print(f"snapgym: run stopped: {one_line(str(stop))}", file=sys.stderr)
@@ -114,6 +124,32 @@ def _run(cfg: DictConfig) -> None:
     if callable(incomplete) and (why := incomplete()):
         print(f"snapgym: run incomplete: {one_line(why)}", file=sys.stderr)
         sys.exit(EXIT_INCOMPLETE)
+
+
+def _interrupted(stop: ScenarioStoppedError | None, job: Job) -> None:
+    """Ctrl-C: what finished, where the run is and how to resume it, then exit 130 (at once, with the job's
+    backends closed, after a second Ctrl-C: episode threads may still be in their last step)."""
+    if stop is not None and stop.outcome is not None:
+        _show(stop.outcome, job.output_dir)
+    reason = one_line(str(stop)) if stop is not None else "interrupted; the ledger holds what finished"
+    print(f"snapgym: run interrupted: {reason}", file=sys.stderr)
+    if stop is not None and stop.run_dir is not None:
+        print(f"snapgym: run directory: {stop.run_dir}", file=sys.stderr)
+        print(f"snapgym: resume with: {resume_command(stop.run_dir, job.overrides)}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if stop is not None and stop.outcome is None:  # the second Ctrl-C: do not wait for the episode threads
+        job.close()
+        os._exit(EXIT_INTERRUPTED)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def resume_command(run_dir: Path, overrides: Sequence[str]) -> str:
+    """The command line that continues the run in ``run_dir``: ``resume=`` and the overrides a resume still
+    reads (backend, pool, ...; the plan comes from the run's saved ``run.yaml``)."""
+    dropped = {*PLAN_KEYS, "resume", "output_dir"}
+    kept = [o for o in overrides if top_level_key(o) not in dropped]
+    return shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.run", f"resume={run_dir}", *kept])
 
 
 def _show(outcome: Outcome, output_dir: Path) -> None:

@@ -28,6 +28,7 @@ the episode: it counts as a step and the agent is told why.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ NETWORK_DENIED = "network_denied"
 NETWORK_UNREACHABLE = "network_unreachable"
 OUTCOMES = (SCORED, AGENT_ERROR, TIMEOUT, INFRA_ERROR, NETWORK_DENIED, NETWORK_UNREACHABLE)
 UNSCORED = (INFRA_ERROR, NETWORK_DENIED, NETWORK_UNREACHABLE)
+INTERRUPTED = "the run was interrupted (Ctrl-C) during this attempt; it runs again on resume"
+"""The error of an attempt cut short by a clean stop (recorded as ``attempt_failed`` with ``interrupted``)."""
 """Outcomes left out of every mean: the agent's reward is unknown."""
 _MAX_ERROR_CHARS = 4000
 _MODEL_DOWN_STATUSES = (502, 503, 504, 529)
@@ -128,9 +131,13 @@ def play(
     spec: EpisodeSpec,
     limits: EpisodeLimits,
     durability: Durability | None = None,
+    stopping: threading.Event | None = None,
 ) -> AttemptResult:
     """Play one attempt of ``spec`` in ``env`` (journalled, and going on from the last checkpoint where
     ``durability`` says so: see benchmarks.episodes.recording.durable).
+
+    ``stopping``: once set (Ctrl-C), the attempt ends after its current step (and that step's checkpoint) as
+    an ``infra_error`` whose error is :data:`INTERRUPTED`; a resume goes on from its last checkpoint.
 
     Raises:
         ModelRequestError: the model endpoint refuses every request; the run must stop.
@@ -139,7 +146,7 @@ def play(
     durable = DurableAttempt(durability, env, agent) if durability is not None else None
     clock = _Clock(time.perf_counter())
     try:
-        _play(env, task, agent, spec, limits, result, clock, durable)
+        _play(env, task, agent, spec, limits, result, clock, durable, stopping)
     except ModelRequestError:
         raise
     except Exception as exc:  # anything the environment raised that it did not classify: infrastructure
@@ -166,6 +173,7 @@ def _play(
     result: AttemptResult,
     clock: _Clock,
     durable: DurableAttempt | None,
+    stopping: threading.Event | None = None,
 ) -> None:
     tool = "python" if limits.env_id.endswith("Python-v0") else "shell"
     context = EpisodeContext(task, env, limits.env_id, spec.seed)
@@ -182,6 +190,9 @@ def _play(
         if policy is _FAILED:
             return
     while True:
+        if stopping is not None and stopping.is_set():
+            result.outcome, result.error = INFRA_ERROR, INTERRUPTED
+            return
         if _out_of_time(result, limits, clock.started):
             return
         action = _agent_call(result, functools.partial(policy.act, obs, info))

@@ -24,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import signal
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +35,7 @@ from typing import Any
 import gymnasium as gym
 
 from benchmarks.agents.base import Agent, ModelRequestError
-from benchmarks.episodes.attempt import INFRA_ERROR, AttemptResult, EpisodeLimits, EpisodeSpec, play
+from benchmarks.episodes.attempt import INFRA_ERROR, INTERRUPTED, AttemptResult, EpisodeLimits, EpisodeSpec, play
 from benchmarks.episodes.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy, UnreachableError
 from benchmarks.episodes.recording import episodefiles
 from benchmarks.episodes.recording.durable import Durability
@@ -92,6 +94,15 @@ class RunStoppedError(SnapgymError):
     """The run stopped before every episode ended (the ledger keeps what finished; resume it)."""
 
 
+class RunInterruptedError(RunStoppedError):
+    """Ctrl-C stopped the run: cleanly (the episodes in flight cut at their next step, recorded as
+    ``interrupted``), or ``at_once`` after a second Ctrl-C (the ledger holds what finished)."""
+
+    def __init__(self, message: str, *, at_once: bool = False) -> None:
+        super().__init__(message)
+        self.at_once = at_once
+
+
 def plan_episodes(tasks: Sequence[Task], episodes_per_task: int, seed: int) -> list[EpisodeSpec]:
     """Every scheduled episode, sample-major, so early results cover every task."""
     return [
@@ -139,6 +150,8 @@ class Evaluation:
         self._gate = OutageGate([supply] if probes is None else probes, policy)
         self._snapshots: dict[str, Any] = {}
         self._stop = threading.Event()
+        self._interrupted = threading.Event()
+        self._sigint_before: Any = None
         self._fatal: BaseException | None = None
         self._fatal_lock = threading.Lock()
         self._local = threading.local()
@@ -167,7 +180,8 @@ class Evaluation:
         """Play every pending episode.
 
         Raises:
-            RunStoppedError: the model endpoint refused requests, or the run was interrupted.
+            RunStoppedError: the model endpoint refused requests.
+            RunInterruptedError: Ctrl-C (KeyboardInterrupt) stopped the run.
             UnreachableError: what every episode depends on never answered since the run started.
             OutageError: an outage outlasted ``outage_timeout_s`` (the circuit breaker).
             LedgerWriteError: a record could not be written (the ledger stays whole).
@@ -195,13 +209,33 @@ class Evaluation:
             for future in [executor.submit(self._episode, spec) for spec in pending]:
                 future.result()
         except KeyboardInterrupt:
-            self._stop.set()
-            executor.shutdown(wait=True, cancel_futures=True)
-            raise RunStoppedError("interrupted; episodes in flight will run again when the run resumes") from None
+            self._stop_cleanly(executor)
         finally:
-            executor.shutdown(wait=True)
+            executor.shutdown(wait=not self._interrupted.is_set(), cancel_futures=True)
             self._close_envs()
             gc.unfreeze()
+            if self._sigint_before is not None:  # a notebook's kernel goes on taking Ctrl-C
+                signal.signal(signal.SIGINT, self._sigint_before)
+
+    def _stop_cleanly(self, executor: ThreadPoolExecutor) -> None:
+        """Ctrl-C: let the episodes in flight end at their next step (a second Ctrl-C stops at once).
+
+        Raises:
+            RunInterruptedError: always; ``at_once`` after a second Ctrl-C (then SIGINT is ignored while the
+                environments close, so no sandbox is left behind).
+        """
+        self._interrupted.set()
+        self._stop.set()
+        in_flight = len(self.ledger.state.unfinished)
+        print(f"\nsnapgym: interrupted; stopping {in_flight} episode(s) in flight at their next step "
+              "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)  # fmt: skip
+        try:
+            executor.shutdown(wait=True, cancel_futures=True)
+        except KeyboardInterrupt:
+            if threading.current_thread() is threading.main_thread():
+                self._sigint_before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            raise RunInterruptedError("interrupted twice: stopped at once", at_once=True) from None
+        raise RunInterruptedError("interrupted: the episodes in flight were cut and run again on resume")
 
     def _keep_checkpoints_for_resume(self) -> None:
         """While an episode has no final result (stopped, or ended by its infrastructure), a resume goes on from
@@ -248,6 +282,9 @@ class Evaluation:
             except ModelRequestError as exc:
                 self._halt(exc)
                 return
+            if self._interrupted.is_set() and result.is_retryable:  # cut by Ctrl-C, or its sandbox closed by it
+                self.ledger.append(self.records.failed(spec.episode_id, attempt, INTERRUPTED, interrupted=True))
+                return
             outage = self._gate.is_outage(epoch) if result.is_retryable else None
             if outage is not None:
                 self.ledger.append(self.records.failed(spec.episode_id, attempt, result.error, outage=outage))
@@ -273,7 +310,7 @@ class Evaluation:
             env = self._env_for(task)
         except Exception as exc:  # a pool that is gone may raise Ray's errors here, not only ours
             return AttemptResult(INFRA_ERROR, error=f"could not make the environment: {type(exc).__name__}: {exc}")
-        result = play(env, task, self.agent, spec, limits, self._durability(spec, attempt))
+        result = play(env, task, self.agent, spec, limits, self._durability(spec, attempt), self._interrupted)
         if (chosen_by := self.settings.verification_chosen_by.get(task.id)) is not None:
             result.extra["verification_chosen_by"] = chosen_by
         return result

@@ -38,7 +38,7 @@
   backends, which bill them; each result also names its ``sandbox_id`` and
   ``provider``.
 - ``outages`` (when there were any): this session's outages (reason, duration, probes).
-- ``stopped`` (when the run stopped early): why, in one line.
+- ``stopped`` (when the run stopped early): why, in one line; ``state``: ``interrupted`` when Ctrl-C stopped it.
 - ``headline``: the few numbers a multirun compares.
 """
 

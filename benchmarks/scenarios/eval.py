@@ -34,7 +34,7 @@ from benchmarks.agents import InstalledAgent, LLMAgent, OracleAgent, make_agent
 from benchmarks.attacks import select_attacks
 from benchmarks.episodes.attempt import INFRA_ERROR
 from benchmarks.episodes.calibration import SHARED_GUARDS, calibrate, in_shared_mode, may_install, needs_calibration
-from benchmarks.episodes.evaluation import EvalSettings, Evaluation, plan_episodes
+from benchmarks.episodes.evaluation import EvalSettings, Evaluation, RunInterruptedError, plan_episodes
 from benchmarks.episodes.outage import HealthProbe, OutageError, UnreachableError
 from benchmarks.episodes.recording import rundir
 from benchmarks.episodes.recording.ledger import Ledger, LedgerWriteError
@@ -158,8 +158,10 @@ def evaluate(
     stopped: SnapgymError | None = None
     try:
         evaluation.run()
-    except (OutageError, LedgerWriteError) as exc:
+    except (OutageError, LedgerWriteError, RunInterruptedError) as exc:
         stopped = exc
+    except KeyboardInterrupt:  # while the snapshots were built, before any episode started
+        stopped = RunInterruptedError("interrupted before the episodes started")
     finally:
         progress.close()
         ledger.close()
@@ -177,21 +179,30 @@ def evaluate(
     if stopped is None:
         return report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots, extra=extra)
     raise _stopped(stopped, run_dir, config, scheduled, agent_name=agent.name, backend=supply.name,
-                   plots=plots, extra=extra) from stopped  # fmt: skip
+                   plots=plots, extra=extra, final=evaluation.final_results()) from stopped  # fmt: skip
 
 
 def _stopped(
     stopped: SnapgymError, run_dir: Path, config: DictConfig, scheduled: int, *, agent_name: str, backend: str,
-    plots: bool, extra: dict[str, Any],
+    plots: bool, extra: dict[str, Any], final: int = 0,
 ) -> ScenarioStoppedError:  # fmt: skip
-    """What stops the scenario after ``stopped``, with the run's summary written (when the disk takes it)."""
+    """What stops the scenario after ``stopped``, with the run's summary written (when the disk takes it);
+    ``final``: the episodes with a final result (an interrupted run's summary says how many)."""
+    interrupted = isinstance(stopped, RunInterruptedError)
+    if isinstance(stopped, RunInterruptedError) and stopped.at_once:
+        return ScenarioStoppedError(f"{stopped}; the ledger holds what finished", None, run_dir=run_dir,
+                                    interrupted=True)  # fmt: skip
     reason = f"{type(stopped).__name__}: {stopped}"
+    if interrupted:
+        reason = f"{stopped}; {final} of {scheduled} episodes have a final result"
+        extra["state"] = "interrupted"
     try:
         outcome = report(run_dir, config, scheduled, agent_name=agent_name, backend=backend, plots=plots,
                          extra={**extra, "stopped": reason})  # fmt: skip
     except OSError as exc:  # the disk that refused the ledger may refuse the summary too
-        return ScenarioStoppedError(f"{reason} (summary.json could not be written either: {exc})", None)
-    return ScenarioStoppedError(reason, outcome)
+        return ScenarioStoppedError(f"{reason} (summary.json could not be written either: {exc})", None,
+                                    run_dir=run_dir, interrupted=interrupted)  # fmt: skip
+    return ScenarioStoppedError(reason, outcome, run_dir=run_dir, interrupted=interrupted)
 
 
 def _calibrated(
