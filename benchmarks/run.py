@@ -27,12 +27,14 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import NoReturn, cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from benchmarks import multirun
 from benchmarks.cli import check_choices, check_nested_keys, help_text
 from benchmarks.config import (
     check_backend_options,
@@ -41,6 +43,7 @@ from benchmarks.config import (
     reject_unknown_keys,
     require_values,
 )
+from benchmarks.episodes.recording.ledger import LEDGER_FILE
 from benchmarks.episodes.recording.rundir import PLAN_KEYS
 from benchmarks.job import Job, Outcome, ScenarioStoppedError, top_level_key
 from benchmarks.paths import expand_config_paths, quote_path_arguments
@@ -95,6 +98,15 @@ def load_scenario(name: str) -> Scenario:
 @hydra.main(config_path="configs", config_name="config", version_base="1.3")
 def _run(cfg: DictConfig) -> None:
     hydra = HydraConfig.get()
+    if hydra.mode != RunMode.MULTIRUN:
+        _run_job(cfg)
+        return
+    with multirun.job_failures(Path(hydra.runtime.output_dir)):  # one failed job does not end the sweep
+        _run_job(cfg)
+
+
+def _run_job(cfg: DictConfig) -> None:
+    hydra = HydraConfig.get()
     expand_config_paths(cfg)
     job = Job(cfg, Path(hydra.runtime.output_dir), tuple(hydra.overrides.task))
     try:
@@ -112,18 +124,15 @@ def _run(cfg: DictConfig) -> None:
             _interrupted(stop, job)
         if stop.outcome is not None:
             _show(stop.outcome, job.output_dir)
-        print(f"snapgym: run stopped: {one_line(str(stop))}", file=sys.stderr)
-        sys.exit(EXIT_STOPPED)
+        _fail(f"run stopped: {one_line(str(stop))}", EXIT_STOPPED)
     except SnapgymError as exc:
-        print(f"snapgym: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        _fail(f"{type(exc).__name__}: {exc}", EXIT_USAGE)
     finally:
         job.close()
     _show(outcome, job.output_dir)
     incomplete = getattr(outcome, "incomplete", None)
     if callable(incomplete) and (why := incomplete()):
-        print(f"snapgym: run incomplete: {one_line(why)}", file=sys.stderr)
-        sys.exit(EXIT_INCOMPLETE)
+        _fail(f"run incomplete: {one_line(why)}", EXIT_INCOMPLETE)
 
 
 def _interrupted(stop: ScenarioStoppedError | None, job: Job) -> None:
@@ -152,10 +161,19 @@ def resume_command(run_dir: Path, overrides: Sequence[str]) -> str:
     return shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.run", f"resume={run_dir}", *kept])
 
 
+def _fail(line: str, status: int) -> NoReturn:
+    """Print the run's one error line and exit with ``status`` (a sweep's job keeps the line)."""
+    print(f"snapgym: {line}", file=sys.stderr)
+    multirun.note_error(line)
+    sys.exit(status)
+
+
 def _show(outcome: Outcome, output_dir: Path) -> None:
     summary_path = outcome.write(output_dir)
     print(outcome.table())
     print(f"\nsummary: {summary_path}")
+    if (output_dir / LEDGER_FILE).exists():
+        print(f"view it: python -m benchmarks.view {output_dir}")
 
 
 def one_line(text: str) -> str:
@@ -178,6 +196,10 @@ def main() -> None:
         print(f"snapgym: ConfigError: {exc}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     _run()
+    status, why = multirun.sweep_status()
+    if status:
+        print(f"snapgym: {why}", file=sys.stderr)
+        sys.exit(status)
 
 
 def check_top_level_keys(arguments: list[str]) -> None:

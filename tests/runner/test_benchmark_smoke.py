@@ -239,6 +239,7 @@ def test_eval_writes_ledger_tables_summary_and_plots(tmp_path: Path, shared_stor
     assert all(task in done.stdout for task in EVAL_TASKS)
     assert "pass@2 1.000" in done.stdout
     assert f"summary: {out / 'summary.json'}" in done.stdout
+    assert f"view it: python -m benchmarks.view {out}" in done.stdout  # the run's closing lines name the viewer
 
 
 def test_throughput_reports_episodes_per_second(tmp_path: Path, shared_store: Path) -> None:
@@ -537,3 +538,26 @@ def test_a_baseline_episode_that_does_not_score_says_why(tmp_path: Path) -> None
     (task / "tests" / "test.sh").write_text("echo 'the answer is missing' >&2\nexit 1\n")
     with pytest.raises(BaselineFailedError, match="the answer is missing"):
         episodes_per_s(task, ["true"], episodes=2, concurrency=2, scratch=tmp_path)
+
+
+def test_a_sweep_survives_a_failing_job_and_names_it(tmp_path: Path, shared_store: Path) -> None:
+    """One job of a sweep fails on bad input: the other still runs, the combined table has both (the failed
+    one with its error line), and the sweep exits with the failed job's status, naming it on one line."""
+    sweep = tmp_path / "sweep"
+    done = run_benchmark(
+        "suite.include=[log-error-count],[no-such-task]",
+        "progress=false",
+        "benchmark.plots=false",
+        f"backend.store_dir={shared_store}",
+        f"hydra.sweep.dir={sweep}",
+        multirun=True,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert (sweep / "0" / "summary.json").is_file() and not (sweep / "1" / "summary.json").exists()
+    failed = json.loads((sweep / "1" / "job_failed.json").read_text())
+    assert failed["exit"] == 2 and "no-such-task" in failed["error"]
+    combined = pd.read_csv(sweep / "combined.csv")
+    assert list(combined["job"]) == [0, 1] and combined["failed"].isna().tolist() == [True, False]
+    assert combined.loc[0, "mean_reward"] == 1.0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("snapgym: 1 job(s) of the sweep failed: job 1 (exit 2): TaskNotFoundError:"), last
