@@ -24,6 +24,7 @@ import importlib
 import logging
 import os
 import shlex
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -138,6 +139,7 @@ def _run_job(cfg: DictConfig) -> None:
 def _interrupted(stop: ScenarioStoppedError | None, job: Job) -> None:
     """Ctrl-C: what finished, where the run is and how to resume it, then exit 130 (at once, with the job's
     backends closed, after a second Ctrl-C: episode threads may still be in their last step)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # one more Ctrl-C while this says where things are: no traceback
     if stop is not None and stop.outcome is not None:
         _show(stop.outcome, job.output_dir)
     reason = one_line(str(stop)) if stop is not None else "interrupted; the ledger holds what finished"

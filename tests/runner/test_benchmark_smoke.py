@@ -433,7 +433,7 @@ def test_run_benchmark_from_python_checks_and_runs_as_the_command_line(tmp_path:
 def test_help_lists_what_a_user_can_pick_and_the_config(tmp_path: Path) -> None:
     done = run_benchmark("--help", "backend=docker")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "agent: claude-code, codex, installed, llm, noop, oracle, replay" in done.stdout
+    assert "agent: claude-code, codex, installed, llm, noop, oracle, python, replay" in done.stdout
     assert "pool: direct, ray" in done.stdout
     assert "_schema" not in done.stdout
     assert "shared_verification" in done.stdout  # the composed config, with the backend chosen

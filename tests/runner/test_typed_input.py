@@ -38,7 +38,7 @@ def run_typed(*arguments: str, cwd: Path = REPO, home: Path | None = None) -> su
     [
         ("backend=dockr", "unknown backend 'dockr'; did you mean docker? (daytona, docker, e2b, local, modal)"),
         ("agent=orcale", "unknown agent 'orcale'; did you mean oracle? (claude-code, codex, installed, llm, noop, "
-                         "oracle, replay)"),
+                         "oracle, python, replay)"),
         ("pool=rey", "unknown pool 'rey'; did you mean ray? (direct, ray)"),
         ("suite=dri", "unknown suite 'dri'; did you mean dir? (builtin, dir)"),
         ("benchmark=zzz", "unknown benchmark 'zzz'; choose one of: burst, durable, egress, eval, fork, idle, "
