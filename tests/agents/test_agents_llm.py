@@ -23,10 +23,10 @@ from benchmarks.episodes.recording.ledger import ATTEMPT, ATTEMPT_FAILED, RESULT
 from envs.spaces.actions import SUBMIT
 from envs.tasks import load_task
 from pool.errors import ConfigError
-from tests.support.chat_server import ChatServer, RawResponse, completion
-from tests.support.runner_fixtures import EPISODE, SOLVE, TASK, Run, run_benchmark
+from tests.support.fixtures.runner_fixtures import EPISODE, SOLVE, TASK, Run, run_benchmark
+from tests.support.servers.chat_server import ChatServer, RawResponse, completion
 
-pytest_plugins = ["tests.support.chat_server", "tests.support.runner_fixtures"]
+pytest_plugins = ["tests.support.servers.chat_server", "tests.support.fixtures.runner_fixtures"]
 
 KEY_ENV = "SNAPGYM_TEST_KEY"
 SOLVE_REPLY = f"The status is field 9; I count the 5xx lines.\n\n```bash\n{SOLVE}\ncat /app/answer.txt\n```\n"

@@ -19,9 +19,9 @@ from benchmarks.agents.replay import ANY_TASK, load_actions
 from envs.spaces.actions import SUBMIT
 from pool import LocalBackend
 from pool.errors import ConfigError
-from tests.support.runner_fixtures import SOLVE, TASK, run_benchmark
+from tests.support.fixtures.runner_fixtures import SOLVE, TASK, run_benchmark
 
-pytest_plugins = ["tests.support.runner_fixtures"]
+pytest_plugins = ["tests.support.fixtures.runner_fixtures"]
 
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:

@@ -28,12 +28,16 @@ import pytest
 from benchmarks.agents.installed import INSTRUCTION_FILE, LOGS_DIR, collect_logs
 from benchmarks.episodes.recording.episodefiles import write_agent_files
 from pool import Backend, Sandbox, Snapshot
-from tests.support.model_fixtures import KEY_VARIABLE, NAME, StandInModel
+from tests.support.fixtures.model_fixtures import KEY_VARIABLE, NAME, StandInModel
+from tests.support.fixtures.net_fixtures import TestInternet
+from tests.support.fixtures.runner_fixtures import SOLVE, Run, run_benchmark
 from tests.support.needs import skip_missing
-from tests.support.net_fixtures import TestInternet
-from tests.support.runner_fixtures import SOLVE, Run, run_benchmark
 
-pytest_plugins = ["tests.support.net_fixtures", "tests.support.model_fixtures", "tests.support.runner_fixtures"]
+pytest_plugins = [
+    "tests.support.fixtures.net_fixtures",
+    "tests.support.fixtures.model_fixtures",
+    "tests.support.fixtures.runner_fixtures",
+]
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.332"
 """The version configs/agent/claude-code.yaml pins."""

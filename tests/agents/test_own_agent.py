@@ -26,10 +26,10 @@ from benchmarks.agents import make_agent
 from benchmarks.agents.base import ResumableAgent
 from benchmarks.viewer.reader import RunReader
 from tests.runner.test_durable_episodes import kill_after, results
-from tests.support.chat_server import ChatServer
-from tests.support.runner_fixtures import REPO, SOLVE, TASK, run_benchmark
+from tests.support.fixtures.runner_fixtures import REPO, SOLVE, TASK, run_benchmark
+from tests.support.servers.chat_server import ChatServer
 
-pytest_plugins = ["tests.support.chat_server", "tests.support.runner_fixtures"]
+pytest_plugins = ["tests.support.servers.chat_server", "tests.support.fixtures.runner_fixtures"]
 
 DOCS = (REPO / "docs" / "agents.md").read_text()
 _PYTHON = re.compile(r"^```python\n(.*?)^```", re.M | re.S)

@@ -1,7 +1,7 @@
 """Real projects as SWE-bench-shaped targets: the protection's defaults keep their own test suites
 working and still stop the harness attacks.
 
-Each task is made from a real library's sdist (``tests.support.swe_targets``: click and
+Each task is made from a real library's sdist (``tests.support.targets.swe_targets``: click and
 MarkupSafe, with their own ``conftest.py`` fixtures and ``setup.cfg [tool:pytest]`` options) with
 a bug introduced; the library's own test file that catches it is the hidden test. With the
 protection's defaults on (strict mode, the default), the reference solution scores 1.0 and the
@@ -9,7 +9,7 @@ no-op agent 0.0, so the defaults do not break a legitimate suite; each harness a
 catalogue (``benchmarks/attacks/harness.py``) scores 0.0. The control: with
 ``protect_outputs=False`` the attacks that plant pytest infrastructure score 1.0 on the same task.
 
-The sdists are fetched before the tests by ``python -m tests.support.sdist_cache`` (``.ci/run``); a
+The sdists are fetched before the tests by ``python -m tests.support.targets.sdists`` (``.ci/run``); a
 test whose sdist is not cached skips saying so (a failure under ``SNAPGYM_REQUIRE_ALL=1``).
 """
 
@@ -26,8 +26,8 @@ from benchmarks.attacks import Attack
 from benchmarks.attacks.harness import ATTACKS as HARNESS_ATTACKS
 from pool import LocalBackend
 from tests.support.needs import skip_missing
-from tests.support.sdist_cache import FETCH_COMMAND, cached
-from tests.support.swe_targets import SPECS, SweSpec, write_swe_task
+from tests.support.targets.sdists import FETCH_COMMAND, cached
+from tests.support.targets.swe_targets import SPECS, SweSpec, write_swe_task
 
 CONTROL = ("pytest-report-hook", "pytest-addopts-plugin", "pytest-shadow-package")
 """The attacks that beat these tasks without the protection (the start-up hook needs the workdir on

@@ -9,9 +9,9 @@ import ray
 
 import envs
 from pool import SandboxPool
-from tests.support.pool_fixtures import host_pid, process_args, wait_until
+from tests.support.fixtures.pool_fixtures import host_pid, process_args, wait_until
 
-pytest_plugins = ["tests.support.pool_fixtures"]
+pytest_plugins = ["tests.support.fixtures.pool_fixtures"]
 
 SOLVE = "awk '$9 ~ /^5/ {n++} END {print n+0}' access.log > answer.txt"
 

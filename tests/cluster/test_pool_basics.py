@@ -20,7 +20,7 @@ from pool import (
 )
 from pool.cluster.config import PoolConfig
 from pool.cluster.sandbox_pool import SandboxPool
-from tests.support.pool_fixtures import (
+from tests.support.fixtures.pool_fixtures import (
     settled,
     side_template,
     slot_key,
@@ -28,7 +28,7 @@ from tests.support.pool_fixtures import (
     wait_until,
 )
 
-pytest_plugins = ["tests.support.pool_fixtures"]
+pytest_plugins = ["tests.support.fixtures.pool_fixtures"]
 
 
 def test_add_returns_a_snapshot_and_a_lease_is_a_sandbox(shared_pool: SandboxPool, base_snapshot: Snapshot) -> None:

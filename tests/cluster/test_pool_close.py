@@ -14,7 +14,7 @@ from pool import PoolClosedError, PoolError, SandboxError, Snapshot, Template
 from pool.cluster.config import PoolConfig
 from pool.cluster.lease import Lease
 from pool.cluster.sandbox_pool import SandboxPool
-from tests.support.pool_fixtures import (
+from tests.support.fixtures.pool_fixtures import (
     descendants,
     host_pid,
     lease_in_task,
@@ -24,7 +24,7 @@ from tests.support.pool_fixtures import (
     wait_until,
 )
 
-pytest_plugins = ["tests.support.pool_fixtures"]
+pytest_plugins = ["tests.support.fixtures.pool_fixtures"]
 
 
 @dataclass

@@ -13,9 +13,9 @@ import ray
 from pool import AcquireTimeoutError, PoolError
 from pool.cluster.lease import Lease
 from pool.cluster.sandbox_pool import SandboxPool
-from tests.support.pool_fixtures import process_args, settled, side_template, snapshot_stats, wait_until
+from tests.support.fixtures.pool_fixtures import process_args, settled, side_template, snapshot_stats, wait_until
 
-pytest_plugins = ["tests.support.pool_fixtures"]
+pytest_plugins = ["tests.support.fixtures.pool_fixtures"]
 
 
 def test_demand_grows_the_pool_up_to_max_size_then_idleness_shrinks_it(make_pool: Callable[..., SandboxPool]) -> None:

@@ -22,7 +22,7 @@ from pool import (
 from pool.cluster.config import PoolConfig
 from pool.cluster.lease import Lease
 from pool.cluster.sandbox_pool import SandboxPool
-from tests.support.pool_fixtures import (
+from tests.support.fixtures.pool_fixtures import (
     host_pid,
     process_args,
     sandbox_init_pid,
@@ -34,7 +34,7 @@ from tests.support.pool_fixtures import (
     wait_until,
 )
 
-pytest_plugins = ["tests.support.pool_fixtures"]
+pytest_plugins = ["tests.support.fixtures.pool_fixtures"]
 
 
 @dataclass

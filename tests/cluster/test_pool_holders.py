@@ -10,7 +10,7 @@ import ray
 from pool import LeaseLostError, Snapshot
 from pool.cluster.lease import _renewer
 from pool.cluster.sandbox_pool import SandboxPool
-from tests.support.pool_fixtures import (
+from tests.support.fixtures.pool_fixtures import (
     Holder,
     lease_in_task,
     slot_key,
@@ -18,7 +18,7 @@ from tests.support.pool_fixtures import (
     wait_until,
 )
 
-pytest_plugins = ["tests.support.pool_fixtures"]
+pytest_plugins = ["tests.support.fixtures.pool_fixtures"]
 
 
 def test_pickled_pool_serves_a_ray_task(shared_pool: SandboxPool, base_snapshot: Snapshot) -> None:

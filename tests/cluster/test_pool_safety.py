@@ -12,9 +12,9 @@ import ray
 
 from pool import Snapshot
 from pool.cluster.sandbox_pool import SandboxPool
-from tests.support.pool_fixtures import host_pid
+from tests.support.fixtures.pool_fixtures import host_pid
 
-pytest_plugins = ["tests.support.pool_fixtures"]
+pytest_plugins = ["tests.support.fixtures.pool_fixtures"]
 
 PROBE = """
 import json, socket, sys

@@ -14,9 +14,9 @@ import ray
 from pool import PoolConfig, SandboxPool, Template
 from pool.labels import HOST, POOL
 from tests.backends.cloud.e2b.standin import E2BStandin
-from tests.support.pool_fixtures import wait_until
+from tests.support.fixtures.pool_fixtures import wait_until
 
-pytest_plugins = ["tests.backends.cloud.e2b.standin", "tests.support.pool_fixtures"]
+pytest_plugins = ["tests.backends.cloud.e2b.standin", "tests.support.fixtures.pool_fixtures"]
 
 TEMPLATE = Template(name="remote-pool", setup=["mkdir -p /w && echo ready > /w/state"], workdir="/w")
 

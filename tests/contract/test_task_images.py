@@ -22,15 +22,15 @@ import envs
 from pool import Backend, LocalBackend, load_backend
 from pool.build.registry.settings import RegistrySettings
 from tests.support.backends import backend_params, need_backend
-from tests.support.needs import needs
-from tests.support.oci_fixtures import (
+from tests.support.fixtures.oci_fixtures import (
     DebianImages,
     Registry,
     missing_tools,
 )
-from tests.support.tb2_images import FILES_DIGEST, PACKAGE, TaskImages, local_backend, write_tb2_task
+from tests.support.needs import needs
+from tests.support.targets.tb2_images import FILES_DIGEST, PACKAGE, TaskImages, local_backend, write_tb2_task
 
-pytest_plugins = ["tests.support.oci_fixtures", "tests.support.tb2_images"]
+pytest_plugins = ["tests.support.fixtures.oci_fixtures", "tests.support.targets.tb2_images"]
 
 pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 

@@ -13,7 +13,7 @@ import pytest
 
 import envs
 from pool import ConfigError, LocalBackend, Resources
-from tests.support.envs_fixtures import write_task
+from tests.support.fixtures.envs_fixtures import write_task
 
 ALLOCATE = 'python3 -c \'b = bytearray({mb} << 20); b[::4096] = b"x" * len(b[::4096]); print("held")\''
 

@@ -22,9 +22,9 @@ from pool.build.network import BuildRoute, build_route
 from pool.egress import NetworkPolicy
 from pool.errors import UnsupportedError
 from tests.support.backends import backend_params
-from tests.support.net_fixtures import TestInternet, egress_options, proxied_backend
+from tests.support.fixtures.net_fixtures import TestInternet, egress_options, proxied_backend
 
-pytest_plugins = ["tests.support.net_fixtures"]
+pytest_plugins = ["tests.support.fixtures.net_fixtures"]
 
 CURL = "curl -sS -m 10 -o /dev/null -w '%{http_code}'"
 

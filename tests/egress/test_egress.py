@@ -20,9 +20,9 @@ from pool import Backend, Sandbox, Snapshot
 from pool.egress import NetworkPolicy, Phase
 from pool.verification import VerificationPlan, VerifyMode
 from tests.support.backends import WORKSPACE_TEMPLATE, backend_params
-from tests.support.net_fixtures import TestInternet, egress_options, open_backend, proxied_backend, wait_until
+from tests.support.fixtures.net_fixtures import TestInternet, egress_options, open_backend, proxied_backend, wait_until
 
-pytest_plugins = ["tests.support.net_fixtures"]
+pytest_plugins = ["tests.support.fixtures.net_fixtures"]
 
 CURL = "curl -sS -m 10 -o /dev/null -w '%{http_code}'"
 """curl printing only the HTTP status (000 when nothing came back), errors on stderr."""

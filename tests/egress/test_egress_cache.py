@@ -33,7 +33,7 @@ from pool.egress.settings import EgressSettings
 from pool.errors import ConfigError
 from pool.network.audit import Connection
 from pool.network.policy import NetworkPolicy, Phase
-from tests.support.testca import TestCA
+from tests.support.servers.testca import TestCA
 
 WEB, SECURE = "127.0.0.2", "127.0.0.3"
 HOSTS = {"web.test": WEB, "secure.test": SECURE, "other.secure.test": SECURE}

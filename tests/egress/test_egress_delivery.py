@@ -24,7 +24,7 @@ from pool.egress.proxy import EgressProxy
 from pool.egress.settings import EgressSettings
 from pool.network.audit import Connection
 from pool.network.policy import NetworkPolicy, Phase
-from tests.support.tcp_server import TcpServer, read_head
+from tests.support.servers.tcp_server import TcpServer, read_head
 
 BLOB = "127.0.0.6"
 SIZE = 8 << 20

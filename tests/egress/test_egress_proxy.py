@@ -28,8 +28,8 @@ from pool.egress.settings import EgressSettings
 from pool.errors import BackendError, ConfigError
 from pool.network.audit import Connection
 from pool.network.policy import NetworkPolicy, Phase
-from tests.support.tcp_server import TcpServer
-from tests.support.testca import TestCA
+from tests.support.servers.tcp_server import TcpServer
+from tests.support.servers.testca import TestCA
 
 WEB, SECURE, ECHO = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 HOSTS = {

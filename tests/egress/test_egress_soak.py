@@ -33,7 +33,7 @@ from pool.egress.proxy import EgressProxy
 from pool.egress.settings import EgressSettings
 from pool.network.audit import Connection
 from pool.network.policy import NetworkPolicy, Phase
-from tests.support.blob_origin import MIB, BlobOrigin, body_of
+from tests.support.servers.blob_origin import MIB, BlobOrigin, body_of
 
 ORIGIN = "127.0.0.7"
 SETTINGS = EgressSettings(hosts={"files.test": ORIGIN}, trusted_networks=("127.0.0.0/8",), connect_timeout_s=5)

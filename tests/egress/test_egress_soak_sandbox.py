@@ -1,7 +1,7 @@
 """The egress soak played from inside real sandboxes (local and Docker backends): downloads made by
 ``curl`` in the sandbox, 8 at once, through snapgym's egress proxy, each checked byte for byte.
 
-The origin (tests/support/blob_origin.py) listens on this side of the test internet's veth pair,
+The origin (tests/support/servers/blob_origin.py) listens on this side of the test internet's veth pair,
 ``files.test`` in the proxy's hosts map. Inside the sandbox each download is piped into
 ``sha256sum``; every digest must match what the origin sent, and every audit record
 (``sandbox.network_log()``) must count exactly the bytes delivered (the response head and body),
@@ -27,10 +27,10 @@ from pool import Backend, Sandbox
 from pool.egress import NetworkPolicy, Phase
 from pool.network.audit import Connection
 from tests.support.backends import WORKSPACE_TEMPLATE, backend_params
-from tests.support.blob_origin import MIB, BlobOrigin, head_of, sha256_of
-from tests.support.net_fixtures import TestInternet, egress_options, proxied_backend
+from tests.support.fixtures.net_fixtures import TestInternet, egress_options, proxied_backend
+from tests.support.servers.blob_origin import MIB, BlobOrigin, head_of, sha256_of
 
-pytest_plugins = ["tests.support.net_fixtures"]
+pytest_plugins = ["tests.support.fixtures.net_fixtures"]
 
 HOST = "files.test"
 JOB = r"""

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.needs import skip_missing
-from tests.support.net_fixtures import (
+from tests.support.fixtures.net_fixtures import (
     NamespaceUnavailable,
     TestInternet,
     namespaces_usable,
@@ -21,8 +20,9 @@ from tests.support.net_fixtures import (
     publish_wheel,
     wait_until,
 )
+from tests.support.needs import skip_missing
 
-pytest_plugins = ["tests.support.net_fixtures"]
+pytest_plugins = ["tests.support.fixtures.net_fixtures"]
 
 
 def curl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -21,10 +21,10 @@ from pool.egress.models.routes import PLACEHOLDER_KEY, ModelRoute
 from pool.errors import ConfigError
 from pool.verification import VerificationPlan, VerifyMode
 from tests.support.backends import WORKSPACE_TEMPLATE, backend_params
-from tests.support.model_fixtures import KEY_VARIABLE, StandInModel, model_egress
-from tests.support.net_fixtures import TestInternet, open_backend, proxied_backend
+from tests.support.fixtures.model_fixtures import KEY_VARIABLE, StandInModel, model_egress
+from tests.support.fixtures.net_fixtures import TestInternet, open_backend, proxied_backend
 
-pytest_plugins = ["tests.support.net_fixtures", "tests.support.model_fixtures"]
+pytest_plugins = ["tests.support.fixtures.net_fixtures", "tests.support.fixtures.model_fixtures"]
 
 CALL = textwrap.dedent(
     """\

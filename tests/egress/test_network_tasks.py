@@ -19,10 +19,10 @@ import pytest
 import envs  # noqa: F401 (registers the environments)
 from pool import BuildError, LocalBackend
 from tests.support.backends import LIMITS
-from tests.support.net_fixtures import TestInternet, egress_options, publish_installer, publish_wheel
-from tests.support.runner_fixtures import REPO
+from tests.support.fixtures.net_fixtures import TestInternet, egress_options, publish_installer, publish_wheel
+from tests.support.fixtures.runner_fixtures import REPO
 
-pytest_plugins = ["tests.support.net_fixtures"]
+pytest_plugins = ["tests.support.fixtures.net_fixtures"]
 
 TEST_SH = """\
 #!/bin/bash

@@ -12,7 +12,7 @@ import pytest
 import envs
 from pool import LocalBackend, Template
 from pool.backends.local.store.changes import read_changes
-from tests.support.envs_fixtures import SOLVE, TASK
+from tests.support.fixtures.envs_fixtures import SOLVE, TASK
 
 
 def play(env: gym.Env[dict[str, Any], str], *actions: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import pytest
 
 import envs
 from pool import ConfigError, LocalBackend, SnapgymError
-from tests.support.envs_fixtures import TASK
+from tests.support.fixtures.envs_fixtures import TASK
 
 
 @pytest.fixture(scope="module")

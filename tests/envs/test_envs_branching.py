@@ -8,7 +8,7 @@ import pytest
 
 import envs
 from pool import ConfigError, LocalBackend, Snapshot
-from tests.support.envs_fixtures import SOLVE, TASK
+from tests.support.fixtures.envs_fixtures import SOLVE, TASK
 
 
 @pytest.fixture(scope="module")

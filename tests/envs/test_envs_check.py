@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.envs_fixtures import write_task
+from tests.support.fixtures.envs_fixtures import write_task
 
 
 def _check(*args: str, store: Path) -> subprocess.CompletedProcess[str]:

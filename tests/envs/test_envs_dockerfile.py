@@ -15,7 +15,7 @@ import envs
 from pool import DockerBuild, LocalBackend
 from pool.build.dockerfile import DockerfilePlan, ImageCopy
 from pool.build.dockerfile import translate as translate_build
-from tests.support.envs_fixtures import write_task
+from tests.support.fixtures.envs_fixtures import write_task
 
 HOST_PATH = "/usr/bin:/bin"
 BIG = bytes(range(256)) * 600  # 150 KiB: more than one 64 KiB write chunk

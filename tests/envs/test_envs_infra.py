@@ -18,7 +18,7 @@ import pytest
 import envs
 from pool import LocalBackend
 from pool.backends.local.daemon import Op
-from tests.support.envs_fixtures import SOLVE, TASK, write_task
+from tests.support.fixtures.envs_fixtures import SOLVE, TASK, write_task
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 
 import envs
 from pool import ConfigError, LocalBackend
-from tests.support.envs_fixtures import SOLVE, TASK
+from tests.support.fixtures.envs_fixtures import SOLVE, TASK
 
 OTHER = "top-ips"
 

@@ -10,7 +10,7 @@ import pytest
 
 import envs
 from pool import ConfigError, LocalBackend
-from tests.support.envs_fixtures import SOLVE, TASK
+from tests.support.fixtures.envs_fixtures import SOLVE, TASK
 
 
 def half_right(observation: dict[str, Any], info: dict[str, Any]) -> str:

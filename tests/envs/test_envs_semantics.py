@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 
 import envs
 from pool import LocalBackend
-from tests.support.envs_fixtures import SOLVE, TASK, write_task
+from tests.support.fixtures.envs_fixtures import SOLVE, TASK, write_task
 
 INFO_KEYS = {"task_id", "snapshot_id", "start_digest", "reset_latency_s"}
 

@@ -11,7 +11,7 @@ import pytest
 import envs
 from envs.tasks import BUILTIN_DIR
 from pool import LocalBackend
-from tests.support.envs_fixtures import SOLVE, TASK, write_task
+from tests.support.fixtures.envs_fixtures import SOLVE, TASK, write_task
 
 BUILTIN_IDS = envs.builtin_task_ids()
 

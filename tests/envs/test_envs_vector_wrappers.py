@@ -14,7 +14,7 @@ from gymnasium.vector import AutoresetMode
 
 import envs
 from pool import ConfigError, LocalBackend
-from tests.support.envs_fixtures import SOLVE, TASK
+from tests.support.fixtures.envs_fixtures import SOLVE, TASK
 
 # -- SandboxVectorEnv -------------------------------------------------------------------
 

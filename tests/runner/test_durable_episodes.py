@@ -38,10 +38,10 @@ from pool.labels import RUN
 from tests.envs.test_envs_infra import kill_init_from_the_host
 from tests.runner.test_runner_ledger import evaluate
 from tests.support.backends import need_backend
-from tests.support.chat_server import ChatRequest, ChatServer
-from tests.support.runner_fixtures import REPO, TASK, run_benchmark
+from tests.support.fixtures.runner_fixtures import REPO, TASK, run_benchmark
+from tests.support.servers.chat_server import ChatRequest, ChatServer
 
-pytest_plugins = ["tests.support.chat_server", "tests.support.runner_fixtures"]
+pytest_plugins = ["tests.support.servers.chat_server", "tests.support.fixtures.runner_fixtures"]
 
 SOLVE = "awk '$9 ~ /^5/' /app/access.log | wc -l > /app/answer.txt"
 PAUSE_S = 3

@@ -21,7 +21,7 @@ import pytest
 
 from benchmarks.api import checked_config
 from benchmarks.cli import config_overrides
-from tests.support.chat_server import ChatServer
+from tests.support.servers.chat_server import ChatServer
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from benchmarks.episodes.recording.ledger import LEDGER_FILE, read_records
 from tests.runner.test_runner_ledger import descendants, ledger_state, still_running
-from tests.support.runner_fixtures import REPO, SOLVE, TASK
+from tests.support.fixtures.runner_fixtures import REPO, SOLVE, TASK
 
-pytest_plugins = ["tests.support.runner_fixtures"]
+pytest_plugins = ["tests.support.fixtures.runner_fixtures"]
 
 RESUME_PREFIX = "snapgym: resume with: "
 

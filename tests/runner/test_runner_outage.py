@@ -37,10 +37,14 @@ from benchmarks.schemas import PoolKind, PoolSettings
 from envs.tasks import Task, load_tasks
 from pool import LocalBackend
 from tests.runner.test_runner_ledger import ScriptedAgent, descendants
-from tests.support.chat_server import ChatRequest, ChatServer, RawResponse, error_body
-from tests.support.runner_fixtures import run_benchmark
+from tests.support.fixtures.runner_fixtures import run_benchmark
+from tests.support.servers.chat_server import ChatRequest, ChatServer, RawResponse, error_body
 
-pytest_plugins = ["tests.support.chat_server", "tests.support.runner_fixtures", "tests.support.pool_fixtures"]
+pytest_plugins = [
+    "tests.support.servers.chat_server",
+    "tests.support.fixtures.runner_fixtures",
+    "tests.support.fixtures.pool_fixtures",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 TRIVIAL = REPO / "benchmarks" / "tasks" / "trivial"

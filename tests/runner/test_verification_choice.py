@@ -29,10 +29,10 @@ from benchmarks.episodes.calibration import in_shared_mode
 from envs import load_task
 from pool import LocalBackend
 from tests.support.backends import LIMITS
-from tests.support.net_fixtures import TestInternet, egress_options, publish_wheel
-from tests.support.runner_fixtures import REPO
+from tests.support.fixtures.net_fixtures import TestInternet, egress_options, publish_wheel
+from tests.support.fixtures.runner_fixtures import REPO
 
-pytest_plugins = ["tests.support.net_fixtures"]
+pytest_plugins = ["tests.support.fixtures.net_fixtures"]
 
 SOLVE_SH = """\
 #!/bin/bash

@@ -21,7 +21,7 @@ import pytest
 
 import envs
 from pool import LocalBackend
-from tests.support.envs_fixtures import write_task
+from tests.support.fixtures.envs_fixtures import write_task
 
 HOOK = textwrap.dedent("""\
     import pytest

@@ -1,5 +1,5 @@
 """SWE-bench-shaped tasks made from real projects (six, more-itertools, toolz: their PyPI sdists, a
-bug put in, their own tests as the hidden tests; tests/support/sdists.py). The protection of the
+bug put in, their own tests as the hidden tests; tests/support/targets/swe_projects.py). The protection of the
 test harness does not break their own configuration (six's ``[tool:pytest]`` section, tests in a
 package, tests inside the project's package): the reference solution scores 1.0 and doing nothing
 0.0 with it on. The catalogue's harness attacks score 0.0 with it on, and each beats the task with
@@ -15,7 +15,7 @@ import pytest
 import envs
 from benchmarks.attacks import ATTACKS
 from pool import LocalBackend
-from tests.support import sdists
+from tests.support.targets import swe_projects as sdists
 
 HARNESS = ("pytest-report-hook", "pytest-addopts-plugin", "pytest-shadow-package")
 

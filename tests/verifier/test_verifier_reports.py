@@ -11,7 +11,7 @@ import pytest
 
 import envs
 from pool import LocalBackend
-from tests.support.envs_fixtures import write_task
+from tests.support.fixtures.envs_fixtures import write_task
 
 CTRF = {"results": {"tool": {"name": "pytest"}, "summary": {"tests": 2, "passed": 1, "failed": 1}}}
 WRITES_A_REPORT = f"""#!/bin/bash

@@ -30,8 +30,8 @@ import benchmarks
 from benchmarks import view
 from benchmarks.episodes.recording.ledger import RESULT, read_records
 from benchmarks.viewer import RunReader
-from tests.support.chat_server import ChatRequest, ChatServer
 from tests.support.needs import skip_missing
+from tests.support.servers.chat_server import ChatRequest, ChatServer
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from pool import Template, load_backend
+from tests.support.fixtures.oci_fixtures import DebianImages, Registry, missing_tools
 from tests.support.needs import needs
-from tests.support.oci_fixtures import DebianImages, Registry, missing_tools
-from tests.support.tb2_images import PACKAGE, TaskImages, local_backend, write_tb2_task
+from tests.support.targets.tb2_images import PACKAGE, TaskImages, local_backend, write_tb2_task
 
-pytest_plugins = ["tests.support.oci_fixtures", "tests.support.tb2_images"]
+pytest_plugins = ["tests.support.fixtures.oci_fixtures", "tests.support.targets.tb2_images"]
 pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 
 REPO = Path(__file__).parents[3]

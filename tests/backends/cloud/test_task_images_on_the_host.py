@@ -19,10 +19,19 @@ from pool.build.registry.resolve import credentials_for, resolve_image
 from pool.build.registry.settings import Credentials, RegistrySettings
 from pool.build.registry.taskimages import TaskImages
 from pool.errors import BuildError, ConfigError, ImageError
+from tests.support.fixtures.oci_fixtures import (
+    Entry,
+    Layout,
+    Registry,
+    auth_file,
+    missing_tools,
+    new_image,
+    push,
+    write_tar,
+)
 from tests.support.needs import needs
-from tests.support.oci_fixtures import Entry, Layout, Registry, auth_file, missing_tools, new_image, push, write_tar
 
-pytest_plugins = ["tests.support.oci_fixtures"]
+pytest_plugins = ["tests.support.fixtures.oci_fixtures"]
 pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 
 

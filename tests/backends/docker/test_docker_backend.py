@@ -37,10 +37,10 @@ from pool.labels import OWNER, RUN
 from pool.testing import check_backend
 from pool.verification import VerificationPlan, VerifyMode
 from tests.support.backends import backend_missing
-from tests.support.docker_fixtures import PREFIX, EngineProxy, backend, remove_prefix, rootfs_tarball
-from tests.support.oci_fixtures import Registry, free_port, push, tiny_image
+from tests.support.fixtures.docker_fixtures import PREFIX, EngineProxy, backend, remove_prefix, rootfs_tarball
+from tests.support.fixtures.oci_fixtures import Registry, free_port, push, tiny_image
 
-pytest_plugins = ["tests.support.oci_fixtures"]
+pytest_plugins = ["tests.support.fixtures.oci_fixtures"]
 pytestmark = [pytest.mark.docker, backend_missing("docker")]
 
 WORKSPACE = Template(

@@ -21,7 +21,7 @@ from pool.backends.docker import DockerBackend
 from pool.capabilities import Enforcement
 from pool.verification import VerificationPlan, VerifyMode
 from tests.support.backends import backend_missing
-from tests.support.docker_fixtures import PREFIX, backend, remove_prefix
+from tests.support.fixtures.docker_fixtures import PREFIX, backend, remove_prefix
 
 pytestmark = [pytest.mark.docker, backend_missing("docker")]
 

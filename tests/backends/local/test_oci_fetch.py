@@ -13,8 +13,7 @@ import pytest
 from pool.backends.local.oci.fetch import ImageFetcher
 from pool.build.registry.settings import Credentials, RegistrySettings
 from pool.errors import ConfigError, ImageError
-from tests.support.needs import needs, skip_missing
-from tests.support.oci_fixtures import (
+from tests.support.fixtures.oci_fixtures import (
     PASSWORD,
     USER,
     Registry,
@@ -24,8 +23,9 @@ from tests.support.oci_fixtures import (
     push,
     tiny_image,
 )
+from tests.support.needs import needs, skip_missing
 
-pytest_plugins = ["tests.support.oci_fixtures"]
+pytest_plugins = ["tests.support.fixtures.oci_fixtures"]
 
 pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 

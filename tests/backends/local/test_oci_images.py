@@ -27,10 +27,10 @@ from pool.backends.local.store.catalogue import BaseRecord, SnapshotStore
 from pool.build.digest import combine
 from pool.build.registry.settings import RegistrySettings
 from pool.errors import ConfigError, ImageError, SnapshotCorruptError
+from tests.support.fixtures.oci_fixtures import DebianImages, Registry, free_port, missing_tools, push, tiny_image
 from tests.support.needs import needs, skip_missing
-from tests.support.oci_fixtures import DebianImages, Registry, free_port, missing_tools, push, tiny_image
 
-pytest_plugins = ["tests.support.oci_fixtures"]
+pytest_plugins = ["tests.support.fixtures.oci_fixtures"]
 
 pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 

@@ -17,8 +17,8 @@ import pytest
 
 from pool.backends.local.oci.layer import unpack_layer
 from pool.errors import ImageError
+from tests.support.fixtures.oci_fixtures import Entry, write_tar
 from tests.support.needs import skip_missing
-from tests.support.oci_fixtures import Entry, write_tar
 
 D, L, S = tarfile.DIRTYPE, tarfile.LNKTYPE, tarfile.SYMTYPE
 IS_ROOT = os.geteuid() == 0

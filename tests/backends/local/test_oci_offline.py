@@ -12,10 +12,10 @@ import pytest
 
 from pool import DockerBuild, LocalBackend, RegistryUnreachableError, Template
 from pool.build.registry.settings import RegistrySettings
+from tests.support.fixtures.oci_fixtures import DebianImages, Registry, missing_tools, push, start_registry
 from tests.support.needs import needs
-from tests.support.oci_fixtures import DebianImages, Registry, missing_tools, push, start_registry
 
-pytest_plugins = ["tests.support.oci_fixtures"]
+pytest_plugins = ["tests.support.fixtures.oci_fixtures"]
 pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 
 

@@ -1,6 +1,6 @@
 """Task images and resources on Daytona: the real ``daytona`` SDK creates sandboxes from registry images
 (``CreateSandboxFromImageParams``) against the stand-in (tests/backends/cloud/daytona/standin.py), which
-builds them from a Debian image in a local registry (tests/support/oci_fixtures.py): the sandbox runs on
+builds them from a Debian image in a local registry (tests/support/fixtures/oci_fixtures.py): the sandbox runs on
 the image's files, a second create reuses the build, a missing image is an ImageError, credentials are
 refused before anything is sent, resources reach the wire and stay with the snapshot, and
 ``DaytonaBackend.build`` of a template from the image runs end to end."""
@@ -29,9 +29,9 @@ from pool.errors import ConfigError, ImageError, ProviderBusyError  # noqa: E402
 from pool.resources import Resources  # noqa: E402
 from tests.backends.cloud.daytona.builds import build_ref  # noqa: E402
 from tests.backends.cloud.daytona.standin import DaytonaStandin  # noqa: E402
-from tests.support.oci_fixtures import DebianImages, Registry, missing_tools  # noqa: E402
+from tests.support.fixtures.oci_fixtures import DebianImages, Registry, missing_tools  # noqa: E402
 
-pytest_plugins = ["tests.support.oci_fixtures"]
+pytest_plugins = ["tests.support.fixtures.oci_fixtures"]
 
 RESOURCES = Resources(cpus=1.5, memory_mb=1536, storage_mb=4096)
 """Rounded up on the wire to 2 cores, 2 GiB of memory, 4 GiB of disk."""

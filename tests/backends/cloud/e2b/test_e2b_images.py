@@ -14,10 +14,10 @@ from pool.backends.e2b.provider import E2BProvider
 from pool.backends.remote.provider import CreateRequest, ProviderImage
 from pool.build.registry.settings import RegistrySettings
 from tests.backends.cloud.e2b.standin import E2BStandin
+from tests.support.fixtures.oci_fixtures import DebianImages, Registry, missing_tools
 from tests.support.needs import needs
-from tests.support.oci_fixtures import DebianImages, Registry, missing_tools
 
-pytest_plugins = ["tests.support.oci_fixtures"]
+pytest_plugins = ["tests.support.fixtures.oci_fixtures"]
 pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 
 

@@ -22,10 +22,10 @@ from pool.backends.remote.provider import CreateRequest, ProviderImage
 from pool.build.registry.settings import RegistrySettings
 from pool.errors import ImageError
 from tests.backends.cloud.modal.standin import ModalStandin
+from tests.support.fixtures.oci_fixtures import DebianImages, Registry, missing_tools
 from tests.support.needs import needs
-from tests.support.oci_fixtures import DebianImages, Registry, missing_tools
 
-pytest_plugins = ["tests.support.oci_fixtures"]
+pytest_plugins = ["tests.support.fixtures.oci_fixtures"]
 pytestmark = needs(missing_tools(), f"needs {', '.join(missing_tools())}")
 
 USER, PASSWORD = "robot", "s3cret-registry-token"

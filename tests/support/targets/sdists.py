@@ -1,8 +1,9 @@
 """Source distributions of real projects that some tests build tasks from, fetched before the tests run.
 
-The SWE-bench-shaped targets of ``tests/attacks/test_swe_targets.py`` are made from the sdists
+The SWE-bench-shaped tasks (:mod:`tests.support.targets.swe_targets`, the attack targets, and
+:mod:`tests.support.targets.swe_projects`, the verifier's real-project tests) are made from the sdists
 of small open-source libraries (their source, their own tests, ``conftest.py`` and pytest
-options). Tests never reach the internet: ``.ci/run`` runs ``python -m tests.support.sdist_cache``
+options). Tests never reach the internet: ``.ci/run`` runs ``python -m tests.support.targets.sdists``
 first, which downloads each pinned sdist with pip into :func:`cache_dir` and checks its SHA-256;
 a test that needs one it lacks skips (a failure under ``SNAPGYM_REQUIRE_ALL=1``) naming that
 command. No third-party source is kept in this repository.
@@ -19,7 +20,7 @@ from pathlib import Path
 
 CACHE_DIR = Path(os.environ.get("SNAPGYM_SDIST_CACHE", "/var/cache/snapgym-tests/sdists"))
 """Where the sdists are kept (``SNAPGYM_SDIST_CACHE`` moves it)."""
-FETCH_COMMAND = "python -m tests.support.sdist_cache"
+FETCH_COMMAND = "python -m tests.support.targets.sdists"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,20 @@ MARKUPSAFE = Sdist(
 )
 """Pallets' MarkupSafe (BSD-3-Clause): session-scoped parametrized fixtures in ``tests/conftest.py``,
 ``filterwarnings = error`` in ``setup.cfg``, an optional C extension the tests skip when not built."""
-PINNED: tuple[Sdist, ...] = (CLICK, MARKUPSAFE)
+SIX = Sdist("six", "1.16.0", "six-1.16.0.tar.gz", "1e61c37477a1626458e36f7b1d82aa5c9b094fa4802892072e49de9c60c4c926")
+"""six (MIT): its pytest options are a ``[tool:pytest]`` section of ``setup.cfg``."""
+MORE_ITERTOOLS = Sdist(
+    "more-itertools",
+    "10.5.0",
+    "more-itertools-10.5.0.tar.gz",
+    "5482bfef7849c25dc3c6dd53a6173ae4795da2a41a80faea6700d9f5846c5da6",
+)
+"""more-itertools (MIT): ``tests/`` is a package; ``tox.ini`` and ``setup.cfg``."""
+TOOLZ = Sdist(
+    "toolz", "1.0.0", "toolz-1.0.0.tar.gz", "2c86e3d9a04798ac556793bced838816296a2f085017664e4995cb40a1047a02"
+)
+"""toolz (BSD-3-Clause): its tests live inside the package."""
+PINNED: tuple[Sdist, ...] = (CLICK, MARKUPSAFE, SIX, MORE_ITERTOOLS, TOOLZ)
 
 
 def cache_dir() -> Path:

@@ -1,4 +1,4 @@
-"""SWE-bench-shaped tasks made from real projects' sdists (:mod:`tests.support.sdist_cache`).
+"""SWE-bench-shaped tasks made from real projects' sdists (:mod:`tests.support.targets.sdists`).
 
 Each task is laid out as SWE-bench lays out an instance: the project's source at ``/testbed``
 (its own ``conftest.py``, pytest options and tests), a bug introduced by a small patch, the test
@@ -17,7 +17,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.sdist_cache import CLICK, MARKUPSAFE, Sdist
+from tests.support.targets.sdists import CLICK, MARKUPSAFE, Sdist
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ SPECS: tuple[SweSpec, ...] = (
         "it must become `&gt;`. Fix it in /testbed.\n",
     ),
 )
-"""The tasks, one per sdist of :data:`tests.support.sdist_cache.PINNED`."""
+"""The tasks, one per pinned sdist of click and MarkupSafe."""
 
 _TEST_SH = """\
 #!/bin/bash

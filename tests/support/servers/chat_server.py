@@ -7,7 +7,7 @@ answers is scripted: a list of replies taken in order, or a function of the
 request; ``fail_next`` makes it answer with an HTTP error status first. Every
 request is recorded (headers and body) for the test to inspect.
 
-Test modules load it with ``pytest_plugins = ["tests.support.chat_server"]`` (which gives
+Test modules load it with ``pytest_plugins = ["tests.support.servers.chat_server"]`` (which gives
 them the ``chat_server`` fixture) and import its helpers. It has no asserts of its own
 (PYTEST_DONT_REWRITE: the test modules import it before pytest could rewrite it).
 """

@@ -4,7 +4,7 @@ The task's Dockerfile starts ``FROM`` a Debian image (built from Debian packages
 real registry on 127.0.0.1), copies a tool out of another image (``COPY --from``), installs a
 package with ``apt-get install`` from an apt repository the tests serve, asks for 4G of memory,
 and its reference solution is a 70 KB ``solve.sh``. Test modules load the fixtures with
-``pytest_plugins = ["tests.support.oci_fixtures", "tests.support.tb2_images"]``. PYTEST_DONT_REWRITE.
+``pytest_plugins = ["tests.support.fixtures.oci_fixtures", "tests.support.targets.tb2_images"]``. PYTEST_DONT_REWRITE.
 """
 
 from __future__ import annotations
@@ -22,7 +22,16 @@ import pytest
 
 from pool import LocalBackend, available_backends
 from pool.build.registry.settings import RegistrySettings
-from tests.support.oci_fixtures import DebianImages, Entry, Layout, Registry, free_port, new_image, push, write_tar
+from tests.support.fixtures.oci_fixtures import (
+    DebianImages,
+    Entry,
+    Layout,
+    Registry,
+    free_port,
+    new_image,
+    push,
+    write_tar,
+)
 
 PACKAGE = "snapgym-hello"
 ANSWER_LINES = 2000  # about 70 KB of solve.sh: more than the default 64 KiB action limit

@@ -3,32 +3,28 @@
 Each project's sdist ships its own test suite. A task holds the project at /testbed with one small
 bug put in, its own test file as the hidden tests (copied into the repository by test.sh, which runs
 pytest -rA at its root and checks the statuses of the named tests, as SWE-bench's harness does),
-and a solution that takes the bug out. The sdists are fetched by CI before the tests run
-(``python -m tests.support.sdists --fetch``, which only asks the package index: tests never reach
-the network); a test whose sdist is missing skips, saying how to fetch it. Nothing of the
+and a solution that takes the bug out. The sdists are pinned and fetched by CI before the tests run
+(:mod:`tests.support.targets.sdists`: tests never reach the network); a test whose sdist is missing
+skips, saying how to fetch it. Nothing of the
 projects' code is kept in this repository. PYTEST_DONT_REWRITE.
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import subprocess
-import sys
 import tarfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-CACHE = Path("/var/cache/snapgym-tests/sdists")
+from tests.support.targets.sdists import FETCH_COMMAND, MORE_ITERTOOLS, SIX, TOOLZ, Sdist, cached
 
 
 @dataclass(frozen=True)
 class Project:
     """A project, the bug put into it, and the tests that must pass (SWE-bench's FAIL_TO_PASS + PASS_TO_PASS)."""
 
-    name: str
-    version: str
+    sdist: Sdist
     source: str
     """The file the bug goes into (relative to the project's root)."""
     correct: str
@@ -39,15 +35,15 @@ class Project:
     pass_to_pass: tuple[str, ...]
 
     @property
-    def archive(self) -> Path:
-        return CACHE / f"{self.name}-{self.version}.tar.gz"
+    def name(self) -> str:
+        """The project's name on the package index."""
+        return self.sdist.project
 
 
 PROJECTS = (
     Project(
-        "six",
-        "1.16.0",
-        "six.py",  # its pytest options are a [tool:pytest] section of setup.cfg
+        SIX,
+        "six.py",
         "    byte2int = operator.itemgetter(0)\n",
         "    byte2int = operator.itemgetter(-1)\n",
         "test_six.py",
@@ -55,9 +51,8 @@ PROJECTS = (
         ("test_six.py::test_int2byte", "test_six.py::test_bytesindex"),
     ),
     Project(
-        "more-itertools",
-        "10.5.0",
-        "more_itertools/more.py",  # tests/ is a package; tox.ini and setup.cfg
+        MORE_ITERTOOLS,
+        "more_itertools/more.py",
         "            'default value was provided.'\n        )\n    return default\n",
         "            'default value was provided.'\n        )\n    return None\n",
         "tests/test_more.py",
@@ -69,9 +64,8 @@ PROJECTS = (
         ),
     ),
     Project(
-        "toolz",
-        "1.0.0",
-        "toolz/itertoolz.py",  # its tests live inside the package
+        TOOLZ,
+        "toolz/itertoolz.py",
         "    for item in seq:\n        d[item] += 1\n    return dict(d)\n",
         "    for item in seq:\n        d[item] = 1\n    return dict(d)\n",
         "toolz/tests/test_itertoolz.py",
@@ -83,18 +77,21 @@ PROJECTS = (
 
 def missing(project: Project) -> str | None:
     """Why the project's task cannot be made here (its sdist is not cached), or None."""
-    if project.archive.is_file():
+    if cached(project.sdist) is not None:
         return None
-    return f"{project.archive} is missing: fetch the sdists with `python -m tests.support.sdists --fetch` (CI does)"
+    return f"{project.sdist.filename} is not in the sdist cache: fetch the sdists with `{FETCH_COMMAND}` (CI does)"
 
 
 def write_task(root: Path, project: Project) -> Path:
     """The task directory ``root/<name>`` made from the cached sdist."""
     task = root / project.name
     testbed = task / "environment" / "testbed"
-    with tarfile.open(project.archive) as tar:
+    archive = cached(project.sdist)
+    if archive is None:
+        raise FileNotFoundError(missing(project))
+    with tarfile.open(archive) as tar:
         tar.extractall(root / ".unpacked", filter="data")
-    shutil.copytree(root / ".unpacked" / f"{project.name}-{project.version}", testbed)
+    shutil.copytree(root / ".unpacked" / f"{project.name}-{project.sdist.version}", testbed)
     source = testbed / project.source
     text = source.read_text()
     if text.count(project.correct) != 1:
@@ -131,23 +128,3 @@ def write_task(root: Path, project: Project) -> Path:
         f"path.write_text(path.read_text().replace({project.buggy!r}, {project.correct!r}))\nPY\n"
     )
     return task
-
-
-def fetch() -> None:
-    """Download every project's sdist into the cache (from the package index; run before the tests)."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    for project in PROJECTS:
-        if project.archive.is_file():
-            continue
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
-             f"{project.name}=={project.version}", "-d", str(CACHE)],
-            check=True,
-        )  # fmt: skip
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--fetch", action="store_true", help="download the sdists into the cache")
-    if parser.parse_args().fetch:
-        fetch()

@@ -19,7 +19,7 @@ import socket
 import struct
 import time
 
-from tests.support.tcp_server import TcpServer, read_head
+from tests.support.servers.tcp_server import TcpServer, read_head
 
 MIB = 1 << 20
 PIECE = 64 << 10
