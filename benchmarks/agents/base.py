@@ -92,3 +92,15 @@ class ResumableAgent(Protocol):
         Raises:
             AgentError: ``state`` is not one this agent wrote (the episode is then played from its start).
         """
+
+
+@runtime_checkable
+class CutsCalls(Protocol):
+    """An agent whose model requests a stopping run can cut (the llm agent): Ctrl-C, an outage's breaker or
+    an endpoint that never answered then ends its episodes in flight at once, not after a request's timeout."""
+
+    def cut_calls(self) -> None:
+        """Make the requests in flight fail now and new ones fail at once, until :meth:`allow_calls`."""
+
+    def allow_calls(self) -> None:
+        """Let requests through (called as a run begins)."""

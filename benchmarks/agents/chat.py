@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.agents.base import ModelRequestError, ModelUnavailableError
+from benchmarks.agents.calls import CallCutError, Calls
 
 Message = dict[str, str]
 _RETRIED_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -65,32 +66,51 @@ class ChatReply:
     completion_tokens: int
 
 
-def complete(endpoint: ChatEndpoint, messages: Sequence[Message], **params: Any) -> ChatReply:
-    """Ask for one completion of ``messages`` (extra ``params`` such as temperature go in the body)."""
+def complete(
+    endpoint: ChatEndpoint, messages: Sequence[Message], *, calls: Calls | None = None, **params: Any
+) -> ChatReply:
+    """Ask for one completion of ``messages`` (extra ``params`` such as temperature go in the body).
+
+    ``calls``: the agent's requests (see ``benchmarks.agents.calls``): a stopping run cuts this one, and
+    then nothing is retried.
+    """
     body = json.dumps({"model": endpoint.model, "messages": list(messages), **params}).encode()
     delay = endpoint.backoff_s
     for attempt in range(endpoint.max_retries + 1):
         try:
-            return _parse_reply(_post(endpoint, body))
+            reply = _parse_reply(_post(endpoint, body, calls))
         except ModelUnavailableError:
-            if attempt == endpoint.max_retries:
+            if attempt == endpoint.max_retries or (calls is not None and calls.is_cut):
                 raise
-        time.sleep(delay)
+        else:
+            if calls is not None:
+                calls.note_answer()
+            return reply
+        if calls is None:
+            time.sleep(delay)
+        else:
+            try:
+                calls.sleep(delay)
+            except CallCutError:
+                raise ModelUnavailableError(f"{endpoint.base_url}: not retried: the run is stopping") from None
         delay *= 2
     raise AssertionError("unreachable")
 
 
-def _post(endpoint: ChatEndpoint, body: bytes) -> Any:
+def _post(endpoint: ChatEndpoint, body: bytes, calls: Calls | None = None) -> Any:
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if endpoint.api_key:
         headers["Authorization"] = f"Bearer {endpoint.api_key}"
     request = urllib.request.Request(
         endpoint.base_url.rstrip("/") + "/chat/completions", data=body, headers=headers, method="POST"
     )
+    open_request = urllib.request.urlopen if calls is None else calls.open
     try:
-        with urllib.request.urlopen(request, timeout=endpoint.timeout_s) as response:
+        with open_request(request, timeout=endpoint.timeout_s) as response:
             payload: Any = json.loads(response.read())
             return payload
+    except CallCutError:
+        raise ModelUnavailableError(f"{endpoint.base_url}: the request was cut: the run is stopping") from None
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:500].decode("utf-8", "replace")
         message = f"{endpoint.base_url}: HTTP {exc.code} for model {endpoint.model!r}: {detail}"
@@ -99,6 +119,8 @@ def _post(endpoint: ChatEndpoint, body: bytes) -> Any:
         raise ModelRequestError(message + " (check agent.base_url, agent.model and the API key)") from None
     except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
+        if calls is not None and calls.is_cut:
+            raise ModelUnavailableError(f"{endpoint.base_url}: the request was cut: the run is stopping") from None
         raise ModelUnavailableError(f"{endpoint.base_url}: cannot reach the model server ({reason})") from None
     except json.JSONDecodeError:
         raise ModelUnavailableError(f"{endpoint.base_url}: the reply was not JSON") from None
@@ -113,10 +135,17 @@ class EndpointProbe:
 
     Args:
         endpoint: the endpoint the agent talks to.
+        calls: the agent's requests: a reply to any of them (or to the probe) is the endpoint answering.
     """
 
-    def __init__(self, endpoint: ChatEndpoint) -> None:
+    def __init__(self, endpoint: ChatEndpoint, calls: Calls | None = None) -> None:
         self._endpoint = dataclasses.replace(endpoint, timeout_s=min(endpoint.timeout_s, _PROBE_TIMEOUT_S))
+        self._calls = calls or Calls()
+
+    @property
+    def has_answered(self) -> bool:
+        """True once the endpoint replied to the agent or to this probe in this run."""
+        return self._calls.answered
 
     @property
     def health_name(self) -> str:
@@ -139,7 +168,8 @@ class EndpointProbe:
         except ModelUnavailableError as exc:
             return str(exc)
         except ModelRequestError:
-            return None
+            pass
+        self._calls.note_answer()
         return None
 
     def recover(self) -> None:

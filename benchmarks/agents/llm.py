@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmarks.agents.base import AgentError, EpisodeContext, Observation
+from benchmarks.agents.calls import Calls
 from benchmarks.agents.chat import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT_S,
@@ -76,12 +77,22 @@ class LLMAgent:
                 "or set agent.api_key_env='' for a server without authentication"
             )
         self._endpoint = ChatEndpoint(base_url, model, key, timeout_s=timeout_s, max_retries=max_retries)
+        self._calls = Calls()
         self._params = {"temperature": temperature, "max_tokens": max_tokens}
         self.max_observation_chars = max_observation_chars
 
     def endpoint_probe(self) -> EndpointProbe:
         """The runner's health probe of this agent's endpoint (an outage of the model pauses the run)."""
-        return EndpointProbe(self._endpoint)
+        return EndpointProbe(self._endpoint, self._calls)
+
+    def cut_calls(self) -> None:
+        """The run is stopping: the model requests in flight fail now, and new ones at once (until
+        :meth:`allow_calls`), so no episode waits out a request's timeout."""
+        self._calls.cut()
+
+    def allow_calls(self) -> None:
+        """A run begins: model requests go through."""
+        self._calls.allow()
 
     def start(self, episode: EpisodeContext) -> _ChatPolicy:
         """A conversation for one episode."""
@@ -91,7 +102,7 @@ class LLMAgent:
             {"role": "user", "content": episode.task.instruction},
         ]
         params = {**self._params, "seed": episode.seed}
-        return _ChatPolicy(self._endpoint, messages, params, self.max_observation_chars)
+        return _ChatPolicy(self._endpoint, messages, params, self.max_observation_chars, self._calls)
 
     def resume(self, episode: EpisodeContext, state: Mapping[str, Any]) -> _ChatPolicy:
         """The conversation as it stood at a checkpoint (``state["messages"]``), going on from there.
@@ -114,8 +125,11 @@ class LLMAgent:
 
 
 class _ChatPolicy:
-    def __init__(self, endpoint: ChatEndpoint, messages: list[Message], params: dict[str, Any], limit: int) -> None:
+    def __init__(
+        self, endpoint: ChatEndpoint, messages: list[Message], params: dict[str, Any], limit: int, calls: Calls
+    ) -> None:
         self._endpoint = endpoint
+        self._calls = calls
         self.messages = messages
         self._params = params
         self._limit = limit
@@ -126,7 +140,7 @@ class _ChatPolicy:
     def act(self, observation: Observation, info: dict[str, Any]) -> str:
         if self.replied:
             self.messages.append({"role": "user", "content": clip(str(observation["output"]), self._limit)})
-        reply = complete(self._endpoint, self.messages, **self._params)
+        reply = complete(self._endpoint, self.messages, calls=self._calls, **self._params)
         self.replied = True
         self.messages.append({"role": "assistant", "content": reply.content})
         self.last_turn = {

@@ -136,8 +136,9 @@ def play(
     """Play one attempt of ``spec`` in ``env`` (journalled, and going on from the last checkpoint where
     ``durability`` says so: see benchmarks.episodes.recording.durable).
 
-    ``stopping``: once set (Ctrl-C), the attempt ends after its current step (and that step's checkpoint) as
-    an ``infra_error`` whose error is :data:`INTERRUPTED`; a resume goes on from its last checkpoint.
+    ``stopping``: once set (Ctrl-C, or the run stopping on an outage or a refused request), the attempt ends
+    after its current step (and that step's checkpoint) as an ``infra_error`` whose error is
+    :data:`INTERRUPTED`; a resume goes on from its last checkpoint.
 
     Raises:
         ModelRequestError: the model endpoint refuses every request; the run must stop.

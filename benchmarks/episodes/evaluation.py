@@ -34,7 +34,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from benchmarks.agents.base import Agent, ModelRequestError
+from benchmarks.agents.base import Agent, CutsCalls, ModelRequestError
 from benchmarks.episodes.attempt import INFRA_ERROR, INTERRUPTED, AttemptResult, EpisodeLimits, EpisodeSpec, play
 from benchmarks.episodes.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy, UnreachableError
 from benchmarks.episodes.recording import episodefiles
@@ -186,6 +186,8 @@ class Evaluation:
             OutageError: an outage outlasted ``outage_timeout_s`` (the circuit breaker).
             LedgerWriteError: a record could not be written (the ledger stays whole).
         """
+        if isinstance(self.agent, CutsCalls):
+            self.agent.allow_calls()
         try:
             self._mark_interrupted()
             self._reopen_infra_errors()
@@ -205,12 +207,16 @@ class Evaluation:
         gc.freeze()
         workers = max(1, min(self.settings.concurrency, len(pending)))
         executor = ThreadPoolExecutor(workers, thread_name_prefix="snapgym-episode")
+        played = threading.Event()
+        threading.Thread(target=self._watch_first_contact, args=(played,), name="snapgym-first-contact",
+                         daemon=True).start()  # fmt: skip
         try:
             for future in [executor.submit(self._episode, spec) for spec in pending]:
                 future.result()
         except KeyboardInterrupt:
             self._stop_cleanly(executor)
         finally:
+            played.set()
             executor.shutdown(wait=not self._interrupted.is_set(), cancel_futures=True)
             self._close_envs()
             gc.unfreeze()
@@ -226,6 +232,7 @@ class Evaluation:
         """
         self._interrupted.set()
         self._stop.set()
+        self._cut_calls()
         in_flight = len(self.ledger.state.unfinished)
         print(f"\nsnapgym: interrupted; stopping {in_flight} episode(s) in flight at their next step "
               "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)  # fmt: skip
@@ -249,6 +256,19 @@ class Evaluation:
             if self._fatal is None:
                 self._fatal = exc
         self._stop.set()
+        self._cut_calls()
+
+    def _cut_calls(self) -> None:
+        """The run is stopping: an agent's model requests in flight end now, not after their timeout."""
+        if isinstance(self.agent, CutsCalls):
+            self.agent.cut_calls()
+
+    def _watch_first_contact(self, played: threading.Event) -> None:
+        """Stop the run when what it depends on has answered nothing since it began (an endpoint that accepts
+        requests and never replies fails no attempt before a request's timeout)."""
+        error = self._gate.first_contact(played)
+        if error is not None and not played.is_set():
+            self._halt(error)
 
     def _raise_fatal(self, fatal: BaseException) -> None:
         resume = f"resume=true output_dir={self.ledger.path.parent}"
@@ -285,6 +305,11 @@ class Evaluation:
             if self._interrupted.is_set() and result.is_retryable:  # cut by Ctrl-C, or its sandbox closed by it
                 self.ledger.append(self.records.failed(spec.episode_id, attempt, INTERRUPTED, interrupted=True))
                 return
+            if self._stop.is_set() and result.is_retryable:  # cut as the run stopped: not counted, played on resume
+                why = f"the run stopped during this attempt: {type(self._fatal).__name__}"
+                error = why if result.error == INTERRUPTED else result.error
+                self.ledger.append(self.records.failed(spec.episode_id, attempt, error, outage=why))
+                return
             outage = self._gate.is_outage(epoch) if result.is_retryable else None
             if outage is not None:
                 self.ledger.append(self.records.failed(spec.episode_id, attempt, result.error, outage=outage))
@@ -310,7 +335,7 @@ class Evaluation:
             env = self._env_for(task)
         except Exception as exc:  # a pool that is gone may raise Ray's errors here, not only ours
             return AttemptResult(INFRA_ERROR, error=f"could not make the environment: {type(exc).__name__}: {exc}")
-        result = play(env, task, self.agent, spec, limits, self._durability(spec, attempt), self._interrupted)
+        result = play(env, task, self.agent, spec, limits, self._durability(spec, attempt), self._stop)
         if (chosen_by := self.settings.verification_chosen_by.get(task.id)) is not None:
             result.extra["verification_chosen_by"] = chosen_by
         return result

@@ -39,6 +39,13 @@ probe that has never answered is not having an outage: its address is wrong or
 its service is not running. Its "outage" is retried only ``first_contact_s``,
 quietly, then the run stops with :class:`UnreachableError`, naming what was
 tried (the probe's words name the URL or address) and what to check.
+
+First contact (:meth:`OutageGate.first_contact`): an endpoint that accepts
+requests but never replies fails no attempt for a long time (a request waits
+out its whole timeout). A probe that can tell whether it has answered
+anything in this run (:class:`Witnessed`: the model endpoint) and has not,
+``first_contact_s`` after the episodes began, is probed once; if that fails
+too, the run stops with :class:`UnreachableError`, well within 30 s.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from benchmarks.episodes.settings import EpisodeSettings
 from pool.errors import SnapgymError
@@ -85,6 +92,15 @@ class HealthProbe(Protocol):
 
     def recover(self) -> None:
         """Repair what can be repaired (called between probes during an outage); never raises."""
+
+
+@runtime_checkable
+class Witnessed(Protocol):
+    """A probe that knows whether what it watches has answered anything in this run (not only a probe)."""
+
+    @property
+    def has_answered(self) -> bool:
+        """True once it answered a request of the run or a probe."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +192,29 @@ class OutageGate:
                 self._begin(*down)
             return None if down is None else down[1]
 
+    def first_contact(self, stop: threading.Event) -> UnreachableError | None:
+        """Watch the first contact, from the episodes' start: a :class:`Witnessed` probe that has answered
+        nothing within ``first_contact_s`` is probed once; the error that stops the run when that fails too
+        (it never answered since the run started), else None (also when ``stop`` was set meanwhile)."""
+        began = time.monotonic()
+        if stop.wait(self._policy.first_contact_s):
+            return None
+        for index, probe in enumerate(self._probes):
+            with self._cond:
+                handled = index in self._answered or self._reason is not None  # an outage's own probes go on
+            if handled or not isinstance(probe, Witnessed) or probe.has_answered:
+                continue
+            reason = probe.check_health()
+            if reason is None:
+                with self._cond:
+                    self._answered.add(index)
+                continue
+            if stop.is_set() or probe.has_answered:
+                return None
+            lasted = time.monotonic() - began
+            return UnreachableError(_never_answered(probe, f"nothing came back in {lasted:.0f} s", reason))
+        return None
+
     def wait(self, stop: threading.Event) -> None:
         """Return when no outage is going on (or ``stop`` is set).
 
@@ -228,10 +267,8 @@ class OutageGate:
     def _breaker(self, probe: HealthProbe, reason: str, lasted: float) -> OutageError:
         """The error that stops the run (called under the condition's lock)."""
         if self._never_answered():
-            return UnreachableError(
-                f"{probe.health_name} never answered since the run started ({self._probes_made + 1} tries over "
-                f"{lasted:.0f} s; last: {reason}); {probe.health_hint}"
-            )
+            tries = f"{self._probes_made + 1} tries over {lasted:.0f} s"
+            return UnreachableError(_never_answered(probe, tries, reason))
         return OutageError(
             f"an outage lasted {lasted:.1f} s, past outage_timeout_s={self._policy.timeout_s:g}: "
             f"{probe.health_name}: {reason}"
@@ -312,6 +349,11 @@ class OutageGate:
             with self._cond:
                 self._answered.add(index)
         return None
+
+
+def _never_answered(probe: HealthProbe, tried: str, reason: str) -> str:
+    """The one line of a run stopped because ``probe`` never answered: what was tried, the last error, what to check."""
+    return f"{probe.health_name} never answered since the run started ({tried}; last: {reason}); {probe.health_hint}"
 
 
 def _announce(message: str) -> None:

@@ -144,6 +144,37 @@ def test_a_model_endpoint_that_never_answered_stops_the_run_at_once_and_a_resume
 
 
 @pytest.mark.timeout(120)
+def test_an_endpoint_that_takes_requests_and_never_replies_stops_the_run_within_30_s(
+    tmp_path: Path, runner_store: Path
+) -> None:
+    """The endpoint accepts connections and never replies (a hung server): no attempt fails before its two-minute
+    request timeout, yet the run stops well within 30 s of the episodes' start, with one line naming the URL and
+    what to check (exit 3); the episode in flight is cut, not counted, and pending for a resume."""
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)  # the kernel takes the connections; nobody reads them
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}/v1"
+        began = time.monotonic()
+        stopped = run_benchmark(tmp_path, runner_store, "agent=llm", f"agent.base_url={url}", "agent.model=scripted",
+                                "agent.api_key_env=", "pool.size=1")  # fmt: skip
+        elapsed = time.monotonic() - began
+    assert stopped.done.returncode == 3, stopped.done.stderr[-3000:]
+    (line,) = stopped.done.stderr.strip().splitlines()
+    assert re.fullmatch(
+        r"snapgym: run stopped: UnreachableError: the model endpoint never answered since the run started "
+        rf"\(nothing came back in \d+ s; last: {re.escape(url)}: cannot reach the model server \(timed out\)\); "
+        rf"is the model server running, and are agent.base_url={re.escape(url)} and agent.model=scripted right\?",
+        line,
+    ), line
+    assert elapsed < 90, f"took {elapsed:.0f} s"  # about 20 s (10 s of silence, a 10 s probe); loose under load
+    records = stopped.ledger()
+    assert not [r for r in records if r["kind"] == "result"]
+    (cut,) = failed_attempts(records)
+    assert cut["outage"] and cut["outage_reason"] == "the run stopped during this attempt: UnreachableError"
+    assert "the request was cut: the run is stopping" in cut["error"]
+
+
+@pytest.mark.timeout(120)
 def test_an_endpoint_that_answered_then_went_down_says_how_the_outage_stands_until_the_breaker(
     tmp_path: Path, runner_store: Path
 ) -> None:
