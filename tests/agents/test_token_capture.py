@@ -24,6 +24,7 @@ from envs.spaces.tokens import token_lines
 from envs.spaces.trajectory import Trajectory
 from pool import Backend, Sandbox, Snapshot
 from pool.egress import NetworkPolicy, Phase
+from pool.egress.models import tokens
 from pool.egress.models.routes import ModelRoute
 from pool.errors import ConfigError
 from tests.support.backends import WORKSPACE_TEMPLATE, backend_params
@@ -234,3 +235,29 @@ def test_a_call_whose_tokens_cannot_be_had_is_recorded_with_the_reason(
 def test_a_route_translating_anything_but_messages_to_chat_is_refused() -> None:
     with pytest.raises(ConfigError, match="upstream_api 'anthropic' is not supported for api 'openai'"):
         ModelRoute(name="o", api="openai", upstream="https://x.test", upstream_api="anthropic")
+
+
+# -- the other servers' shapes ----------------------------------------------------------------
+
+
+def test_sglangs_per_choice_ids_and_vllms_token_id_strings_are_read_as_the_ids() -> None:
+    """SGLang (``python/sglang/srt/entrypoints/openai/protocol.py``) puts both id lists in the choice;
+    vLLM with ``--return-tokens-as-token-ids`` and no ``return_token_ids`` writes each token as ``token_id:N``."""
+    entries = [{"token": "token_id:7", "logprob": -0.5, "bytes": [], "top_logprobs": []},
+               {"token": "token_id:9", "logprob": -1.25, "bytes": [], "top_logprobs": []}]  # fmt: skip
+    sglang = {"model": "qwen", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+              "logprobs": {"content": entries}, "prompt_token_ids": [1, 2], "token_ids": [7, 9]}]}  # fmt: skip
+    captured = tokens.read_reply(sglang, server="sglang")
+    assert (captured.prompt_token_ids, captured.completion_token_ids, captured.logprobs) == (
+        [1, 2],
+        [7, 9],
+        [-0.5, -1.25],
+    )
+    vllm = {"model": "qwen", "prompt_token_ids": [1, 2], "choices": [{"index": 0, "logprobs": {"content": entries}}]}
+    assert tokens.read_reply(vllm).completion_token_ids == [7, 9]
+    stripped = tokens.strip(sglang, frozenset({tokens.HIDDEN_IDS, tokens.HIDDEN_LOGPROBS}))
+    assert (
+        stripped["choices"][0].keys() == {"index", "message", "logprobs"} and stripped["choices"][0]["logprobs"] is None
+    )
+    short = {**vllm, "choices": [{"index": 0, "token_ids": [7], "logprobs": {"content": entries}}]}
+    assert "1 completion token ids but 2 log-probabilities" in (tokens.read_reply(short).why or "")
