@@ -188,6 +188,10 @@ class LLMAgentConfig:
     """Per request."""
     max_retries: int = DEFAULT_MAX_RETRIES
     """Retries of a transient failure (connection, 429, 5xx) before the attempt counts as an infra failure."""
+    capture_tokens: bool = False
+    """Ask the server for each reply's token ids and log-probabilities (vLLM's and SGLang's ``logprobs`` and
+    ``return_token_ids``) and keep them in the episode's trajectory and ``agent/tokens.jsonl``. Off by
+    default: OpenAI's own API refuses the fields."""
 
 
 @dataclass

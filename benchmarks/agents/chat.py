@@ -10,6 +10,10 @@ ModelUnavailableError (an infrastructure failure, never the agent's); a
 request the server refuses (400, 401, 403, 404) raises ModelRequestError at
 once, since retrying cannot fix it.
 
+With ``capture_tokens``, each request also asks for the completion's token ids and log-probabilities
+(vLLM's and SGLang's fields, :mod:`pool.egress.models.tokens`), and the reply keeps them as the server
+sent them, or says why there are none.
+
 :class:`EndpointProbe` tells the runner whether the endpoint serves at all
 (see ``benchmarks.episodes.outage``): one minimal completion (``max_tokens: 1``),
 sent only after an attempt failed on infrastructure and then between the
@@ -30,6 +34,7 @@ from typing import Any
 
 from benchmarks.agents.base import ModelRequestError, ModelUnavailableError
 from benchmarks.agents.calls import CallCutError, Calls
+from pool.egress.models import tokens
 
 Message = dict[str, str]
 _RETRIED_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -55,6 +60,8 @@ class ChatEndpoint:
     """Retries of a transient failure before giving up."""
     backoff_s: float = 1.0
     """First retry delay; doubles each time."""
+    capture_tokens: bool = False
+    """Ask for each completion's token ids and log-probabilities (an inference server's fields)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,8 @@ class ChatReply:
     content: str
     prompt_tokens: int
     completion_tokens: int
+    tokens: dict[str, Any] | None = None
+    """With ``capture_tokens``: the token record (``pool.egress.models.tokens.TokenCapture.as_dict``)."""
 
 
 def complete(
@@ -74,11 +83,17 @@ def complete(
     ``calls``: the agent's requests (see ``benchmarks.agents.calls``): a stopping run cuts this one, and
     then nothing is retried.
     """
-    body = json.dumps({"model": endpoint.model, "messages": list(messages), **params}).encode()
+    request = {"model": endpoint.model, "messages": list(messages), **params}
+    if endpoint.capture_tokens:
+        request, _ = tokens.ask(request)
+    body = json.dumps(request).encode()
     delay = endpoint.backoff_s
     for attempt in range(endpoint.max_retries + 1):
         try:
-            reply = _parse_reply(_post(endpoint, body, calls))
+            payload, server = _post(endpoint, body, calls)
+            reply = _parse_reply(payload)
+            if endpoint.capture_tokens:
+                reply = dataclasses.replace(reply, tokens=tokens.read_reply(payload, server=server).as_dict())
         except ModelUnavailableError:
             if attempt == endpoint.max_retries or (calls is not None and calls.is_cut):
                 raise
@@ -97,7 +112,8 @@ def complete(
     raise AssertionError("unreachable")
 
 
-def _post(endpoint: ChatEndpoint, body: bytes, calls: Calls | None = None) -> Any:
+def _post(endpoint: ChatEndpoint, body: bytes, calls: Calls | None = None) -> tuple[Any, str | None]:
+    """The reply's JSON and its ``Server`` header."""
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if endpoint.api_key:
         headers["Authorization"] = f"Bearer {endpoint.api_key}"
@@ -108,7 +124,7 @@ def _post(endpoint: ChatEndpoint, body: bytes, calls: Calls | None = None) -> An
     try:
         with open_request(request, timeout=endpoint.timeout_s) as response:
             payload: Any = json.loads(response.read())
-            return payload
+            return payload, response.headers.get("server")
     except CallCutError:
         raise ModelUnavailableError(f"{endpoint.base_url}: the request was cut: the run is stopping") from None
     except urllib.error.HTTPError as exc:
@@ -164,7 +180,7 @@ class EndpointProbe:
         """None when one minimal completion comes back (or the server refuses it: it answers, so it is up)."""
         body = json.dumps({"model": self._endpoint.model, "messages": list(_PROBE_MESSAGES), "max_tokens": 1})
         try:
-            _parse_reply(_post(self._endpoint, body.encode()))
+            _parse_reply(_post(self._endpoint, body.encode())[0])
         except ModelUnavailableError as exc:
             return str(exc)
         except ModelRequestError:

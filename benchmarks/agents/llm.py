@@ -50,6 +50,8 @@ class LLMAgent:
         max_tokens: cap on each reply.
         max_observation_chars: observations are cut to their head and tail beyond this.
         timeout_s, max_retries: per request, see ``benchmarks.agents.chat``.
+        capture_tokens: ask the server for each reply's token ids and log-probabilities (vLLM, SGLang); the
+            episode's trajectory and ``agent/tokens.jsonl`` keep them.
 
     Raises:
         ConfigError: the key's variable is named but not set (raised before any sandbox starts).
@@ -66,6 +68,7 @@ class LLMAgent:
         max_observation_chars: int = 8000,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_retries: int = DEFAULT_MAX_RETRIES,
+        capture_tokens: bool = False,
     ) -> None:
         self.name = f"llm:{model}"
         self.model = model
@@ -76,7 +79,9 @@ class LLMAgent:
                 f"agent=llm reads its API key from ${api_key_env}, which is not set; export it, "
                 "or set agent.api_key_env='' for a server without authentication"
             )
-        self._endpoint = ChatEndpoint(base_url, model, key, timeout_s=timeout_s, max_retries=max_retries)
+        self._endpoint = ChatEndpoint(
+            base_url, model, key, timeout_s=timeout_s, max_retries=max_retries, capture_tokens=capture_tokens
+        )
         self._calls = Calls()
         self._params = {"temperature": temperature, "max_tokens": max_tokens}
         self.max_observation_chars = max_observation_chars
@@ -135,7 +140,7 @@ class _ChatPolicy:
         self._limit = limit
         self.replied = False
         self.last_turn: dict[str, Any] | None = None
-        """The last reply, its model and token counts (the runner writes them into the trajectory)."""
+        """The last reply, its model, token counts and captured tokens (the runner writes them into the trajectory)."""
 
     def act(self, observation: Observation, info: dict[str, Any]) -> str:
         if self.replied:
@@ -146,6 +151,7 @@ class _ChatPolicy:
         self.last_turn = {
             "message": reply.content, "model_name": self._endpoint.model,
             "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+            **({"tokens": reply.tokens} if reply.tokens is not None else {}),
         }  # fmt: skip
         return action_from_reply(reply.content)
 

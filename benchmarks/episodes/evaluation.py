@@ -44,6 +44,7 @@ from benchmarks.episodes.recording.ledger import Ledger, LedgerWriteError, attem
 from benchmarks.episodes.recording.records import SessionRecords, Started
 from benchmarks.episodes.settings import EpisodeSettings
 from benchmarks.episodes.sources.routing import Supply
+from envs.spaces.tokens import token_lines
 from envs.tasks import Task
 from envs.wrappers import sandbox_env
 from pool.errors import ConfigError, SnapgymError
@@ -462,8 +463,12 @@ class Evaluation:
                 atif = result.trajectory.as_atif(
                     session_id=attempt_id(spec.episode_id, attempt), agent=self.agent.name, env_id=self.settings.env_id,
                     model_name=getattr(self.agent, "model", None),
+                    model_calls=(result.network or {}).get("model_calls") or (),
                 )  # fmt: skip
                 files["trajectory"] = episodefiles.write_trajectory(run_dir, folder, atif)
+                lines = token_lines(atif)
+                if lines:
+                    files["tokens"] = episodefiles.write_tokens(run_dir, folder, lines)
             if result.verifier is not None:
                 files.update(episodefiles.write_verifier(run_dir, folder, result.verifier))
             if result.changes is not None:

@@ -5,7 +5,9 @@ step with one tool call (``shell`` or ``python``, ``arguments.command``) and
 its observation (the output the agent saw, the exit code, the time it took);
 ``submit`` is a call of ``submit``.
 A model agent's reply, model and token counts go in the same step (``message``,
-``model_name``, ``metrics``). Sizes are capped so one episode cannot fill the
+``model_name``, ``metrics``), with its token ids and log-probabilities when they were captured;
+the calls an agent inside the sandbox made through the model gateway go in ``extra.model_calls``
+of their step (:mod:`envs.spaces.tokens`). Sizes are capped so one episode cannot fill the
 disk: each observation keeps its head and tail (:data:`MAX_OBSERVATION_CHARS`),
 at most :data:`MAX_STEPS` steps are written, and ``extra.truncated`` says what
 was cut.
@@ -14,10 +16,13 @@ was cut.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from envs.spaces.actions import SUBMIT
+from envs.spaces.tokens import attach_model_calls
+from pool.egress.models.tokens import atif_metrics
 
 SCHEMA_VERSION = "ATIF-v1.4"
 MAX_OBSERVATION_CHARS = 16 * 1024
@@ -39,6 +44,8 @@ class Trajectory:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     counted_tokens: bool = False
+    ended: list[float] = field(default_factory=list)
+    """When each written step ended (Unix time): the model gateway's calls are placed by it."""
 
     def add(self, action: str, observation: dict[str, Any], info: dict[str, Any], turn: dict[str, Any] | None) -> None:
         """One played action: what the agent did, what it saw, and (for a model agent) its turn."""
@@ -71,12 +78,24 @@ class Trajectory:
         if turn.get("model_name"):
             step["model_name"] = turn["model_name"]
         metrics = {k: int(turn[k]) for k in ("prompt_tokens", "completion_tokens") if turn.get(k) is not None}
+        if isinstance(turn.get("tokens"), dict):
+            metrics.update(atif_metrics(turn["tokens"]))
         if metrics:
             step["metrics"] = metrics
         self.steps.append(step)
+        self.ended.append(time.time())
 
-    def as_atif(self, *, session_id: str, agent: str, env_id: str, model_name: str | None = None) -> dict[str, Any]:
-        """The ATIF document."""
+    def as_atif(
+        self,
+        *,
+        session_id: str,
+        agent: str,
+        env_id: str,
+        model_name: str | None = None,
+        model_calls: Sequence[Mapping[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """The ATIF document; ``model_calls`` (the network audit's, ``ModelCall.as_dict``) with a token
+        record are placed in their steps' ``extra.model_calls``."""
         final: dict[str, Any] = {"total_steps": self.total_steps}
         if self.counted_tokens:
             final.update(total_prompt_tokens=self.prompt_tokens, total_completion_tokens=self.completion_tokens)
@@ -89,11 +108,15 @@ class Trajectory:
         if self.cut_observations:
             truncated["texts_cut"] = self.cut_observations
         instruction = {"step_id": 1, "source": "user", "message": self.instruction}
+        steps = [dict(step) for step in self.steps]
+        if any(isinstance(call.get("tokens"), Mapping) for call in model_calls):
+            steps = [{**step, "extra": dict(step.get("extra") or {})} for step in steps]
+            attach_model_calls(steps, self.ended, model_calls)
         return {
             "schema_version": SCHEMA_VERSION,
             "session_id": session_id,
             "agent": agent_info,
-            "steps": [instruction, *self.steps],
+            "steps": [instruction, *steps],
             "final_metrics": final,
             "extra": {"env_id": env_id, **({"truncated": truncated} if truncated else {})},
         }

@@ -95,6 +95,9 @@ class ModelCall:
     duration_s: float = 0.0
     error: str | None = None
     """Why it was denied or failed (``"path not allowed"``, ``"call cap 2000 reached"``, ``"upstream: ..."``)."""
+    tokens: dict[str, Any] | None = None
+    """On a route with ``capture_tokens``: the call's token ids, log-probabilities and model version, or why
+    there are none (``pool.egress.models.tokens.TokenCapture.as_dict``); None on other routes."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""

@@ -167,6 +167,43 @@ def test_a_cli_agent_installed_in_the_snapshot_solves_the_task_with_its_key_outs
     assert summary["counts"]["scored"] == 1
 
 
+TOKEN_FIELDS = ("prompt_token_ids", "completion_token_ids", "logprobs")
+
+
+def test_claude_code_on_an_inference_server_keeps_every_calls_tokens_as_the_server_sent_them(
+    npm_registry: None, internet: TestInternet, model_api: StandInModel, agent_store: Path, tmp_path: Path
+) -> None:
+    """The route translates Claude Code's Messages to Chat Completions (as vLLM serves them) and captures
+    each call's token ids and log-probabilities; Claude Code sees plain Anthropic messages."""
+    cli = CLIS[0]
+    model_api.script({"tool": cli.tool}, {"text": "The answer is in /app/answer.txt."})
+    sent_before, asked_before = len(model_api.sent_tokens()), len(model_api.requests())
+    run = cli_run(
+        tmp_path, agent_store, internet, model_api,
+        "+agent.model_route.capture_tokens=true", "+agent.model_route.upstream_api=openai",
+    )  # fmt: skip
+    result = run.result()
+    assert (result["outcome"], result["reward"]) == ("scored", 1.0), result
+    upstream = [r for r in model_api.requests()[asked_before:] if r["method"] == "POST"]
+    assert len(upstream) >= 2 and all(r["path"] == "/v1/chat/completions" for r in upstream)
+    assert all(r["body"]["logprobs"] is True and r["body"]["return_token_ids"] is True for r in upstream)
+    sent = model_api.sent_tokens()[sent_before:]
+    folder = run.run_dir / result["files"]["dir"]
+    lines = [json.loads(line) for line in (folder / "agent/tokens.jsonl").read_text().splitlines()]
+    assert len(lines) == len(sent) == len(upstream)
+    as_sent = sorted(json.dumps(s, sort_keys=True) for s in sent)  # concurrent calls may finish in any order
+    assert sorted(json.dumps({k: line[k] for k in TOKEN_FIELDS}, sort_keys=True) for line in lines) == as_sent
+    assert all((line["source"], line["path"], line["why"]) == ("gateway", "/v1/messages", None) for line in lines)
+    assert [line["call"] for line in lines] == list(range(len(lines)))
+    atif = json.loads((folder / "agent/trajectory.json").read_text())
+    in_atif = [c for step in atif["steps"] for c in (step.get("extra") or {}).get("model_calls", [])]
+    assert sorted(json.dumps({k: c["metrics"][k] for k in TOKEN_FIELDS}, sort_keys=True) for c in in_atif) == as_sent
+    log = (folder / "agent/logs" / cli.log).read_text()
+    assert cli.log_mark in log and "token_ids" not in log and "logprobs" not in log  # a plain reply, as it knows
+    network = (folder / "network.json").read_text()
+    assert "token_ids" not in network  # the ids are in tokens.jsonl only
+
+
 @pytest.mark.slow
 def test_a_model_that_is_down_is_an_infrastructure_failure_not_the_agents(
     npm_registry: None, internet: TestInternet, model_api: StandInModel, agent_store: Path, tmp_path: Path

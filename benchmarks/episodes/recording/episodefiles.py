@@ -6,9 +6,12 @@
   environment), ``verifier/result.json``: its verdict without the output (reward, exit code,
   timing, removed links, missing outputs, notes), and the test reports test.sh left beside the
   reward (``verifier/ctrf.json``, as Terminal-Bench 2's ``pytest --ctrf`` writes it).
+- ``agent/tokens.jsonl``: every model call's prompt and completion token ids, log-probabilities and
+  model version, one JSON line per call, when they were captured (``agent.capture_tokens`` with
+  ``agent=llm``, a model route's ``capture_tokens``; :mod:`envs.spaces.tokens`).
 - ``agent/logs/``: an installed agent's own logs and trajectory, as it wrote them in the sandbox.
 - ``network.json``: the connection attempts, when the sandbox tried to reach anything, and an
-  installed agent's model calls with their token usage.
+  installed agent's model calls with their token usage (their token ids are in ``agent/tokens.jsonl``).
 - ``<sample>-journal.jsonl`` beside the attempts' folders: the episode's journal, with
   ``checkpoint_every`` set (:mod:`benchmarks.episodes.recording.journal`).
 - ``diff.json``: what the agent left changed against the episode's start (paths added, changed,
@@ -26,6 +29,8 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+
+from envs.spaces.tokens import TOKENS_FILE
 
 EPISODES_DIR = "episodes"
 DIFF_FILE = "diff.json"
@@ -55,9 +60,18 @@ def write_network(run_dir: Path, folder: str, network: dict[str, Any]) -> str:
     """Write an episode's network audit; returns its path relative to the run directory."""
     connections = list(network.get("connections", []))
     kept = {**network, "connections": connections[:MAX_CONNECTIONS_KEPT]}
+    if network.get("model_calls"):  # their tokens go in agent/tokens.jsonl
+        kept["model_calls"] = [{k: v for k, v in call.items() if k != "tokens"} for call in network["model_calls"]]
     if len(connections) > MAX_CONNECTIONS_KEPT:
         kept["connections_not_written"] = len(connections) - MAX_CONNECTIONS_KEPT
     return write_json(run_dir, f"{folder}/{NETWORK_FILE}", kept)
+
+
+def write_tokens(run_dir: Path, folder: str, lines: list[dict[str, Any]]) -> str:
+    """Write an episode's token lines (:func:`envs.spaces.tokens.token_lines`); returns the path relative to the
+    run directory."""
+    text = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+    return write_text(run_dir, f"{folder}/{TOKENS_FILE}", text)
 
 
 def write_changes(run_dir: Path, folder: str, changes: dict[str, Any]) -> str:

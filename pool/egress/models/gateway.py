@@ -13,7 +13,8 @@ under the route's paths only, with the route's key instead of any the client
 sent, asks for an uncompressed reply and never follows a redirect. The key
 does not come back either: a reply that holds it (headers or body) has it
 replaced by asterisks of the same length. Every call is recorded
-(:class:`~pool.network.audit.ModelCall`) with the tokens the reply reports.
+(:class:`~pool.network.audit.ModelCall`) with the tokens the reply reports, and, on a route that
+captures them, the token ids and log-probabilities (:mod:`pool.egress.models.capture`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ import socket
 import ssl
 import time
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from pool.egress.models.capture import Rewriter, rewriter_for
 from pool.egress.models.routes import ModelRoute
 from pool.egress.models.usage import MAX_BODY_BYTES, Usage, read_usage
 from pool.egress.settings import EgressSettings
@@ -159,32 +162,43 @@ class ModelGate:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP | _CLIENT_CREDENTIALS}
         headers.update(self._credential, **{"accept-encoding": "identity"})
         proxy, proxy_auth = self._client.upstream_proxy
-        url = self.route.upstream + request.rel_url.raw_path_qs
+        rewriter, uncaptured = rewriter_for(self.route, request.method, request.rel_url.raw_path_qs, body)
+        call.tokens = uncaptured.as_dict() if uncaptured is not None else None
+        url = self.route.upstream + (rewriter.path if rewriter else request.rel_url.raw_path_qs)
         session = self._client.session()
         async with session.request(
-            request.method, url, headers=headers, data=body, allow_redirects=False, proxy=proxy, proxy_auth=proxy_auth
-        ) as upstream:
-            reply = web.StreamResponse(status=upstream.status, headers=self._reply_headers(upstream.headers))
+            request.method, url, headers=headers, data=rewriter.body if rewriter else body, allow_redirects=False,
+            proxy=proxy, proxy_auth=proxy_auth,
+        ) as upstream:  # fmt: skip
+            reply = web.StreamResponse(status=upstream.status, headers=self._reply_headers(upstream, rewriter))
             call.status, call.prepared = upstream.status, True
             await reply.prepare(request)
             redactor, kept = _Redactor(self._secrets), bytearray()
             async for chunk in upstream.content.iter_any():
                 if len(kept) <= MAX_BODY_BYTES:
                     kept += chunk
-                await reply.write(redactor.feed(chunk))
+                await reply.write(redactor.feed(rewriter.feed(chunk) if rewriter else chunk))
                 call.bytes_down += len(chunk)
+            if rewriter is not None:
+                await reply.write(redactor.feed(rewriter.finish()))
+                captured = rewriter.captured()
+                call.tokens = captured.as_dict() if captured is not None else None
             await reply.write(redactor.flush())
             await reply.write_eof()
             if len(kept) <= MAX_BODY_BYTES:
                 call.usage = read_usage(bytes(kept), upstream.headers.get("content-type", ""))
             return reply
 
-    def _reply_headers(self, upstream: Mapping[str, str]) -> dict[str, str]:
+    def _reply_headers(self, upstream: aiohttp.ClientResponse, rewriter: Rewriter | None) -> dict[str, str]:
         headers = {}
-        for name, value in upstream.items():
+        for name, value in upstream.headers.items():
             if name.lower() in _HOP_BY_HOP or name.lower() == "set-cookie":
                 continue
             headers[name] = _Redactor(self._secrets).redact_text(value)
+        content_type = rewriter.start(upstream.status, upstream.headers) if rewriter is not None else None
+        if content_type is not None:
+            headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+            headers["content-type"] = content_type
         return headers
 
     def _record(self, call: ModelCall) -> None:
@@ -204,6 +218,7 @@ class _Call:
         self.error: str | None = None
         self.model: str | None = None
         self.usage = Usage()
+        self.tokens: dict[str, Any] | None = None
         self.bytes_up = self.bytes_down = 0
         self.prepared = False
 
@@ -224,7 +239,7 @@ class _Call:
             status=self.status, model=self.model, input_tokens=self.usage.input_tokens,
             output_tokens=self.usage.output_tokens, cached_input_tokens=self.usage.cached_input_tokens,
             bytes_up=self.bytes_up, bytes_down=self.bytes_down,
-            duration_s=round(time.monotonic() - self._started, 6), error=self.error,
+            duration_s=round(time.monotonic() - self._started, 6), error=self.error, tokens=self.tokens,
         )  # fmt: skip
 
 

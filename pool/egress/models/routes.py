@@ -70,10 +70,24 @@ class ModelRoute:
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra variables for the agent's commands (``{url}`` and ``{key}`` are filled in), on top of
     the API's own (``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY``, ``OPENAI_BASE_URL``/``OPENAI_API_KEY``)."""
+    capture_tokens: bool = False
+    """Ask the upstream for each chat completion's token ids and log-probabilities (vLLM's and SGLang's
+    ``logprobs``, ``return_token_ids``), record them with the call, and hand the agent the reply without
+    them (:mod:`pool.egress.models.tokens`). Off by default: OpenAI's own API refuses the fields."""
+    upstream_api: str = ""
+    """The upstream's protocol when it is not :attr:`api`: ``openai`` on an ``anthropic`` route sends
+    Anthropic Messages on as Chat Completions (:mod:`pool.egress.models.translate`), so Claude Code can run
+    on an inference server that returns tokens only there. Empty: the upstream speaks :attr:`api`."""
 
     def __post_init__(self) -> None:
         if self.api not in APIS:
             raise ConfigError(f"model route {self.name!r}: api must be one of {', '.join(APIS)}, got {self.api!r}")
+        if self.upstream_api not in ("", self.api) and (self.api, self.upstream_api) != ("anthropic", "openai"):
+            raise ConfigError(
+                f"model route {self.name!r}: upstream_api {self.upstream_api!r} is not supported for api {self.api!r}; "
+                "the gateway translates only anthropic (the agent's side) to openai (the upstream's)"
+            )
+        object.__setattr__(self, "upstream_api", "" if self.upstream_api == self.api else self.upstream_api)
         parts = urlsplit(self.upstream)
         if parts.scheme != "https" or not parts.hostname:
             raise ConfigError(
@@ -121,7 +135,7 @@ class ModelRoute:
                 f"model route {self.name!r}: its key's variable {self.credential_env} is not set in the process "
                 "that runs the sandboxes; export it there (with pool=ray, on every node)"
             )
-        if self.api == "anthropic":
+        if (self.upstream_api or self.api) == "anthropic":
             return {"x-api-key": key}
         return {"authorization": f"Bearer {key}"}
 

@@ -5,7 +5,9 @@ a ``chat.completion`` object back) on 127.0.0.1, from a thread, so the real
 client (and the real runner, in a subprocess) talks to it unmodified. What it
 answers is scripted: a list of replies taken in order, or a function of the
 request; ``fail_next`` makes it answer with an HTTP error status first. Every
-request is recorded (headers and body) for the test to inspect.
+request is recorded (headers and body) for the test to inspect. A request that asks for token ids or
+log-probabilities (vLLM's ``return_token_ids``, ``logprobs``) gets them with a scripted text, in vLLM's
+format (``inference.py``), and what was sent is kept in ``sent``.
 
 Test modules load it with ``pytest_plugins = ["tests.support.servers.chat_server"]`` (which gives
 them the ``chat_server`` fixture) and import its helpers. It has no asserts of its own
@@ -22,6 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+from tests.support.servers import inference
 
 COMPLETIONS_PATH = "/v1/chat/completions"
 
@@ -86,6 +90,8 @@ class ChatServer:
 
     def __init__(self, script: Script = (), *, port: int = 0) -> None:
         self.requests: list[ChatRequest] = []
+        self.sent: list[inference.Sampled] = []
+        """The tokens of every reply that carried some, in order."""
         self._lock = threading.Lock()
         self._failures: list[tuple[int, int | None]] = []
         self._served = 0
@@ -155,7 +161,15 @@ class ChatServer:
                 self._served += 1
         if isinstance(reply, RawResponse):
             return reply
-        return _json(completion(reply) if isinstance(reply, str) else reply, 200)
+        if not isinstance(reply, str):
+            return _json(reply, 200)
+        payload = completion(reply)
+        if inference.asks_for_ids(request.body) or inference.asks_for_logprobs(request.body):
+            sampled = inference.sample(request.body, reply)
+            payload = inference.decorate(payload, request.body, sampled)
+            with self._lock:
+                self.sent.append(sampled)
+        return _json(payload, 200)
 
 
 def _json(payload: dict[str, Any], status: int) -> RawResponse:

@@ -1,13 +1,15 @@
 """A stand-in model API for the tests: Anthropic Messages and OpenAI Chat Completions / Responses over HTTPS.
 
-``python3 model_server.py CONFIG.json`` (stdlib only; run inside the test
+``python -m tests.support.servers.model_server CONFIG.json`` (stdlib only; run inside the test
 internet's namespace by ``model_fixtures``) serves, at ``config["address"]``
 and ``config["port"]`` with the test CA's certificate:
 
 - ``POST /v1/messages`` (Anthropic): a ``message`` object, or its event stream
   when the body says ``"stream": true``;
-- ``POST /v1/chat/completions`` (OpenAI): a ``chat.completion``, or chunks
-  ending with a usage chunk when streaming;
+- ``POST /v1/chat/completions`` (OpenAI, as vLLM serves it): a ``chat.completion`` (a tool call
+  as ``tool_calls``), or chunks ending with a usage chunk when streaming; with token ids and
+  log-probabilities when the request asks (``inference.py``: vLLM's ``logprobs`` and
+  ``return_token_ids``), each reply's tokens then appended to ``config["sent"]`` as a JSON line;
 - ``POST /v1/responses`` (OpenAI Responses): a ``response``, or its events
   ending with ``response.completed``;
 - ``GET /v1/models``: one model.
@@ -20,7 +22,7 @@ is at the turn of its assistant messages), each ``{"text": ...}``, ``{"tool": {"
 (call that tool: Anthropic ``tool_use``, Responses ``function_call``), ``{"echo_headers": true}`` (say
 the request's headers back), or ``{"status": N, "headers": {...}}`` (answer
 that status with those headers and no body). Usage is fixed: 11 input and 7
-output tokens per call. Every request (headers, body) is appended to
+output tokens per call, the ``Server`` header is uvicorn's (as vLLM's). Every request (headers, body) is appended to
 ``config["log"]`` as one JSON line before it is answered.
 """
 
@@ -35,6 +37,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.support.servers import inference
+
 INPUT_TOKENS = 11
 OUTPUT_TOKENS = 7
 
@@ -43,6 +47,8 @@ class ModelHandler(BaseHTTPRequestHandler):
     """Answers one request as the scripted model."""
 
     protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
     server: ModelServer
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
@@ -78,7 +84,7 @@ class ModelHandler(BaseHTTPRequestHandler):
         if self.path.startswith("/v1/messages"):
             self._messages(text, stream, entry.get("tool"))
         elif self.path.startswith("/v1/chat/completions"):
-            self._chat(text, stream)
+            self._chat(text, stream, entry.get("tool"), body)
         elif self.path.startswith("/v1/responses"):
             self._responses(text, stream, entry.get("tool"))
         else:
@@ -117,20 +123,41 @@ class ModelHandler(BaseHTTPRequestHandler):
             ("message_stop", {"type": "message_stop"}),
         ])  # fmt: skip
 
-    def _chat(self, text: str, stream: bool) -> None:
+    def _chat(self, text: str, stream: bool, tool: dict[str, Any] | None, body: Any) -> None:
         usage = {"prompt_tokens": INPUT_TOKENS, "completion_tokens": OUTPUT_TOKENS,
                  "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS}  # fmt: skip
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        said = text
+        if tool is not None:
+            said = json.dumps(tool["input"])
+            call = {"id": f"chatcmpl-tool-{time.monotonic_ns()}", "type": "function",
+                    "function": {"name": tool["name"], "arguments": said}}  # fmt: skip
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        finish = "tool_calls" if tool is not None else "stop"
+        sampled = inference.sample(body, said)
+        if inference.asks_for_ids(body) or inference.asks_for_logprobs(body):
+            self.server.sent(sampled)
+        head = {"id": "chatcmpl-standin", "model": "stand-in", "created": int(time.time()), "system_fingerprint": None}
         if not stream:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-            self._send_json(200, {"id": "chatcmpl-standin", "object": "chat.completion", "model": "stand-in",
-                                  "choices": [choice], "usage": usage})  # fmt: skip
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+            reply = {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
+            self._send_json(200, inference.decorate(reply, body, sampled))
             return
-        chunk = {"id": "chatcmpl-standin", "object": "chat.completion.chunk", "model": "stand-in"}
-        self._send_events([
-            (None, {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]}),
-            (None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
-            (None, {**chunk, "choices": [], "usage": usage}),
-        ], done=True)  # fmt: skip
+        chunk = {**head, "object": "chat.completion.chunk"}
+        deltas: list[dict[str, Any]]
+        if tool is not None:  # the call in one delta, as vLLM's tool parsers send a short one
+            deltas = [{"role": "assistant", "content": None, "tool_calls": [{**message["tool_calls"][0], "index": 0}]}]
+            spans = [(0, len(sampled.pieces))]
+        else:  # a piece of text (a token) per chunk
+            deltas = [{"role": "assistant", "content": ""}] + [{"content": piece} for piece in sampled.pieces]
+            spans = [(0, 0)] + [(i, i + 1) for i in range(len(sampled.pieces))]
+        events: list[tuple[str | None, Any]] = [
+            (None, inference.decorate_chunk({**chunk, "choices": [{"index": 0, "delta": delta}]}, body, sampled, *span))
+            for delta, span in zip(deltas, spans, strict=True)
+        ]
+        events.append((None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}))
+        events.append((None, {**chunk, "choices": [], "usage": usage}))
+        self._send_events(events, done=True)
 
     def _responses(self, text: str, stream: bool, tool: dict[str, Any] | None) -> None:
         stamp = time.monotonic_ns()
@@ -208,6 +235,8 @@ class ModelServer(ThreadingHTTPServer):
         self._turns = 0
         self._script_text = ""
         self._log = os.open(config["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sent = config.get("sent")
+        self._sent = os.open(sent, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if sent else -1
 
     def record(self, method: str, path: str, headers: dict[str, str], body: Any) -> int:
         """Log the request; its turn number (from 0, counting POSTs since the script last changed)."""
@@ -222,6 +251,12 @@ class ModelServer(ThreadingHTTPServer):
             line = {"time": time.time(), "method": method, "path": path, "headers": headers, "body": body}
             os.write(self._log, (json.dumps(line, sort_keys=True) + "\n").encode())
         return turn
+
+    def sent(self, sampled: inference.Sampled) -> None:
+        """Keep the tokens of a reply that carries them (one JSON line, in the order the replies go)."""
+        if self._sent >= 0:
+            with self._lock:
+                os.write(self._sent, (json.dumps(sampled.as_dict()) + "\n").encode())
 
     def script_entry(self, turn: int) -> dict[str, Any]:
         """The scripted entry for ``turn`` (the last one repeats)."""
