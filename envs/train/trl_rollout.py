@@ -82,18 +82,22 @@ class SnapgymRollout:
         return [{"prompt": prompt, "task_id": task_id} for prompt, task_id in self.task_of_prompt.items()]
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        """Play one group of episodes per run of equal prompts; return TRL's columns, one entry per prompt."""
+        """Play one group of episodes per run of equal prompts; return TRL's columns, one entry per prompt.
+
+        Raises:
+            ConfigError: a prompt that is none of the tasks' instructions (before anything is played).
+        """
+        runs = [(self._task(prompt), len(list(run))) for prompt, run in groupby(prompts)]
         model = trainer.accelerator.unwrap_model(trainer.model)
         decoder = ChoiceDecoder(model, self.tokenizer)
         out: dict[str, list[Any]] = {key: [] for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask")}
         out["env_reward"] = []
         call = RolloutCall([], [])
-        for number, (prompt, run) in enumerate(groupby(prompts)):
-            task_id = self._task(prompt)
+        for number, (task_id, k) in enumerate(runs):
             menu = {task_id: self.commands[task_id]}
             seed = (self.seed, len(self.history), number)  # per call and group: a rerun draws the same
             policy = TokenPolicy(decoder, menu, max_observation_chars=self.max_observation_chars, seed=seed)
-            [group] = envs.rollout(self.env, policy, k=len(list(run)), tasks=[task_id])
+            [group] = envs.rollout(self.env, policy, k=k, tasks=[task_id])
             tokens = [policy.episodes[index] for index in range(len(group.episodes))]
             for episode, record in zip(group.episodes, tokens, strict=True):
                 out["prompt_ids"].append(record.prompt_ids)
