@@ -1,0 +1,1 @@
+"""The trainer example (envs/train/): TRL driven by snapgym episodes."""
