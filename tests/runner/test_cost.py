@@ -1,0 +1,66 @@
+"""benchmark=cost: CPU by process kind from /proc, checked against real processes, and the scenario's smoke run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.scenarios.cost.accounting import ProcessTable, by_kind
+
+REPO = Path(__file__).resolve().parents[2]
+BURN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
+
+
+def _burn(seconds: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", BURN.format(s=seconds)])
+
+
+def test_a_child_that_ends_in_the_window_is_counted_once() -> None:
+    """Seen alive by a sample and then reaped: its own time and the runner's reaped time are not both counted."""
+    start = ProcessTable.now()
+    child = _burn(0.4)
+    time.sleep(0.2)
+    middle = ProcessTable.now()
+    assert any(times.kind == "runner children" for times in middle.processes.values())
+    child.wait()
+    seconds = by_kind([start, middle, ProcessTable.now()])["runner children"].total_s
+    assert 0.35 <= seconds <= 0.6  # 0.4 s of CPU plus the interpreter's start, never twice that
+
+
+def test_only_the_windows_share_of_a_longer_process_is_counted() -> None:
+    child = _burn(0.6)
+    try:
+        time.sleep(0.35)
+        start = ProcessTable.now()
+        time.sleep(0.1)
+        end = ProcessTable.now()
+    finally:
+        child.wait()
+    seconds = by_kind([start, end])["runner children"].total_s
+    assert 0.0 < seconds <= 0.25  # the 0.1 s window (plus tick rounding), not the 0.35 s before it
+
+
+def test_the_cost_scenario_reports_phases_segments_and_kernel_operations(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "benchmark=cost", "benchmark.episodes=4", "benchmark.rounds=2",
+         "benchmark.kernel_op_repetitions=3", "pool.size=2", f"hydra.run.dir={out}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["segments"]) == {"reset", "reset+steps", "episode (env)", "episode (runner)", "baseline"}
+    assert len(summary["phases"]) == 4 and len(summary["rounds"]) == 2
+    runner = summary["segments"]["episode (runner)"]
+    assert runner["own"] > 0 and runner["instances"] > 0 and runner["runner"] > 0
+    assert summary["segments"]["baseline"]["instances"] < runner["instances"]  # the baseline runs no sandbox
+    assert summary["ratio_to_baseline"]["own"] == pytest.approx(runner["own"] / summary["segments"]["baseline"]["own"])
+    assert "Linux" in summary["machine"]
+    assert (out / "cost.md").read_text().startswith("Machine: ")
+    if summary["kernel_ops_us"]:  # root only
+        assert {"memory cgroup", "network namespace", "tmpfs+overlay"} <= set(summary["kernel_ops_us"])
