@@ -54,8 +54,15 @@ def test_the_cost_scenario_reports_phases_segments_and_kernel_operations(tmp_pat
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["segments"]) == {"reset", "reset+steps", "episode (env)", "episode (runner)", "baseline"}
-    assert len(summary["phases"]) == 4 and len(summary["rounds"]) == 2
+    assert set(summary["segments"]) == {
+        "reset",
+        "reset+steps",
+        "reset+steps+seal",
+        "episode (env)",
+        "episode (runner)",
+        "baseline",
+    }
+    assert len(summary["phases"]) == 5 and len(summary["rounds"]) == 2
     runner = summary["segments"]["episode (runner)"]
     assert runner["own"] > 0 and runner["instances"] > 0 and runner["runner"] > 0
     assert summary["segments"]["baseline"]["instances"] < runner["instances"]  # the baseline runs no sandbox

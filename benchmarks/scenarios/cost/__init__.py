@@ -9,14 +9,16 @@ Method:
 
     ``reset``           ``env.reset()`` only, sequentially
     ``reset+steps``     a reset and the steps
+    ``reset+steps+seal`` and ``begin_verification`` (strict: the agent killed, the verifier's instance made)
     ``episode (env)``   a reset, the steps, the submit and the verifier: the env's whole episode
     ``episode (runner)`` the same through the runner at ``pool.size`` (ledger, episode files, pool)
     ``baseline``        the no-isolation baseline (:mod:`benchmarks.scenarios.baselines.noisolation`)
 
     Differences of their medians give the phases: restore (the old instance
     killed, the spare swapped in, a new spare made and the old one torn down),
-    the steps (the agent's shell), the seal and the verifier (a fresh instance
-    and its shell), and the runner. Each is split by process kind from
+    the steps (the agent's shell), the seal (the agent's instance killed, the
+    verifier's made), the verifier (the tests copied in, ``test.sh`` run, the
+    reward and the end state read), and the runner. Each is split by process kind from
     ``/proc/<pid>/stat`` (:mod:`~benchmarks.scenarios.cost.accounting`: user and
     kernel time of the daemon, the keepers, their janitors, the instances, the
     runner's Python), which counts the run's own processes only, so another
@@ -52,9 +54,11 @@ from benchmarks.scenarios.cost.segments import SegmentCost, measure
 from benchmarks.scenarios.eval import evaluate
 from benchmarks.scenarios.throughput import TRIVIAL_TASK, episode_actions
 from envs.tasks import Task, load_task
+from envs.tasks.verifier import plan_for
 from pool import ConfigError
+from pool.verification import VerificationPlan
 
-SEGMENTS = ("reset", "reset+steps", "episode (env)", "episode (runner)", "baseline")
+SEGMENTS = ("reset", "reset+steps", "reset+steps+seal", "episode (env)", "episode (runner)", "baseline")
 
 
 @dataclass
@@ -66,7 +70,7 @@ class CostConfig:
     episodes: int = 100
     """Episodes per segment and round."""
     rounds: int = 3
-    """Rounds of the five segments, in rotating order; medians over them."""
+    """Rounds of the six segments, in rotating order; medians over them."""
     steps: int = 3
     """Steps per episode, as throughput's."""
     kernel_op_repetitions: int = 300
@@ -140,6 +144,7 @@ def _round(
     plays: dict[str, Callable[[], object]] = {
         "reset": lambda: _play(env, [], n, submit=False),
         "reset+steps": lambda: _play(env, actions, n, submit=False),
+        "reset+steps+seal": lambda: _play(env, actions, n, submit=False, seal=plan_for(task)),
         "episode (env)": lambda: _play(env, actions, n, submit=True),
         "episode (runner)": lambda: runner(index),
         "baseline": lambda: noisolation.episodes_per_s(
@@ -151,11 +156,16 @@ def _round(
     return [measured[name] for name in SEGMENTS]
 
 
-def _play(env: gym.Env[Any, Any], actions: list[str], episodes: int, *, submit: bool) -> None:
+def _play(
+    env: gym.Env[Any, Any], actions: list[str], episodes: int, *, submit: bool, seal: VerificationPlan | None = None
+) -> None:
     for _ in range(episodes):
         env.reset()
         for action in actions:
             env.step(action)
+        if seal is not None:
+            sandbox = env.unwrapped.sandbox  # type: ignore[attr-defined]
+            sandbox.begin_verification(seal)  # the next reset ends it
         if submit:
             _, reward, *_ = env.step(envs.SUBMIT)
             if reward != 1.0:
@@ -169,7 +179,7 @@ def _kernel_ops(repetitions: int) -> tuple[dict[str, dict[str, float]], str]:
     if os.geteuid() != 0:
         return {}, "not measured: they need root"
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scenarios.cost.kernelops", str(repetitions)],
+        [sys.executable, "-I", str(Path(__file__).with_name("kernelops.py")), str(repetitions)],
         capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     if done.returncode != 0:

@@ -18,7 +18,9 @@ that dropped them has returned. The operations (root only):
 ``memory cgroup``    ``mkdir`` and ``rmdir`` of a v1 memory cgroup (or a v2 one)
 ``pids cgroup``      the same in the pids hierarchy
 
-Run as ``python -m benchmarks.scenarios.cost.kernelops REPETITIONS``; prints a JSON object
+Run as ``python -I benchmarks/scenarios/cost/kernelops.py REPETITIONS`` (by path, importing nothing
+but the standard library: a small process forks as cheaply as the C daemon's keepers, a Python one
+that imported the runner does not); prints a JSON object
 ``{operation: {"us_per_op": ..., "kernel_threads_us_per_op": ...}}``.
 """
 
@@ -32,8 +34,6 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-
-from benchmarks.scenarios.cost.accounting import KERNEL_THREADS, ProcessTable, by_kind
 
 _CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 _CLONE_NEWPID, _CLONE_NEWNET = 0x20000000, 0x40000000
@@ -111,16 +111,30 @@ def _cgroup(controller: str) -> Callable[[], None] | None:
 
 def _measure(op: Callable[[], None], repetitions: int) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    table = ProcessTable.now()
+    kernel_before = _kernel_threads_s()
     for _ in range(repetitions):
         op()
-    kernel = by_kind([table, ProcessTable.now()]).get(KERNEL_THREADS)
+    kernel_s = _kernel_threads_s() - kernel_before
     after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     used = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before, strict=True))
     return {
         "us_per_op": 1e6 * used / repetitions,
-        "kernel_threads_us_per_op": 1e6 * (kernel.total_s if kernel else 0.0) / repetitions,
+        "kernel_threads_us_per_op": 1e6 * kernel_s / repetitions,
     }
+
+
+def _kernel_threads_s() -> float:
+    """User and kernel seconds of the machine's kernel threads (kthreadd's children) so far."""
+    total = 0
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if name == "2" or fields[1] == b"2":
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def measure_all(repetitions: int) -> dict[str, dict[str, float]]:

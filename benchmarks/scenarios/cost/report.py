@@ -12,11 +12,13 @@ from benchmarks.scenarios.cost.segments import SegmentCost
 PHASES = (
     ("restore", "reset", None),
     ("steps (agent's shell)", "reset+steps", "reset"),
-    ("seal + strict verifier", "episode (env)", "reset+steps"),
+    ("seal (strict)", "reset+steps+seal", "reset+steps"),
+    ("verifier (tests in, test.sh, reward, end state)", "episode (env)", "reset+steps+seal"),
     ("runner (ledger, episode files, pool)", "episode (runner)", "episode (env)"),
 )
 """(phase, segment, segment taken off): each phase is the difference of two segments' medians."""
 COLUMNS = (*KINDS, "own", "own kernel", KERNEL_THREADS, "machine busy")
+KERNEL_COLUMNS = tuple(f"{kind} kernel" for kind in KINDS)
 
 
 def summary(
@@ -43,11 +45,15 @@ def summary(
 
 
 def markdown(figures: dict[str, Any]) -> str:
-    """Three tables: phases by process kind, the segments, and the kernel operations."""
+    """The tables: phases by process kind (all, and the kernel part), the segments, the kernel operations."""
     lines = [
         f"Machine: {figures['machine']}. {figures['unit']}.",
         "",
         _table("phase", figures["phases"], COLUMNS),
+        "",
+        "Of which in the kernel:",
+        "",
+        _table("phase", figures["phases"], KERNEL_COLUMNS),
         "",
         _table("segment", figures["segments"], (*COLUMNS, "wall", "memory cgroups added")),
         "",
@@ -67,6 +73,7 @@ def markdown(figures: dict[str, Any]) -> str:
 
 def _row(cost: SegmentCost) -> dict[str, float]:
     row = {kind: cost.ms_by_kind.get(kind, 0.0) for kind in (*KINDS, KERNEL_THREADS)}
+    row.update({f"{kind} kernel": cost.kernel_ms_by_kind.get(kind, 0.0) for kind in KINDS})
     row["own"] = cost.own_ms
     row["own kernel"] = sum(value for kind, value in cost.kernel_ms_by_kind.items() if kind in KINDS)
     row["machine busy"] = cost.machine_busy_ms
@@ -82,7 +89,7 @@ def _medians(costs: Sequence[SegmentCost]) -> dict[str, float]:
 
 
 def _minus(whole: dict[str, float], part: dict[str, float] | None) -> dict[str, float]:
-    return {key: whole[key] - (part[key] if part else 0.0) for key in COLUMNS}
+    return {key: whole[key] - (part[key] if part else 0.0) for key in (*COLUMNS, *KERNEL_COLUMNS)}
 
 
 def _table(first: str, rows: dict[str, dict[str, float]], columns: Sequence[str]) -> str:
