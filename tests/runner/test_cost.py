@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -71,3 +72,20 @@ def test_the_cost_scenario_reports_phases_segments_and_kernel_operations(tmp_pat
     assert (out / "cost.md").read_text().startswith("Machine: ")
     if summary["kernel_ops_us"]:  # root only
         assert {"memory cgroup", "network namespace", "tmpfs+overlay"} <= set(summary["kernel_ops_us"])
+
+
+def test_another_tenants_keeper_is_not_counted(tmp_path: Path) -> None:
+    """A process titled like a keeper that the runner did not start (reparented away) is ``other``."""
+    pid_file = tmp_path / "pid"
+    script = f"import os,time\nopen({str(pid_file)!r},'w').write(str(os.getpid()))\n" + BURN.format(s=0.5)
+    # bash -c '... &' exits at once: the burner is reparented away from the runner, as another tenant's is
+    subprocess.run(["bash", "-c", f"exec -a snapgym-keeper {sys.executable} -c {shlex.quote(script)} &"], check=True)
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.02)
+    start = ProcessTable.now()
+    time.sleep(0.3)
+    kinds = by_kind([start, ProcessTable.now()])
+    assert any(times.pid == int(pid_file.read_text()) and times.kind == "other" for times in start.processes.values())
+    assert "keepers" not in kinds
