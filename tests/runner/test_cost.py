@@ -89,3 +89,11 @@ def test_another_tenants_keeper_is_not_counted(tmp_path: Path) -> None:
     kinds = by_kind([start, ProcessTable.now()])
     assert any(times.pid == int(pid_file.read_text()) and times.kind == "other" for times in start.processes.values())
     assert "keepers" not in kinds
+
+
+def test_a_ray_pool_is_refused_by_the_cost_scenario(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "benchmark=cost", "pool=ray", f"hydra.run.dir={tmp_path}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "run it with pool=direct" in done.stderr

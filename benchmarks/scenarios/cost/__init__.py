@@ -106,7 +106,7 @@ class CostOutcome:
 def run(job: Job) -> CostOutcome:
     """Measure the segments ``rounds`` times and the kernel operations; see the module docstring."""
     cfg: CostConfig = job.settings
-    if str(job.config.pool.get("name", "direct")) != "direct":
+    if str(getattr(job.config.pool.kind, "name", job.config.pool.kind)) != "direct":
         raise ConfigError("benchmark=cost accounts for the runner's own processes; run it with pool=direct")
     run_dir, config, _ = rundir.resolve(job.config, job.output_dir, given=job.given)
     task = load_task(TRIVIAL_TASK)
