@@ -155,6 +155,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="egress_schema", node=EgressBenchConfig)
     from benchmarks import schemas
     from benchmarks.scenarios.burst import BurstConfig
+    from benchmarks.scenarios.cost import CostConfig
     from benchmarks.scenarios.durable import DurableBenchConfig
     from benchmarks.scenarios.eval import EvalBenchConfig
     from benchmarks.scenarios.fork import ForkBenchConfig
@@ -172,6 +173,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="idle_schema", node=IdleConfig)
     store.store(group="benchmark", name="durable_schema", node=DurableBenchConfig)
     store.store(group="benchmark", name="integrity_schema", node=IntegrityBenchConfig)
+    store.store(group="benchmark", name="cost_schema", node=CostConfig)
     store.store(group="pool", name="pool_schema", node=schemas.PoolSettings)
     store.store(group="suite", name="suite_schema", node=schemas.SuiteConfig)
     store.store(group="suite", name="dir_suite_schema", node=schemas.DirSuiteConfig)

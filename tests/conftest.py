@@ -89,6 +89,8 @@ SLOW = {
     "tests/runner/test_notebooks.py::test_notebook_runs_top_to_bottom[[]03_*": "trains a policy: 600 episodes",
     "tests/viewer/test_viewer.py::test_every_episode_of_a_21_task_run_*": "the 21 built-in tasks and 21 episode pages",
     "tests/train/test_trl_grpo.py::*": "TRL's GRPOTrainer trains a model for three steps on 24 episodes",
+    "tests/backends/local/test_memory_cgroups.py::*": "200 episodes, counting the host's memory cgroups",
+    "tests/runner/test_cost.py::test_the_cost_scenario_*": "five segments twice and the kernel operations",
 }
 """Tests over about 10 s each (node id patterns, and why they take long). The default run leaves
 them out (``-m 'not slow'`` in pyproject's addopts) to stay well under 15 minutes; CI runs them

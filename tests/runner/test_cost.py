@@ -1,0 +1,99 @@
+"""benchmark=cost: CPU by process kind from /proc, checked against real processes, and the scenario's smoke run."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.scenarios.cost.accounting import ProcessTable, by_kind
+
+REPO = Path(__file__).resolve().parents[2]
+BURN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
+
+
+def _burn(seconds: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", BURN.format(s=seconds)])
+
+
+def test_a_child_that_ends_in_the_window_is_counted_once() -> None:
+    """Seen alive by a sample and then reaped: its own time and the runner's reaped time are not both counted."""
+    start = ProcessTable.now()
+    child = _burn(0.4)
+    time.sleep(0.2)
+    middle = ProcessTable.now()
+    assert any(times.kind == "runner children" for times in middle.processes.values())
+    child.wait()
+    seconds = by_kind([start, middle, ProcessTable.now()])["runner children"].total_s
+    assert 0.35 <= seconds <= 0.6  # 0.4 s of CPU plus the interpreter's start, never twice that
+
+
+def test_only_the_windows_share_of_a_longer_process_is_counted() -> None:
+    child = _burn(0.6)
+    try:
+        time.sleep(0.35)
+        start = ProcessTable.now()
+        time.sleep(0.1)
+        end = ProcessTable.now()
+    finally:
+        child.wait()
+    seconds = by_kind([start, end])["runner children"].total_s
+    assert 0.0 < seconds <= 0.25  # the 0.1 s window (plus tick rounding), not the 0.35 s before it
+
+
+def test_the_cost_scenario_reports_phases_segments_and_kernel_operations(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "benchmark=cost", "benchmark.episodes=4", "benchmark.rounds=2",
+         "benchmark.kernel_op_repetitions=3", "pool.size=2", f"hydra.run.dir={out}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["segments"]) == {
+        "reset",
+        "reset+steps",
+        "reset+steps+seal",
+        "episode (env)",
+        "episode (runner)",
+        "baseline",
+    }
+    assert len(summary["phases"]) == 5 and len(summary["rounds"]) == 2
+    runner = summary["segments"]["episode (runner)"]
+    assert runner["own"] > 0 and runner["instances"] > 0 and runner["runner"] > 0
+    assert summary["segments"]["baseline"]["instances"] < runner["instances"]  # the baseline runs no sandbox
+    assert summary["ratio_to_baseline"]["own"] == pytest.approx(runner["own"] / summary["segments"]["baseline"]["own"])
+    assert "Linux" in summary["machine"]
+    assert (out / "cost.md").read_text().startswith("Machine: ")
+    if summary["kernel_ops_us"]:  # root only
+        assert {"memory cgroup", "network namespace", "tmpfs+overlay"} <= set(summary["kernel_ops_us"])
+
+
+def test_another_tenants_keeper_is_not_counted(tmp_path: Path) -> None:
+    """A process titled like a keeper that the runner did not start (reparented away) is ``other``."""
+    pid_file = tmp_path / "pid"
+    script = f"import os,time\nopen({str(pid_file)!r},'w').write(str(os.getpid()))\n" + BURN.format(s=0.5)
+    # bash -c '... &' exits at once: the burner is reparented away from the runner, as another tenant's is
+    subprocess.run(["bash", "-c", f"exec -a snapgym-keeper {sys.executable} -c {shlex.quote(script)} &"], check=True)
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.02)
+    start = ProcessTable.now()
+    time.sleep(0.3)
+    kinds = by_kind([start, ProcessTable.now()])
+    assert any(times.pid == int(pid_file.read_text()) and times.kind == "other" for times in start.processes.values())
+    assert "keepers" not in kinds
+
+
+def test_a_ray_pool_is_refused_by_the_cost_scenario(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "benchmark=cost", "pool=ray", f"hydra.run.dir={tmp_path}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "run it with pool=direct" in done.stderr
