@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from envs.base import EpisodeState, SandboxEnv
+from envs.base import SandboxEnv
 from envs.check import TaskCheck, check_task
+from envs.episode.state import EpisodeState
 from envs.errors import (
     DockerfileError,
     HostPackagesMissingError,
