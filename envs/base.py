@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +29,7 @@ import gymnasium as gym
 from envs.episode.clock import AgentClock
 from envs.episode.endstate import end_digest
 from envs.episode.network import NetworkSetting, template_for
+from envs.episode.pause import PausedEpisode, check_resumable, claim, paused
 from envs.episode.resume import check_reset_options, episode_start, start_info
 from envs.episode.scoring import AGENT_ENDED, agents_end, changes_info, judge, outcome, record_network
 from envs.episode.sources import SandboxLeaser, SandboxSource, open_source
@@ -41,7 +44,7 @@ from envs.tasks.task import Task, load_task
 from pool.capabilities import Capabilities, EgressControl, Location
 from pool.changes import Changes
 from pool.contract import Backend, Sandbox
-from pool.errors import CommandRejectedError, ConfigError, SandboxError, SnapgymError
+from pool.errors import CommandRejectedError, ConfigError, SandboxError, SnapgymError, UnsupportedError
 from pool.network.policy import Phase, PhasePolicies
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
@@ -244,6 +247,27 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         super().close()
 
     # -- branching ------------------------------------------------------------
+
+    def pause(self, *, carry: Mapping[str, Any] | None = None, claims_dir: str | Path | None = None) -> PausedEpisode:
+        """Checkpoint the running episode and let its sandbox go; any environment of the task goes on with it
+        by :meth:`resume`, exactly once (see envs.episode.pause). ``carry``: JSON values for the handle."""
+        check_running(self._state)
+        if not self.state_in_files:
+            raise UnsupportedError(f"{type(self).__name__} keeps its state in a process, not in files: it cannot pause")
+        snapshot = self.checkpoint()
+        handle = paused(self.task.id, snapshot, step=self._steps, elapsed_s=self._clock.elapsed_s,
+                        changes=self.episode_changes(), claims_dir=claims_dir, carry=carry)  # fmt: skip
+        self.release_sandbox()
+        return handle
+
+    def resume(self, handle: PausedEpisode | Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Go on with a paused episode (its handle or ``handle.to_dict()``), as ``reset()`` does with
+        ``resume_at``: steps are numbered on from the pause. Raises AlreadyResumedError the second time."""
+        check_not_closed(self._state)
+        handle = check_resumable(handle, self.tasks)
+        claim(handle, by=f"pid {os.getpid()} on {socket.gethostname()}")
+        at = {"step": handle.step, "elapsed_s": handle.elapsed_s, "changes": handle.changes}
+        return self.reset(options={"task": handle.task_id, "snapshot": handle.snapshot, "resume_at": at})
 
     def checkpoint(self) -> Snapshot:
         """Snapshot the current episode state; start episodes from it with ``reset(options={"snapshot": s})``
