@@ -20,7 +20,7 @@ from pool.errors import ConfigError
 
 T = TypeVar("T")
 
-DEFAULT_THREADS = 8
+DEFAULT_THREADS = 16
 """Threads of the shared executor: enough to keep resets and verifiers of a machine's pool busy."""
 
 

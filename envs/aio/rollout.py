@@ -3,10 +3,11 @@
 >>> groups = asyncio.run(envs.aio.rollout(env, policy, k=8, max_in_flight=64))
 
 The policy may be a coroutine function (``async def policy(obs, info) -> str``, e.g. a call to an
-inference server) or a plain one (called on the loop: keep it quick). Each episode is a child of
-``fork(1, task_snapshot)`` made when its turn comes, so no more than ``max_in_flight`` sandboxes
-are held at once; on a pool the bound is at most the pool's ``max_size``. Episodes come back grouped
-per task, in order, as :class:`envs.rollout.Group` (GRPO advantages included).
+inference server) or a plain one (called on the loop: keep it quick). Each episode's sandbox is
+forked from its task's snapshot when its turn comes (the episodes whose turn came meanwhile share
+one fork call), so no more than ``max_in_flight`` sandboxes are held at once; on a pool the bound
+is at most the pool's ``max_size``. Episodes come back grouped per task, in order, as
+:class:`envs.rollout.Group` (GRPO advantages included).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ async def rollout(
             await blocking.run(base.reset, options={"task": task_id})
             parents.extend(await blocking.run(base.fork, 1, base.task_snapshot))
         slots = asyncio.Semaphore(bound)
-        plays = [[_play(parent, policy, index, slots, blocking) for index in range(k)] for parent in parents]
+        supplies = [_Children(parent, blocking) for parent in parents]
+        plays = [[_play(supply, policy, index, slots) for index in range(k)] for supply in supplies]
         played = await asyncio.gather(*(asyncio.gather(*group) for group in plays))
     finally:
         for parent in parents:
@@ -81,12 +83,44 @@ def in_flight_bound(base: SandboxEnv, asked: int | None, episodes: int) -> int:
     return bound
 
 
-async def _play(
-    parent: SandboxEnv, policy: AsyncPolicy, index: int, slots: asyncio.Semaphore, blocking: Blocking
-) -> Episode:
+class _Children:
+    """A task's episodes' sandboxes, forked in batches: every episode that got its slot while a fork
+    was under way is served by the next fork, one backend call for all of them (as ``envs.rollout``
+    forks its k at once), and never more than the slots taken."""
+
+    def __init__(self, parent: SandboxEnv, blocking: Blocking) -> None:
+        self.parent, self.blocking = parent, blocking
+        self._waiting: list[asyncio.Future[SandboxEnv]] = []
+        self._forking: asyncio.Task[None] | None = None
+
+    async def take(self) -> SandboxEnv:
+        """A child at the task's start (for an episode that holds a slot)."""
+        wanted: asyncio.Future[SandboxEnv] = asyncio.get_running_loop().create_future()
+        self._waiting.append(wanted)
+        if self._forking is None:
+            self._forking = asyncio.ensure_future(self._fork())
+        return await wanted
+
+    async def _fork(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                try:
+                    children = await self.blocking.run(self.parent.fork, len(batch), self.parent.task_snapshot)
+                except Exception as exc:
+                    for wanted in batch:
+                        wanted.set_exception(exc)
+                    continue
+                for wanted, child in zip(batch, children, strict=True):
+                    wanted.set_result(child)
+        finally:
+            self._forking = None
+
+
+async def _play(supply: _Children, policy: AsyncPolicy, index: int, slots: asyncio.Semaphore) -> Episode:
     async with slots:
-        (child,) = await blocking.run(parent.fork, 1, parent.task_snapshot)
-        env = AsyncEnv(child, blocking=blocking)
+        child = await supply.take()
+        env = AsyncEnv(child, blocking=supply.blocking)
         try:
             recorder = Recorder(child, index, *await env.reset())
             while True:

@@ -8,7 +8,6 @@ command itself exits is not waited for.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import select
 import time
@@ -131,13 +130,13 @@ async def _until_status_async(out_fd: int, err_fd: int, status_fd: int, *, cap: 
     """:func:`_until_status`, waiting on the event loop (readers on the three pipes) instead of poll()."""
     loop = asyncio.get_running_loop()
     bufs = {out_fd: CappedBuffer(cap), err_fd: CappedBuffer(cap)}
-    status_bytes, hit, ready = b"", False, asyncio.Event()
+    status_bytes, hit = b"", False
     open_fds = {out_fd, err_fd, status_fd}
+    waiter = _Waiter()
     for fd in open_fds:
-        loop.add_reader(fd, ready.set)
+        loop.add_reader(fd, waiter.wake)
     try:
         while len(status_bytes) < STATUS_SIZE and status_fd in open_fds:
-            ready.clear()
             got_any = False
             for fd in (fd for fd in (out_fd, err_fd, status_fd) if fd in open_fds):
                 chunk = _read(fd, STATUS_SIZE - len(status_bytes) if fd == status_fd else _READ_SIZE)
@@ -153,20 +152,42 @@ async def _until_status_async(out_fd: int, err_fd: int, status_fd: int, *, cap: 
                     bufs[fd].add(chunk)
                 if len(status_bytes) == STATUS_SIZE:
                     break
-            if got_any or len(status_bytes) == STATUS_SIZE or status_fd not in open_fds:
+            if got_any:
                 continue
             left = None if deadline_s is None else deadline_s - time.monotonic()
             if left is not None and left <= 0:
                 hit = True
                 break
-            with contextlib.suppress(TimeoutError):  # the loop above sees the deadline passed
-                await asyncio.wait_for(ready.wait(), left)
+            await waiter.wait(loop, left)
     finally:
         for fd in open_fds:
             loop.remove_reader(fd)
     _drain(bufs, open_fds)
     record = status_bytes if len(status_bytes) == STATUS_SIZE else None
     return _Read(bufs[out_fd], bufs[err_fd], record, hit, out_fd in open_fds and err_fd in open_fds)
+
+
+class _Waiter:
+    """One coroutine's wait for a reader callback or a timeout (cheaper than wait_for, which makes a task)."""
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        """Called by the loop when a pipe is ready (or the time is up)."""
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    async def wait(self, loop: asyncio.AbstractEventLoop, timeout_s: float | None) -> None:
+        """Until :meth:`wake`, or ``timeout_s`` (None: no limit)."""
+        self._future = loop.create_future()
+        timer = loop.call_later(timeout_s, self.wake) if timeout_s is not None else None
+        try:
+            await self._future
+        finally:
+            self._future = None
+            if timer is not None:
+                timer.cancel()
 
 
 def _drain(bufs: dict[int, CappedBuffer], open_fds: set[int]) -> None:
