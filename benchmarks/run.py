@@ -64,6 +64,7 @@ SCENARIOS: dict[str, str] = {
     "burst": "benchmarks.scenarios.burst",
     "idle": "benchmarks.scenarios.idle",
     "durable": "benchmarks.scenarios.durable",
+    "aio": "benchmarks.scenarios.aio.inflight",
 }
 EXIT_USAGE = 2
 """Exit status of a run refused for bad input (config, task, credentials) or stopped by the model's refusal."""
