@@ -110,3 +110,28 @@ def test_async_rollout_refuses_bad_bounds(backend: LocalBackend) -> None:
             asyncio.run(envs.aio.rollout(env, lambda obs, info: "submit", k=0))
     finally:
         env.close()
+
+
+def test_a_wrapped_env_and_python_env_step_on_the_executor_with_their_own_semantics(backend: LocalBackend) -> None:
+    """No asynchronous path (a Gymnasium wrapper's synchronous step, Python-v0's interpreter): each
+    step runs whole on the executor, and behaves as the environment's own."""
+    import gymnasium as gym
+
+    async def play() -> tuple[str, str]:
+        wrapped = envs.aio.AsyncEnv(gym.make("snapgym/Shell-v0", task=TASK, backend=backend))
+        python = envs.aio.AsyncEnv(envs.PythonEnv(TASK, backend=backend))
+        try:
+            await wrapped.reset()
+            await python.reset()
+            await python.step("x = 6 * 7")
+            shell_obs, *_ = await wrapped.step("echo wrapped")
+            python_obs, *_ = await python.step("print(x)")
+            with pytest.raises(envs.InvalidActionError):
+                await wrapped.step(b"not text")  # type: ignore[arg-type]
+            return shell_obs["output"], python_obs["output"]
+        finally:
+            await wrapped.close()
+            await python.close()
+
+    shell_output, python_output = asyncio.run(play())
+    assert shell_output.startswith("wrapped\n") and python_output.startswith("42")
