@@ -88,7 +88,10 @@ def test_another_tenants_keeper_is_not_counted(tmp_path: Path) -> None:
     time.sleep(0.3)
     kinds = by_kind([start, ProcessTable.now()])
     assert any(times.pid == int(pid_file.read_text()) and times.kind == "other" for times in start.processes.values())
-    assert "keepers" not in kinds
+    # The burner's 0.3 s of CPU is not among the keepers' (the idle keepers of this test process's own
+    # backends, when other tests of the session started some, may be listed, with next to nothing).
+    keepers = kinds.get("keepers")
+    assert keepers is None or keepers.user_s + keepers.system_s < 0.1, keepers
 
 
 def test_a_ray_pool_is_refused_by_the_cost_scenario(tmp_path: Path) -> None:
