@@ -259,12 +259,11 @@ class _Judge:
         """Module name -> (unit, why) for the files of the agent's dropped distributions in ``folder``."""
         if folder not in self._dists:
             owned: dict[str, tuple[str, str]] = {}
-            for path in sorted(self.added):
-                parent, entry = posixpath.split(path)
-                if parent == folder and entry.endswith((".dist-info", ".egg-info")):
-                    why = self._dist_rule(folder, entry)
-                    if why is not None:
-                        owned.update(dict.fromkeys(self._modules_of(folder, entry), (path, why)))
+            tops = {p[len(folder) + 1 :].split("/")[0] for p in self.added if p.startswith(folder + "/")}
+            for entry in sorted(t for t in tops if t.endswith((".dist-info", ".egg-info"))):
+                why = self._dist_rule(folder, entry)
+                if why is not None:
+                    owned.update(dict.fromkeys(self._modules_of(folder, entry), (f"{folder}/{entry}", why)))
             self._dists[folder] = owned
         return self._dists[folder]
 
