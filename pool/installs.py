@@ -53,7 +53,7 @@ TOOLCHAIN_MODULES = frozenset({
 finds the agent's copy installed and keeps it)."""
 ETC_NEVER = re.compile(
     r"^(ld\.so.*|profile.*|bash.*|environment.*|pip.*|python.*|xdg|uv|apt|ssl|ca-certificates"
-    r"|alternatives|security|pam\.d|sudoers.*|npm.*|gitconfig|git|systemd|default|skel)$"
+    r"|alternatives|security|pam\.d|sudoers.*|npm.*|gitconfig|git|systemd|default|skel|snapgym)$"
 )
 """``/etc`` folders whose content configures the loader, shells or the verifier's tools: never grafted."""
 _SITE = ("site-packages", "dist-packages")

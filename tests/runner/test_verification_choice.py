@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from benchmarks.attacks import ATTACKS, TaskKind, select_attacks
 from benchmarks.episodes.calibration import TOOLCHAIN_GUARDS, in_mode, in_shared_mode
 from envs import load_task
 from envs.check import STRICT_CAUSE, check_one
+from envs.spaces.actions import SUBMIT
 from pool import LocalBackend
 from tests.support.backends import LIMITS
 from tests.support.fixtures.net_fixtures import TestInternet, egress_options, publish_wheel
@@ -268,3 +270,23 @@ def test_a_trojan_appended_to_a_package_the_tests_import_beats_shared_mode_and_n
     [trojan] = select_attacks(["site-packages-trojan"])
     assert play(net_local, in_shared_mode(task), trojan.actions) == (1.0, True)
     assert play(net_local, in_mode(task, "toolchain"), trojan.actions) == (0.0, True)
+
+
+def test_the_episode_info_names_what_the_toolchain_verifier_got(net_local: LocalBackend, suite: Path) -> None:
+    """info["verifier"]["install_delta"]: the package installed grafted, a hook beside it dropped with its rule."""
+    task = in_mode(load_task(suite / INTERPRETER), "toolchain")
+    hook = "python3 -c 'import site; print(site.getsitepackages()[0])' | xargs -I{} sh -c 'echo import os > {}/zz.pth'"
+    env = gym.make("snapgym/Shell-v0", task=task, backend=net_local, step_timeout_s=60.0, max_steps=4)
+    try:
+        env.reset()
+        env.step(f"bash -c {shlex.quote(VENV_SOLVE_SH)}")
+        env.step(hook)
+        _, reward, _, _, info = env.step(SUBMIT)
+    finally:
+        env.close()
+    delta = info["verifier"]["install_delta"]
+    assert reward == 1.0 and info["verifier"]["mode"] == "toolchain", info["verifier"]
+    assert any(path.endswith("/site-packages/sgeigen.py") for path in delta["grafted"]), delta
+    assert [d["rule"] for d in delta["dropped"] if d["path"].endswith("/zz.pth")] == [
+        "a start-up hook (*.pth) that every Python would run"
+    ], delta
