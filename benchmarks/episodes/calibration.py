@@ -278,6 +278,8 @@ def _judge(task_id: str, key: str, check: TaskCheck) -> Calibration:
     elif noop.reward != 0.0:
         scored = "was not scored" if noop.reward is None else f"scored {noop.reward:g}"
         reason = f"doing nothing {scored} in this environment ({noop.error or 'the tests do not check the task'})"
+    if oracle.reward != 1.0 and oracle.upgrades_dropped:
+        reason += f"; its verifier did not get what it upgraded: {'; '.join(oracle.upgrades_dropped[:3])}"
     failed = oracle.failed_connections if oracle.reward != 1.0 else noop.failed_connections
     if reason and failed:
         reason += f"; the verifier's connections that failed: {', '.join(failed[:4])}"

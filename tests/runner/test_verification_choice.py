@@ -175,6 +175,7 @@ def test_a_solution_that_upgrades_a_package_the_image_has_is_not_chosen_into_too
     reason = json.loads((tmp_path / "oracle" / "calibration.json").read_text())["upgrades"]["reason"]
     assert reason.startswith("in strict mode, its reference solution scored 0"), reason
     assert "; in toolchain mode, its reference solution scored 0" in reason, reason
+    assert "its verifier did not get what it upgraded: an upgrade of the distribution 'sgeigen'" in reason, reason
     assert "; shared mode is not chosen: the attack python-pth" in reason, reason
 
 
