@@ -88,6 +88,10 @@ class AgentFiles(Protocol):
         """A symbolic link's target (None: not a link)."""
         ...
 
+    def is_plain(self, path: str) -> bool:
+        """Whether the path is a regular file, a folder or a link (not a FIFO, socket or device)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class InstallDelta:
@@ -200,6 +204,8 @@ class _Judge:
     def rule(self, path: str) -> tuple[str, str] | None:
         """(the folder or path the rule is about, why) when ``path`` is dropped, else None."""
         name = posixpath.basename(path)
+        if not self.agent.is_plain(path):
+            return path, "not a regular file, folder or link"
         if name.endswith(".pth"):
             return path, "a start-up hook (*.pth) that every Python would run"
         if module_name(name) in ("sitecustomize", "usercustomize"):

@@ -46,6 +46,9 @@ class Agent:
     def readlink(self, path: str) -> str | None:
         return self.links.get(path)
 
+    def is_plain(self, path: str) -> bool:
+        return not path.endswith(".fifo")
+
 
 def _parents(path: str) -> list[str]:
     found = []
@@ -107,6 +110,7 @@ def test_libraries_etc_node_modules_and_links():
             "/usr/local/lib/libssl.so.3": b"elf", "/usr/lib/x86_64-linux-gnu/libcob.so.4": b"elf",
             "/etc/ld.so.conf.d/zz.conf": b"/opt", "/etc/gnucobol/default.conf": b"", "/etc/apt/apt.conf.d/x": b"",
             "/usr/lib/node_modules/npm/npmrc": b"", "/usr/lib/node_modules/left-pad/index.js": b"",
+            "/opt/x/pipe.fifo": b"",
         },
         links={"/opt/x/passwd": "/etc/passwd", "/opt/x/lib": "../../usr/lib/x86_64-linux-gnu/libcob.so.4"},
     )  # fmt: skip
@@ -120,4 +124,5 @@ def test_libraries_etc_node_modules_and_links():
         "/usr/lib/node_modules/left-pad/index.js": "grafted",
         "/opt/x/passwd": "a link that leads outside the install roots (-> /etc/passwd): not followed, not grafted",
         "/opt/x/lib": "grafted",
+        "/opt/x/pipe.fifo": "not a regular file, folder or link",
     }

@@ -175,7 +175,11 @@ def test_the_host_is_untouched_by_a_link_the_agent_planted(
     probe.write_text("host\n")
     try:
         sandbox.exec(f"mkdir -p /opt/evil && ln -s {probe} /opt/evil/probe && ln -s /tmp /opt/evil/tmp")
-        sandbox.begin_verification(toolchain(tests_dir, venv))
+        sandbox.exec("mkfifo /opt/evil/pipe")
+        report = sandbox.begin_verification(toolchain(tests_dir, venv))
         assert probe.read_text() == "host\n"
+        assert report.install_delta is not None
+        assert ("/opt/evil/pipe", "not a regular file, folder or link") in report.install_delta.dropped
+        assert not sandbox.exec("test -e /opt/evil").ok, "nothing of /opt/evil is grafted"
     finally:
         probe.unlink()

@@ -113,6 +113,11 @@ class AgentCopy:
         found = self._at(path, use)
         return found if isinstance(found, bytes) else None
 
+    def is_plain(self, path: str) -> bool:
+        """A regular file, folder or link (not a FIFO, socket or device node)."""
+        found = self._at(path, lambda fd, name: b"y" if _is_plain(os.lstat(name, dir_fd=fd).st_mode) else None)
+        return found == b"y"
+
     def readlink(self, path: str) -> str | None:
         """A link's target; None when it is no link."""
         found = self._at(path, lambda fd, name: os.readlink(name, dir_fd=fd))
@@ -194,6 +199,10 @@ def _unmark(path: str) -> None:
     for name in names:
         if os.fsencode(name).startswith(_OVERLAY_XATTRS):
             os.removexattr(path, name, follow_symlinks=False)
+
+
+def _is_plain(mode: int) -> bool:
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
 
 
 def _kind(mode: int) -> str:
