@@ -41,6 +41,8 @@ class VerificationChoice(enum.Enum):
     """What each task declares (``[snapgym] verification``); strict when it declares nothing."""
     strict = "strict"
     """The verifier runs in a fresh sandbox that shows only the task's outputs of the agent's end state."""
+    toolchain = "toolchain"
+    """As strict, plus what the agent added where packages install, filtered (``pool.installs``)."""
     shared = "shared"
     """The verifier runs beside the agent's live processes, as in Harbor (private reward channel and tests)."""
 
@@ -207,7 +209,7 @@ class RunConfig(EpisodeSettings):
     env: EnvKind = EnvKind.shell
     """``shell`` (Shell-v0) or ``python`` (Python-v0)."""
     verification: VerificationChoice = VerificationChoice.task
-    """``task`` (each task's own mode), ``strict`` or ``shared`` for every episode."""
+    """``task`` (each task's own mode), ``strict``, ``toolchain`` or ``shared`` for every episode."""
     network: Any = "task"
     """``task`` (each task's policy per phase, as in Harbor), ``offline``, ``public``, a list of
     allowed hosts (an allowlist for both phases), or ``{build: ..., agent: ..., verifier: ...}``; a plain

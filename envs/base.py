@@ -71,7 +71,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         max_action_bytes: the largest action accepted (UTF-8 bytes).
         max_output_bytes: cap on each of stdout and stderr in an observation.
         bases: image -> base spec for Dockerfile ``FROM`` lines (see pool.build.dockerfile).
-        verification: ``"strict"`` or ``"shared"`` for every episode; None: what the task
+        verification: ``"strict"``, ``"toolchain"`` or ``"shared"`` for every episode; None: what the task
             declares (strict when it declares nothing). See envs.tasks.verifier.
         network: the network of every episode: None or ``"task"`` (the task's policy per
             phase, Harbor's default ``public``), ``"offline"``, ``"public"``, a list of

@@ -57,6 +57,8 @@ class Play:
     """The verifier's connections that did not get through: ``host:port (verdict: why)``."""
     reached: tuple[str, ...] = ()
     """``host:port`` of the verifier's connections that got through."""
+    upgrades_dropped: tuple[str, ...] = ()
+    """toolchain: the rules that kept an upgrade the agent made from its verifier (each names the distribution)."""
 
     @classmethod
     def from_info(cls, reward: float, info: dict[str, Any]) -> Play:
@@ -70,7 +72,9 @@ class Play:
             why = info.get("unscored_reason") or "unscored"
             hint = (info.get("network_failure") or {}).get("hint") or info.get("infra_error") or ""
             return cls(None, f"{why}: {hint}" if hint else why, output, failed, reached)
-        return cls(float(reward), verifier.get("error"), output, failed, reached)
+        dropped = (verifier.get("install_delta") or {}).get("dropped") or []
+        upgrades = tuple(d["rule"] for d in dropped if str(d.get("rule", "")).startswith("an upgrade of"))
+        return cls(float(reward), verifier.get("error"), output, failed, reached, upgrades)
 
 
 @dataclass(frozen=True, slots=True)

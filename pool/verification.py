@@ -5,7 +5,7 @@ except through the task's outputs. ``sandbox.begin_verification(plan)`` is the
 one call where a backend puts that boundary in place; the environments
 (``envs.tasks.verifier``) decide which plan a task gets and read the verdict.
 
-Two modes:
+Three modes:
 
 ``strict``
     Every process of the agent is killed (and gone) before anything else.
@@ -16,6 +16,18 @@ Two modes:
     snapshot. A symbolic link in the outputs that would lead the verifier
     into its private paths (``/tests``, ``/logs/verifier``) is removed and
     reported.
+
+``toolchain``
+    Strict mode's separation, plus what the agent *added* where packages
+    install (``pool.installs``): the backend lists the agent's changes itself
+    (its writable layer, which the agent cannot forge), and each path the
+    known-good snapshot lacks under the install roots is shown to the
+    verifier unless a rule of ``pool.installs`` drops it (start-up hooks,
+    shadows of known-good modules and commands, pytest plugins, upgrades of
+    known-good distributions, ``/etc`` outside a package's own folder). A
+    path the snapshot has, changed or not, is the snapshot's. What was
+    grafted and dropped is in the report's ``install_delta``. Backends
+    without an unforgeable change list do not offer the mode.
 
 ``shared``
     The agent's processes stay alive (a service the tests talk to) and the
@@ -41,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pool.errors import ConfigError
+from pool.installs import InstallDelta
 from pool.snapshots import Snapshot
 from pool.validation import choose
 
@@ -49,7 +62,13 @@ class VerifyMode(enum.Enum):
     """How the verifier is separated from the agent (see the module docstring)."""
 
     STRICT = "strict"
+    TOOLCHAIN = "toolchain"
     SHARED = "shared"
+
+    @property
+    def is_separate(self) -> bool:
+        """The verifier runs in a fresh sandbox at the known-good snapshot (strict and toolchain)."""
+        return self is not VerifyMode.SHARED
 
     @classmethod
     def parse(cls, value: str | VerifyMode) -> VerifyMode:
@@ -111,8 +130,8 @@ class VerificationPlan:
                 or any(part in ("", ".", "..") for part in path.strip("/").split("/"))
             ):
                 raise ConfigError(f"verification paths must be absolute, normalised and not '/': {path!r}")
-        if self.mode is VerifyMode.STRICT and not self.outputs:
-            raise ConfigError("a strict verification needs at least one output directory")
+        if self.mode.is_separate and not self.outputs:
+            raise ConfigError(f"a {self.mode.value} verification needs at least one output directory")
         private = (self.tests_path, *self.private_dirs)
         for out in self.outputs:
             for other in private:
@@ -145,6 +164,8 @@ class VerificationReport:
     (shown empty)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """Anything else the verifier should know, e.g. a protection this machine lacks."""
+    install_delta: InstallDelta | None = None
+    """toolchain: what the agent installed that the verifier got, and what it did not get, with why."""
 
 
 MAX_LINK_HOPS = 40

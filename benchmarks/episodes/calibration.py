@@ -15,15 +15,16 @@ fresh sandbox at the task's snapshot with only the outputs grafted, so what a so
 elsewhere during the agent's turn (``pip install`` into the system interpreter, ``apt-get install``)
 is gone, and a reference solution that installs scores 0.0 there. When the run leaves the mode to
 the task (``verification=task``, the default), the task's mode is strict, its reference solution
-scores below 1.0 with no failed verifier connection (those make the network's 0, not the mode's)
-and the backend offers shared mode, the task is calibrated again in shared mode (the
-verifier runs in the agent's own sandbox, behind the protections of ``pool.verification``); if the
-reference solution then scores 1.0, the no-op 0.0 and none of the attack catalogue's attacks on
-what shared mode leaves to the agent (:data:`SHARED_GUARDS`) more than the no-op, the task is
-played in shared mode, and the
+scores below 1.0 with no failed verifier connection (those make the network's 0, not the mode's),
+the task is calibrated again in the next mode the backend offers, in the order ``toolchain``
+(strict mode plus what the agent added where packages install, filtered: ``pool.installs``) and
+``shared`` (the verifier runs in the agent's own sandbox, behind the protections of
+``pool.verification``); the first in which the reference solution scores 1.0, the no-op 0.0 and none
+of the attack catalogue's attacks on what that mode leaves to the agent (:data:`TOOLCHAIN_GUARDS`,
+:data:`SHARED_GUARDS`) more than the no-op is the mode the task is played in, and the
 choice and its cause are recorded (``calibration.json``; ``verification_chosen_by`` in each of its
 results; ``verification_chosen`` in ``summary.json``). If shared fails too, the reason names both
-modes. ``calibrate_verification=false`` turns the choice off; a strict 0 of the reference solution
+modes tried. ``calibrate_verification=false`` turns the choice off; a strict 0 of the reference solution
 then says the mode is the likely cause. The choice depends only on the reference solution and the
 no-op, played before any agent's episode on fresh sandboxes.
 
@@ -83,7 +84,8 @@ class Calibration:
     cached: bool = False
     """Read from the cache rather than played in this run."""
     verification: str | None = None
-    """The verification mode it was played in ("shared" when the calibration chose it; None: the run's)."""
+    """The verification mode it was played in ("toolchain" or "shared" when the calibration chose it; None:
+    the run's)."""
     chosen_by: str = ""
     """Why the calibration chose :attr:`verification` over the run's mode ("" when it did not)."""
     not_started: str = ""
@@ -113,9 +115,14 @@ def may_install(task: Task, network: NetworkSetting) -> bool:
     return effective_policies(task.settings.network, network).agent.mode is not NetworkMode.NO_NETWORK
 
 
+def in_mode(task: Task, mode: VerifyMode | str) -> Task:
+    """``task`` verified in ``mode`` (how a calibration's choice reaches the task's episodes)."""
+    return replace(task, settings=replace(task.settings, verification=VerifyMode.parse(mode).value))
+
+
 def in_shared_mode(task: Task) -> Task:
-    """``task`` verified in shared mode (how a calibration's choice reaches the task's episodes)."""
-    return replace(task, settings=replace(task.settings, verification=VerifyMode.SHARED.value))
+    """``task`` verified in shared mode."""
+    return in_mode(task, VerifyMode.SHARED)
 
 
 def calibrate(
@@ -128,11 +135,14 @@ def calibrate(
     may_share: Callable[[Task], bool] = lambda task: False,
     strict_hint: Callable[[Task], bool] = lambda task: False,
     guards: Mapping[str, Sequence[str]] | None = None,
+    may_toolchain: Callable[[Task], bool] = lambda task: False,
+    toolchain_guards: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Calibration]:
     """The calibration of each task (played with ``workers`` at once, or read from the cache);
     ``environment`` is what the outcome depends on besides the task (JSON-ready), and the result
     is written to ``run_dir/calibration.json``. A task for which ``may_share`` holds and whose
-    reference solution scores below 1.0 is calibrated again in shared mode (see the module docstring);
+    reference solution scores below 1.0 is calibrated again in toolchain mode where ``may_toolchain`` holds
+    (``toolchain_guards`` must score no more than the no-op there), then in shared mode (see the module docstring);
     for one for which ``strict_hint`` holds instead, the reason says that strict mode is the likely cause."""
     if not tasks:
         return {}
@@ -142,8 +152,16 @@ def calibrate(
         found = _calibrate_one(task, make_env, environment)
         if found.ok or found.oracle_reward == 1.0 or found.failed:  # failed connections: the network's 0
             return found
-        if may_share(task):
-            return _in_shared(task, found, make_env, environment, guards)
+        tried = [(VerifyMode.TOOLCHAIN, toolchain_guards or {})] if may_toolchain(task) else []
+        tried += [(VerifyMode.SHARED, guards)] if may_share(task) else []
+        reasons = [f"in strict mode, {found.reason}"]
+        for mode, mode_guards in tried:
+            chosen, why = _in_mode(task, mode, found, make_env, environment, mode_guards)
+            if chosen is not None:
+                return chosen
+            reasons.append(why)
+        if tried:
+            return replace(found, reason="; ".join(reasons))
         if strict_hint(task):
             return replace(found, reason=found.reason + "; " + _STRICT_CAUSE)
         return found
@@ -164,24 +182,26 @@ _STRICT_CAUSE = (
 )
 
 
-def _in_shared(
-    task: Task, strict: Calibration, make_env: Callable[[Task], gym.Env[Any, str]], environment: Mapping[str, Any],
-    guards: Mapping[str, Sequence[str]],
-) -> Calibration:  # fmt: skip
-    """The calibration of ``task`` in shared mode, after ``strict`` failed: the chosen one if it holds."""
+def _in_mode(
+    task: Task, mode: VerifyMode, strict: Calibration, make_env: Callable[[Task], gym.Env[Any, str]],
+    environment: Mapping[str, Any], guards: Mapping[str, Sequence[str]],
+) -> tuple[Calibration | None, str]:  # fmt: skip
+    """The calibration of ``task`` in ``mode`` after ``strict`` failed: (the chosen one, "") if it holds,
+    else (None, why not)."""
     scored = "was not scored" if strict.oracle_reward is None else f"scored {strict.oracle_reward:g}"
-    shared = _calibrate_one(in_shared_mode(task), make_env, {**environment, "verification": VerifyMode.SHARED.value})
-    if not shared.ok:
-        return replace(strict, reason=f"in strict mode, {strict.reason}; in shared mode, {shared.reason}")
-    beaten = _beaten_in_shared(in_shared_mode(task), make_env, shared.noop_reward or 0.0, guards)
+    moved = in_mode(task, mode)
+    found = _calibrate_one(moved, make_env, {**environment, "verification": mode.value})
+    if not found.ok:
+        return None, f"in {mode.value} mode, {found.reason}"
+    beaten = _beaten(moved, make_env, found.noop_reward or 0.0, guards)
     if beaten is not None:
-        return replace(strict, reason=(
-            f"in strict mode, {strict.reason}; shared mode is not chosen: the attack {beaten} scored above doing "
-            "nothing there (its verifier runs tools or an interpreter the agent can change)"
-        ))  # fmt: skip
+        return None, (
+            f"{mode.value} mode is not chosen: the attack {beaten} scored above doing nothing there (its verifier "
+            "runs tools or an interpreter the agent can change)"
+        )
     chosen_by = f"calibration: the reference solution {scored} in strict mode (it installs outside the outputs)"
-    log.warning("task %s is verified in shared mode: %s", task.id, chosen_by)
-    return replace(shared, verification=VerifyMode.SHARED.value, chosen_by=chosen_by)
+    log.warning("task %s is verified in %s mode: %s", task.id, mode.value, chosen_by)
+    return replace(found, verification=mode.value, chosen_by=chosen_by), ""
 
 
 SHARED_GUARDS = (
@@ -193,9 +213,12 @@ shared mode is chosen for a task only when each of them scores no more than doin
 (the runner passes them to :func:`calibrate` as ``guards``: name -> actions). On Terminal-Bench 2's
 largest-eigenval, shared mode was beaten by the plugin as by the first three
 (docs/results/tb2-installing.md)."""
+TOOLCHAIN_GUARDS = (*SHARED_GUARDS, "pytest-shadow-package", "site-packages-trojan")
+"""The attacks a task's toolchain mode must hold before it is chosen: shared mode's, plus a pytest
+package shadowing the real one and a reward-forging hook appended to a module the tests import."""
 
 
-def _beaten_in_shared(
+def _beaten(
     task: Task, make_env: Callable[[Task], gym.Env[Any, str]], floor: float, guards: Mapping[str, Sequence[str]]
 ) -> str | None:
     """The first of ``guards`` (name: actions) that scores above ``floor`` on ``task`` (in shared mode), or None."""
@@ -255,6 +278,8 @@ def _judge(task_id: str, key: str, check: TaskCheck) -> Calibration:
     elif noop.reward != 0.0:
         scored = "was not scored" if noop.reward is None else f"scored {noop.reward:g}"
         reason = f"doing nothing {scored} in this environment ({noop.error or 'the tests do not check the task'})"
+    if oracle.reward != 1.0 and oracle.upgrades_dropped:
+        reason += f"; its verifier did not get what it upgraded: {'; '.join(oracle.upgrades_dropped[:3])}"
     failed = oracle.failed_connections if oracle.reward != 1.0 else noop.failed_connections
     if reason and failed:
         reason += f"; the verifier's connections that failed: {', '.join(failed[:4])}"

@@ -69,11 +69,13 @@ class EvalSettings(EpisodeSettings):
     run_id: str = ""
     """The run's name (its folder's); every sandbox the run makes carries it as ``snapgym.run``."""
     verification: str | None = None
-    """"strict" or "shared" for every episode; None: each task's own mode."""
+    """"strict", "toolchain" or "shared" for every episode; None: each task's own mode."""
     network: Any = None
     """The network of every episode (see envs.episode.network); None: each task's own policy per phase."""
     verification_chosen_by: dict[str, str] = field(default_factory=dict)
     """Why the calibration chose a task's verification mode, by task id (copied into its results)."""
+    verification_chosen: dict[str, str] = field(default_factory=dict)
+    """The mode the calibration chose, by task id ("toolchain" or "shared")."""
 
     def __post_init__(self) -> None:
         """Refuse values no episode could run with, before any work starts (naming the key)."""

@@ -24,6 +24,7 @@ import dataclasses
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,14 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from benchmarks.agents import InstalledAgent, LLMAgent, OracleAgent, make_agent
 from benchmarks.attacks import select_attacks
 from benchmarks.episodes.attempt import INFRA_ERROR
-from benchmarks.episodes.calibration import SHARED_GUARDS, calibrate, in_shared_mode, may_install, needs_calibration
+from benchmarks.episodes.calibration import (
+    SHARED_GUARDS,
+    TOOLCHAIN_GUARDS,
+    calibrate,
+    in_mode,
+    may_install,
+    needs_calibration,
+)
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation, RunInterruptedError, plan_episodes
 from benchmarks.episodes.outage import HealthProbe, OutageError, UnreachableError
 from benchmarks.episodes.recording import rundir
@@ -181,7 +189,7 @@ def _wrap_up(
     pool_stats = _close_run(progress, ledger, supply)
     extra: dict[str, Any] = {"skipped_tasks": skipped or {}}
     if settings.verification_chosen_by:
-        extra["verification_chosen"] = {task: {"verification": VerifyMode.SHARED.value, "chosen_by": why}
+        extra["verification_chosen"] = {task: {"verification": settings.verification_chosen.get(task), "chosen_by": why}
                                          for task, why in settings.verification_chosen_by.items()}  # fmt: skip
     if pool_stats:
         extra["pool_stats"] = pool_stats
@@ -237,9 +245,12 @@ def _calibrated(
     if not settings.calibrate:
         return tasks, {}
 
-    def may_share(task: Task) -> bool:
-        strict = settings.verification is None and task.verification is VerifyMode.STRICT
-        return strict and VerifyMode.SHARED.value in supply.for_task(task).capabilities.verification
+    def may_use(mode: VerifyMode) -> Callable[[Task], bool]:
+        def offered(task: Task) -> bool:
+            strict = settings.verification is None and task.verification is VerifyMode.STRICT
+            return strict and mode.value in supply.for_task(task).capabilities.verification
+
+        return offered
 
     def strict_hint(task: Task) -> bool:
         return (settings.verification or task.verification.value) == VerifyMode.STRICT.value
@@ -264,16 +275,23 @@ def _calibrated(
         environment=environment,
         run_dir=run_dir,
         workers=config.pool.size,
-        may_share=may_share if choose else lambda task: False,
+        may_share=may_use(VerifyMode.SHARED) if choose else lambda task: False,
         strict_hint=strict_hint,
         guards={attack.name: attack.actions for attack in select_attacks(SHARED_GUARDS)},
+        may_toolchain=may_use(VerifyMode.TOOLCHAIN) if choose else lambda task: False,
+        toolchain_guards={attack.name: attack.actions for attack in select_attacks(TOOLCHAIN_GUARDS)},
     )
     skipped = {task_id: f"calibration: {c.reason}" for task_id, c in found.items() if not c.ok}
     for task_id, why in skipped.items():
         log.warning("skipping task %s: %s", task_id, why)
-    chosen = {task_id: c.chosen_by for task_id, c in found.items() if c.ok and c.chosen_by}
-    settings.verification_chosen_by.update(chosen)
-    return [in_shared_mode(task) if task.id in chosen else task for task in tasks if task.id not in skipped], skipped
+    chosen = {task_id: c for task_id, c in found.items() if c.ok and c.chosen_by and c.verification}
+    settings.verification_chosen_by.update({task_id: c.chosen_by for task_id, c in chosen.items()})
+    settings.verification_chosen.update({task_id: c.verification or "" for task_id, c in chosen.items()})
+    return [
+        in_mode(task, chosen[task.id].verification or "") if task.id in chosen else task
+        for task in tasks
+        if task.id not in skipped
+    ], skipped
 
 
 def health_probes(supply: Supply, agent: Any) -> list[HealthProbe]:

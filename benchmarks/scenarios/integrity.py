@@ -292,9 +292,9 @@ class _HangWatch:
 def _settings(node: DictConfig) -> IntegrityBenchConfig:
     settings = OmegaConf.to_object(node)
     assert isinstance(settings, IntegrityBenchConfig)
-    unknown = [mode for mode in settings.modes if mode not in ("strict", "shared")]
+    unknown = [mode for mode in settings.modes if mode not in ("strict", "toolchain", "shared")]
     if not settings.modes or unknown:
-        raise ConfigError(f"benchmark.modes must list strict and/or shared, got {list(settings.modes)}")
+        raise ConfigError(f"benchmark.modes must list strict, toolchain and/or shared, got {list(settings.modes)}")
     if settings.verifier_timeout_s <= 0 or settings.hang_timeout_s <= 0:
         raise ConfigError("benchmark.verifier_timeout_s and benchmark.hang_timeout_s must be positive")
     return settings

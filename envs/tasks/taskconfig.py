@@ -26,9 +26,11 @@ snapgym adds one optional table, ``[snapgym]``:
     ``tests/test.sh`` needs (e.g. ``["pip install pytest==8.4.1"]``), so that
     verification never needs the network.
 ``verification``
-    ``"strict"`` (the default) or ``"shared"``: how the verifier is kept apart
-    from the agent (see ``envs.tasks.verifier``). Declare ``"shared"`` when the tests
-    need a process the agent started or changes outside the outputs.
+    ``"strict"`` (the default), ``"toolchain"`` or ``"shared"``: how the verifier is kept apart
+    from the agent (see ``envs.tasks.verifier``). Declare ``"toolchain"`` when the tests
+    need what the solution installs (``pip``, ``apt-get``, ``npm -g``; backends with an
+    unforgeable change list only), ``"shared"`` when they need a process the agent started or
+    other changes outside the outputs.
 ``outputs``
     strict: the directories whose end state the verifier sees (absolute
     paths; default: the working directory). Everything else comes from the
@@ -67,7 +69,7 @@ _TOP_KEYS = {
     "solution",
     "artifacts",
 }
-_VERIFICATION_MODES = {"strict", "shared"}
+_VERIFICATION_MODES = {"strict", "toolchain", "shared"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,7 @@ class TaskSettings:
     environment: EnvironmentSettings = field(default_factory=EnvironmentSettings)
     verifier_setup: tuple[str, ...] = ()
     verification: str | None = None
-    """``[snapgym] verification``: "strict", "shared", or None (not declared: strict)."""
+    """``[snapgym] verification``: "strict", "toolchain", "shared", or None (not declared: strict)."""
     outputs: tuple[str, ...] = ()
     """``[snapgym] outputs``: directories the strict verifier sees (empty: the working directory)."""
     protected: tuple[str, ...] | None = None

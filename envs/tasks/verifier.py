@@ -74,6 +74,7 @@ import math
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from envs.tasks.protect import KnownGood, Protection, protect
 from envs.tasks.task import Task
@@ -111,13 +112,16 @@ class Verdict:
     error: str | None = None
     """Why the reward is 0.0 by rule (no reward file, a bad one, a timeout), or the infrastructure failure."""
     mode: str | None = None
-    """The verification mode ("strict" or "shared")."""
+    """The verification mode ("strict", "toolchain" or "shared")."""
     removed_links: tuple[str, ...] = ()
     """strict: links in the outputs that led into the verifier's private paths, removed."""
     missing_outputs: tuple[str, ...] = ()
     """strict: outputs that were not a directory at the end of the episode (the verifier saw them empty)."""
     notes: tuple[str, ...] = ()
     """What the backend said when the verifier's turn began (e.g. why the outputs are empty)."""
+    install_delta: dict[str, Any] | None = None
+    """toolchain: what the agent installed that the verifier got, and what it did not with the rule
+    (:meth:`pool.installs.InstallDelta.as_info`)."""
     reports: dict[str, str] = field(default_factory=dict)
     """The test reports test.sh wrote in the verifier's logs (:data:`REPORT_FILES`), by file name."""
     protected: Protection = field(default_factory=Protection)
@@ -137,6 +141,7 @@ class Verdict:
             "removed_links": list(self.removed_links),
             "missing_outputs": list(self.missing_outputs),
             "notes": list(self.notes),
+            **({"install_delta": self.install_delta} if self.install_delta is not None else {}),
             "reports": dict(self.reports),
             "protected": self.protected.as_info(),
         }
@@ -150,9 +155,9 @@ def plan_for(task: Task, mode: VerifyMode | None = None, *, known_good: Snapshot
             and it declares no ``[snapgym] outputs``).
     """
     mode = mode or task.verification
-    if mode is VerifyMode.STRICT and not task.outputs:
+    if mode.is_separate and not task.outputs:
         raise ConfigError(
-            f"task {task.id} works in '/', so strict verification has no output directory to show the verifier; "
+            f"task {task.id} works in '/', so {mode.value} verification has no output directory to show the verifier; "
             "declare [snapgym] outputs = ['/dir', ...] in its task.toml, or run it with verification='shared'"
         )
     return VerificationPlan(mode, tests_dir=task.tests_dir, outputs=task.outputs, known_good=known_good)
@@ -226,6 +231,7 @@ def _verdict(sandbox: Sandbox, result: ExecResult, report: VerificationReport) -
         removed_links=report.removed_links,
         missing_outputs=report.missing_outputs,
         notes=report.notes,
+        install_delta=None if report.install_delta is None else report.install_delta.as_info(),
     )
 
 

@@ -286,14 +286,15 @@ def check_verification(sandbox: Sandbox, snap: Snapshot, mode: VerifyMode) -> No
             # the agent's turn ends with the process running (setsid may not have exec'd sleep yet)
             " && for i in $(seq 100); do ps -eo args 2>/dev/null | grep -q '^sleep 1000' && break; sleep 0.05; done"
         )
-        outputs = ("/workspace",) if mode is VerifyMode.STRICT else ()
+        outputs = ("/workspace",) if mode.is_separate else ()
         report = sandbox.begin_verification(VerificationPlan(mode, Path(tests), outputs=outputs, known_good=snap))
         _expect(report.mode is mode, f"{mode.value} verification report")
         r = sandbox.exec(
             f"ls -A {REWARD_DIR}; cat {TESTS_PATH}/test.sh; cat /workspace/out; cat /etc/agent/conf 2>/dev/null;"
             " ps -eo args 2>/dev/null | grep -c '^sleep 1000'"
         )
-        agent_side = "mine\n1\n" if mode is VerifyMode.SHARED else "0\n"
+        # toolchain: /etc/agent is a new folder of a package's own, grafted (pool.installs); no process
+        agent_side = {VerifyMode.SHARED: "mine\n1\n", VerifyMode.TOOLCHAIN: "mine\n0\n"}.get(mode, "0\n")
         want = f"echo 1 > {REWARD_DIR}/reward.txt\nout\n{agent_side}"
         _expect(r.stdout == want, f"{mode.value} verification", f"the verifier saw {r.stdout!r}, not {want!r}")
         sandbox.restore(snap)

@@ -253,6 +253,11 @@ class DockerSandbox(BaseSandbox):
                 "agent left running can forge the reward; verify strictly, or opt in with "
                 "DockerBackend(shared_verification=True)"
             )
+        if plan.mode is VerifyMode.TOOLCHAIN:
+            raise UnsupportedError(
+                "toolchain verification is not built on the Docker backend yet (it would graft from `docker "
+                "diff` of the stopped container); use the local backend, or verification=strict or shared"
+            )
         link = self._link
         if plan.mode is VerifyMode.STRICT:
             self._egress.detach()  # the agent's container ends; the verifier's gets its own gate

@@ -97,7 +97,7 @@ def capabilities(
         },
         isolation=("user", "mount", "pid", "network", "ipc", "uts"),
         rootless=rootless,
-        verification=("strict", "shared"),
+        verification=("strict", "toolchain", "shared"),
         verifier_isolation=_verifier_isolation(landlock_abi),
         sandbox_location=Location.NODE,
         snapshot_location=Location.NODE,

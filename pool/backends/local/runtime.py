@@ -22,7 +22,7 @@ from pool.egress.service import EgressService
 from pool.errors import BackendError, ConfigError, SandboxClosedError, SandboxCrashedError, SnapshotError
 from pool.snapshots import Snapshot
 from pool.templates import HOST_BASE
-from pool.verification import VerificationPlan, VerifyMode
+from pool.verification import VerificationPlan
 
 BACKEND_NAME = "local"
 
@@ -156,8 +156,11 @@ class Runtime:
         fields += [("rlimit", spec) for spec in settings.rlimits(snapshot.resources)]
         return fields
 
-    def seal_fields(self, start: Snapshot, plan: VerificationPlan, cgroup: SandboxCgroup) -> list[tuple[str, str]]:
-        """The SEAL fields that hand a sandbox started at ``start`` to the verifier of ``plan``."""
+    def seal_fields(
+        self, start: Snapshot, plan: VerificationPlan, cgroup: SandboxCgroup, *, graft: Path | None = None
+    ) -> list[tuple[str, str]]:
+        """The SEAL fields that hand a sandbox started at ``start`` to the verifier of ``plan`` (``graft``:
+        a toolchain verifier's install delta, a stored layer put above the known-good ones)."""
         known_good = plan.known_good or start
         self.check_snapshot(known_good)
         fields = seal.seal_fields(
@@ -166,8 +169,11 @@ class Runtime:
             agent=self.layer_paths(seal.agent_layers(start, known_good)),
             tests_layer=self.tests.layer_for(plan.tests_dir),
         )
-        if plan.mode is VerifyMode.STRICT:  # a new instance at the known-good state
-            return [*self.instance_fields(known_good, network=False, cgroup=cgroup), *fields]
+        if plan.mode.is_separate:  # a new instance at the known-good state
+            instance = self.instance_fields(known_good, network=False, cgroup=cgroup)
+            if graft is not None:  # overlay wants the top layer first
+                instance.insert(next(i for i, (key, _) in enumerate(instance) if key == "lower"), ("lower", str(graft)))
+            return [*instance, *fields]
         return [
             *fields,
             ("tmpfs_bytes", str(self.settings.disk_bytes(known_good))),

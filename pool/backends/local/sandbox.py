@@ -16,7 +16,7 @@ from typing import Any
 from pool.backends.local import seal
 from pool.backends.local.cgroups import Limits, SandboxCgroup
 from pool.backends.local.daemon import Op, PendingReply
-from pool.backends.local.instance import checkpoint, commands, shellsession
+from pool.backends.local.instance import checkpoint, commands, graftlayer, shellsession
 from pool.backends.local.instance.checkpoint import BuildResult
 from pool.backends.local.instance.link import SandboxLink
 from pool.backends.local.runtime import Runtime
@@ -29,11 +29,14 @@ from pool.errors import (
     CommandRejectedError,
     SandboxCrashedError,
     SandboxError,
+    UnsupportedError,
 )
+from pool.installs import InstallDelta
 from pool.network.audit import NetworkLog
 from pool.network.policy import NetworkPolicy, Phase
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
+from pool.templates import HOST_BASE
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
 
@@ -355,21 +358,39 @@ class LocalSandbox(BaseSandbox):
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier already; restore() it first")
         self._end_session()
-        if plan.mode is VerifyMode.STRICT:
+        graft, delta = self._install_delta(plan) if plan.mode is VerifyMode.TOOLCHAIN else (None, None)
+        if plan.mode.is_separate:
             self._egress.detach()  # the agent's instance ends; the verifier's gets its own gate
         else:
             self._egress.seal()  # same namespace: nothing goes out until the verifier's policy is set
-        report = self._seal(plan)
-        self._sealed = plan.mode
-        if plan.mode is VerifyMode.STRICT:
-            self._private = plan.private_dirs
-        return report
-
-    def _seal(self, plan: VerificationPlan) -> VerificationReport:
-        """Hand the sandbox to its verifier: one SEAL request (see pool.backends.local.seal)."""
-        reply = self._link.seal(self._runtime.seal_fields(self._snapshot, plan, self._cgroup))
+        reply = self._link.seal(self._runtime.seal_fields(self._snapshot, plan, self._cgroup, graft=graft))
         self.stage_path = reply.get("stage", self.stage_path)
-        return seal.parse_report(plan.mode, reply)
+        self._sealed = plan.mode
+        if plan.mode.is_separate:
+            self._private = plan.private_dirs
+        return seal.parse_report(plan.mode, reply, delta)
+
+    def _install_delta(self, plan: VerificationPlan) -> tuple[Path | None, InstallDelta]:
+        """A toolchain verifier's graft of the agent's installs (see pool.backends.local.instance.graftlayer)."""
+        known_good = plan.known_good or self._snapshot
+        self._runtime.check_snapshot(known_good)
+        if seal.agent_layers(self._snapshot, known_good):
+            raise UnsupportedError(
+                "toolchain verification of an episode resumed from a checkpoint is not built yet (what the agent "
+                "installed before the checkpoint is in the checkpoint's layers); verify it in strict mode"
+            )
+        settings = self._settings
+        return graftlayer.build(
+            self._runtime.store,
+            self.stage_dir / "upper",
+            self._runtime.layer_paths(known_good.layers),
+            host=settings.host if known_good.base == HOST_BASE else None,
+            path=known_good.env.get("PATH") or settings.host.path_env,
+            rootless=settings.rootless,
+            max_mb=max(settings.max_snapshot_mb, known_good.resources.storage_mb or 0),
+            pause=self.freeze,
+            resume=self.thaw,
+        )
 
     # -- network ----------------------------------------------------------
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from pool.backends.local.store import layers
 from pool.backends.local.store.catalogue import SnapshotStore
 from pool.errors import ConfigError
+from pool.installs import InstallDelta
 from pool.snapshots import Snapshot
 from pool.verification import (
     SHARED_HOOKS,
@@ -62,11 +63,12 @@ def seal_fields(
         agent: the layers the agent's checkpoints added above them, bottom first.
         tests_layer: the stored layer holding the task's tests.
     """
-    fields: Fields = [("seal", plan.mode.value), ("tests_lower", str(tests_layer)), ("tests_at", plan.tests_path)]
+    daemon_mode = VerifyMode.STRICT if plan.mode.is_separate else plan.mode  # toolchain: strict, over more layers
+    fields: Fields = [("seal", daemon_mode.value), ("tests_lower", str(tests_layer)), ("tests_at", plan.tests_path)]
     fields += [("private", path) for path in plan.private_dirs]
     fields += [("output", path) for path in plan.outputs]
     fields += [("agent_layer", str(path)) for path in reversed(agent)]  # top first
-    if plan.mode is VerifyMode.STRICT:
+    if plan.mode.is_separate:
         return fields
     fields += [("known_good", str(path)) for path in reversed(known_good)]  # top first
     fields += [("skeleton", path) for path in SHARED_SKELETONS]
@@ -74,11 +76,11 @@ def seal_fields(
     return fields
 
 
-def parse_report(mode: VerifyMode, reply: dict[str, str]) -> VerificationReport:
-    """What the daemon did, from its reply's ``removed`` and ``missing`` lines."""
+def parse_report(mode: VerifyMode, reply: dict[str, str], delta: InstallDelta | None = None) -> VerificationReport:
+    """What the daemon did, from its reply's ``removed`` and ``missing`` lines (and the install delta grafted)."""
     removed = tuple(" -> ".join(entry.split("\x1f", 1)) for entry in reply.get("removed", "").split("\n") if entry)
     missing = tuple(path for path in reply.get("missing", "").split("\n") if path)
-    return VerificationReport(mode=mode, removed_links=removed, missing_outputs=missing)
+    return VerificationReport(mode=mode, removed_links=removed, missing_outputs=missing, install_delta=delta)
 
 
 class TestsLayers:

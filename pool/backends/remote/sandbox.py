@@ -201,7 +201,11 @@ class RemoteSandbox(BaseSandbox):
         """
         self._check_open()
         if plan.mode is not VerifyMode.STRICT:
-            raise UnsupportedError(f"the {self._link.name} backend verifies in strict mode only")
+            raise UnsupportedError(
+                f"the {self._link.name} backend verifies in strict mode only ({plan.mode.value} mode needs "
+                "a list of the agent's changes that the agent cannot forge, which a provider sandbox lacks); "
+                "use verification=strict, or the local backend"
+            )
         if self._sealed is not None:
             raise UnsupportedError("the verifier's turn has begun already; restore() first")
         known_good = plan.known_good or self._snapshot

@@ -32,7 +32,7 @@ from pool import (
     Template,
 )
 from pool.backends.docker import DockerBackend, DockerSandbox
-from pool.errors import HostBrokenError
+from pool.errors import HostBrokenError, UnsupportedError
 from pool.labels import OWNER, RUN
 from pool.testing import check_backend
 from pool.verification import VerificationPlan, VerifyMode
@@ -232,6 +232,8 @@ def test_shared_verification_is_refused_unless_asked_for(
     (tmp_path / "test.sh").write_text("echo real\n")
     with pytest.raises(ConfigError, match="shared_verification=True"):
         sandbox.begin_verification(VerificationPlan(VerifyMode.SHARED, tmp_path, known_good=snap))
+    with pytest.raises(UnsupportedError, match="toolchain verification is not built on the Docker backend"):
+        sandbox.begin_verification(VerificationPlan(VerifyMode.TOOLCHAIN, tmp_path, outputs=("/w",), known_good=snap))
     assert sandbox.exec("echo still the agents").ok
 
 

@@ -85,6 +85,22 @@ class LayerView:
                 if stat.S_ISDIR(entry.mode):
                     stack.append([*rel, name])
 
+    def entry(self, path: str) -> Entry | None:
+        """The entry at ``path`` (links before its last component resolved in the image), or None."""
+        try:
+            return self._lookup(self._resolve(path))
+        except (BuildError, OSError):
+            return None
+
+    def names(self, path: str) -> frozenset[str]:
+        """The names in the folder at ``path`` (every link on the way resolved in the image); empty if none."""
+        try:
+            parts = self._resolve(path + "/x")[:-1]
+            top = self._lookup(parts)
+            return frozenset(self._children(parts)) if top is not None and stat.S_ISDIR(top.mode) else frozenset()
+        except (BuildError, OSError):
+            return frozenset()
+
     def _lookup(self, parts: list[str]) -> Entry | None:
         for layer in self._top_first:
             probe = self._probe(layer, parts)

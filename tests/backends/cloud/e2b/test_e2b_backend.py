@@ -167,6 +167,9 @@ def test_what_it_cannot_do_yet_is_refused_not_faked(e2b_backend: E2BBackend) -> 
         plan = VerificationPlan(VerifyMode.SHARED, tests_dir=Path(__file__).parent)
         with pytest.raises(UnsupportedError, match="strict"):
             sandbox.begin_verification(plan)
+        plan = VerificationPlan(VerifyMode.TOOLCHAIN, tests_dir=Path(__file__).parent, outputs=("/w",))
+        with pytest.raises(UnsupportedError, match="toolchain mode needs a list of the agent's changes"):
+            sandbox.begin_verification(plan)
     with pytest.raises(ConfigError, match="not in a registry"):  # a provider pulls images from registries only
         e2b_backend.build(Template(name="from-archive", base="docker-archive:/nowhere/image.tar"))
 
