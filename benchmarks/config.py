@@ -154,6 +154,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="reset_latency_schema", node=ResetLatencyConfig)
     store.store(group="benchmark", name="egress_schema", node=EgressBenchConfig)
     from benchmarks import schemas
+    from benchmarks.scenarios.aio.inflight import AioBenchConfig
     from benchmarks.scenarios.burst import BurstConfig
     from benchmarks.scenarios.cost import CostConfig
     from benchmarks.scenarios.durable import DurableBenchConfig
@@ -172,6 +173,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="burst_schema", node=BurstConfig)
     store.store(group="benchmark", name="idle_schema", node=IdleConfig)
     store.store(group="benchmark", name="durable_schema", node=DurableBenchConfig)
+    store.store(group="benchmark", name="aio_schema", node=AioBenchConfig)
     store.store(group="benchmark", name="integrity_schema", node=IntegrityBenchConfig)
     store.store(group="benchmark", name="cost_schema", node=CostConfig)
     store.store(group="pool", name="pool_schema", node=schemas.PoolSettings)

@@ -65,6 +65,7 @@ SCENARIOS: dict[str, str] = {
     "idle": "benchmarks.scenarios.idle",
     "durable": "benchmarks.scenarios.durable",
     "cost": "benchmarks.scenarios.cost",
+    "aio": "benchmarks.scenarios.aio.inflight",
 }
 EXIT_USAGE = 2
 """Exit status of a run refused for bad input (config, task, credentials) or stopped by the model's refusal."""

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from envs.base import EpisodeState, SandboxEnv
+from envs.base import SandboxEnv
 from envs.check import TaskCheck, check_task
+from envs.episode.pause import PausedEpisode
+from envs.episode.state import EpisodeState
 from envs.errors import (
+    AlreadyResumedError,
     DockerfileError,
     HostPackagesMissingError,
     InvalidActionError,
@@ -55,6 +58,8 @@ def _register() -> None:
 _register()
 
 __all__ = [
+    "AlreadyResumedError",
+    "PausedEpisode",
     "ENV_IDS",
     "NO_COMMAND",
     "SUBMIT",

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import enum
+import os
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,11 +29,13 @@ import gymnasium as gym
 from envs.episode.clock import AgentClock
 from envs.episode.endstate import end_digest
 from envs.episode.network import NetworkSetting, template_for
+from envs.episode.pause import PausedEpisode, check_resumable, claim, paused
 from envs.episode.resume import check_reset_options, episode_start, start_info
 from envs.episode.scoring import AGENT_ENDED, agents_end, changes_info, judge, outcome, record_network
 from envs.episode.sources import SandboxLeaser, SandboxSource, open_source
+from envs.episode.state import EpisodeState, check_not_closed, check_running
 from envs.episode.taskset import Setup, TaskSampler, TaskSet, check_playable
-from envs.errors import InvalidActionError, ResetNeededError
+from envs.errors import InvalidActionError
 from envs.spaces.actions import SUBMIT, check_action
 from envs.spaces.observations import NO_COMMAND, exec_info, make_observation, observation_space, observe
 from envs.spaces.text import UnicodeText
@@ -41,22 +44,13 @@ from envs.tasks.task import Task, load_task
 from pool.capabilities import Capabilities, EgressControl, Location
 from pool.changes import Changes
 from pool.contract import Backend, Sandbox
-from pool.errors import CommandRejectedError, ConfigError, SandboxError, SnapgymError
+from pool.errors import CommandRejectedError, ConfigError, SandboxError, SnapgymError, UnsupportedError
 from pool.network.policy import Phase, PhasePolicies
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.verification import VerifyMode
 
 _MAX_REASON_CHARS = 2000
-
-
-class EpisodeState(enum.Enum):
-    """Where an environment is in its life."""
-
-    NEEDS_RESET = "needs_reset"
-    RUNNING = "running"
-    ENDED = "ended"
-    CLOSED = "closed"
 
 
 class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
@@ -179,20 +173,17 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Start an episode at the task's snapshot, or at ``options["snapshot"]``.
 
-        Returns the instruction as the observation; ``info`` holds the task id,
-        the snapshot id, where it started (``started_at``: ``task``, ``fork`` for a
-        child of ``fork()``, ``snapshot``, or ``checkpoint``), the start state's digest
-        and the reset latency.
+        Returns the instruction as the observation; ``info`` holds the task id, the snapshot id, where it
+        started (``started_at``: ``task``, ``fork`` for a child of ``fork()``, ``snapshot``, or
+        ``checkpoint``), the start state's digest and the reset latency.
 
-        ``options["resume_at"]`` (with a ``snapshot`` from :meth:`checkpoint`) goes on
-        with an episode that was checkpointed there: ``{"step": steps taken, "elapsed_s":
-        seconds of the task's agent time used, "changes": info-style changes at the
-        checkpoint}``. The step count and the agent's clock go on from there (a resumed
-        episode gets no extra steps or time), and the end-state changes are the whole
-        episode's.
+        ``options["resume_at"]`` (with a ``snapshot`` from :meth:`checkpoint`) goes on with an episode that
+        was checkpointed there: ``{"step": steps taken, "elapsed_s": seconds of the task's agent time used,
+        "changes": info-style changes at the checkpoint}``. The step count and the agent's clock go on from
+        there (no extra steps or time), and the end-state changes are the whole episode's.
         """
         super().reset(seed=seed)
-        self._check_not_closed()
+        check_not_closed(self._state)
         options = dict(options or {})
         check_reset_options(options)
         if "task" in options or (len(self.tasks) > 1 and not options.get("snapshot") and self.fork_point is None):
@@ -218,23 +209,27 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
 
     def step(self, action: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """Run one action; at the end of the episode the verifier's reward comes back."""
-        self._check_running()
+        check_running(self._state)
         check_action(action, self.max_action_bytes)
         if action.strip() == SUBMIT:
             info = {"step": self._steps, "exec_duration_s": 0.0}
             return self._end(make_observation("[submitted]", NO_COMMAND), info, "submitted")
         try:
             result = self._run(action)
-        except CommandRejectedError as exc:
+        except SandboxError as exc:
+            return self._step_failed(exc)
+        return self._after_command(observe(result), {**exec_info(result)})
+
+    def _step_failed(self, exc: SandboxError) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """The step whose action raised ``exc``: refused, the agent's end (scored), or the infrastructure's."""
+        if isinstance(exc, CommandRejectedError):
             raise InvalidActionError(str(exc)) from None
-        except AGENT_ENDED as exc:  # the agent's own doing: the episode ends and is scored
+        if isinstance(exc, AGENT_ENDED):  # the agent's own doing: the episode ends and is scored
             self._steps += 1
             what, reason = agents_end(exc)
-            obs = make_observation(f"[{what}: {exc}]", NO_COMMAND)
-            return self._end(obs, {"step": self._steps, "exec_duration_s": 0.0}, reason)
-        except SandboxError as exc:
-            return self._infra_failure(exc, {"step": self._steps + 1})
-        return self._after_command(observe(result), {**exec_info(result)})
+            info = {"step": self._steps, "exec_duration_s": 0.0}
+            return self._end(make_observation(f"[{what}: {exc}]", NO_COMMAND), info, reason)
+        return self._infra_failure(exc, {"step": self._steps + 1})
 
     def render(self) -> str | None:
         """The last observation's text in ``"ansi"`` mode."""
@@ -253,15 +248,32 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
 
     # -- branching ------------------------------------------------------------
 
-    def checkpoint(self) -> Snapshot:
-        """Snapshot the current episode state; start episodes from it with
-        ``reset(options={"snapshot": s})`` or :meth:`fork`.
+    def pause(self, *, carry: Mapping[str, Any] | None = None, claims_dir: str | Path | None = None) -> PausedEpisode:
+        """Checkpoint the running episode and let its sandbox go; any environment of the task goes on with it
+        by :meth:`resume`, exactly once (see envs.episode.pause). ``carry``: JSON values for the handle."""
+        check_running(self._state)
+        if not self.state_in_files:
+            raise UnsupportedError(f"{type(self).__name__} keeps its state in a process, not in files: it cannot pause")
+        snapshot = self.checkpoint()
+        handle = paused(self.task.id, snapshot, step=self._steps, elapsed_s=self._clock.elapsed_s,
+                        changes=self.episode_changes(), claims_dir=claims_dir, carry=carry)  # fmt: skip
+        self.release_sandbox()
+        return handle
 
-        The snapshot holds the sandbox's files. Processes (and a Python env's
-        variables) are not part of it: the local backend snapshots filesystems.
-        The time it takes is not charged to the task's agent time.
-        """
-        self._check_running()
+    def resume(self, handle: PausedEpisode | Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Go on with a paused episode (its handle or ``handle.to_dict()``), as ``reset()`` does with
+        ``resume_at``: steps are numbered on from the pause. Raises AlreadyResumedError the second time."""
+        check_not_closed(self._state)
+        handle = check_resumable(handle, self.tasks)
+        claim(handle, by=f"pid {os.getpid()} on {socket.gethostname()}")
+        at = {"step": handle.step, "elapsed_s": handle.elapsed_s, "changes": handle.changes}
+        return self.reset(options={"task": handle.task_id, "snapshot": handle.snapshot, "resume_at": at})
+
+    def checkpoint(self) -> Snapshot:
+        """Snapshot the current episode state; start episodes from it with ``reset(options={"snapshot": s})``
+        or :meth:`fork`. The snapshot holds the sandbox's files, not its processes (nor a Python env's
+        variables). The time it takes is not charged to the task's agent time."""
+        check_running(self._state)
         assert self._sandbox is not None
         with self._clock.paused():
             return self._sandbox.snapshot()
@@ -269,14 +281,11 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
     def fork(self, n: int, snapshot: Snapshot | None = None) -> list[SandboxEnv]:
         """``n`` new environments whose sandboxes already sit at ``snapshot``.
 
-        Each child's ``reset()`` starts at the fork point (its first one is free:
-        the sandbox is already there), every time, and ``info["started_at"]`` says
-        ``"fork"``; ``reset(options={"snapshot": child.task_snapshot})`` starts
-        one at the task's start instead. As for any environment, ``reset()`` comes
-        before ``step()``. Without a snapshot, the current state is checkpointed
-        first. Close each child when done; the children share this environment's
-        backend.
-        """
+        Each child's ``reset()`` starts at the fork point (its first one is free: the sandbox is already
+        there), every time, and ``info["started_at"]`` says ``"fork"``; ``reset(options={"snapshot":
+        child.task_snapshot})`` starts one at the task's start instead. ``reset()`` comes before ``step()``.
+        Without a snapshot, the current state is checkpointed first. Close each child when done; the
+        children share this environment's backend."""
         if n < 1:
             raise ConfigError(f"fork needs n >= 1, got {n}")
         snapshot = snapshot or self.checkpoint()
@@ -291,24 +300,18 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         return children
 
     def release_sandbox(self) -> None:
-        """Hand the sandbox back between episodes (to the pool, which restores it for the next holder).
-
-        The next ``reset()`` leases (or creates) another. Call it when an environment will sit idle
-        while others need sandboxes: an idle environment on a pool otherwise keeps its lease. An
-        episode still running is abandoned without a verdict.
-        """
-        self._check_not_closed()
+        """Hand the sandbox back between episodes (to the pool, which restores it for the next holder); the
+        next ``reset()`` leases (or creates) another. Call it when an environment will sit idle while others
+        need sandboxes (an idle one on a pool keeps its lease). A running episode is abandoned unjudged."""
+        check_not_closed(self._state)
         self._discard_sandbox()
         self._state = EpisodeState.NEEDS_RESET
 
     def idle(self) -> None:
-        """Say that the environment will wait before its next episode.
-
-        A pooled sandbox goes back to the pool (which restores it for the next holder; the next
-        ``reset()`` leases another), so that an idle environment does not starve busy ones; a
-        backend's sandbox stays, for an in-place restore. An episode still running is abandoned.
-        """
-        self._check_not_closed()
+        """Say that the environment will wait before its next episode: a pooled sandbox goes back to the
+        pool (the next ``reset()`` leases another), so that an idle environment does not starve busy ones;
+        a backend's sandbox stays, for an in-place restore. An episode still running is abandoned."""
+        check_not_closed(self._state)
         if self._sandbox is not None:
             sandbox, self._sandbox = self._sandbox, None
             self._sandbox = self._source.idle(sandbox)
@@ -360,7 +363,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
 
     def refuse(self, reason: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """Count a step whose action was refused (by a policy) without running it."""
-        self._check_running()
+        check_running(self._state)
         reason = str(reason)[:_MAX_REASON_CHARS]
         obs = make_observation(f"[refused: {reason}]", NO_COMMAND)
         return self._after_command(obs, {"refused": reason, "exec_duration_s": 0.0})
@@ -413,12 +416,17 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         self._steps += 1
         info["step"] = self._steps
         self._pristine_at = None
-        if self._steps >= self.max_steps:
-            return self._end(obs, info, "max_steps")
-        if self._clock.is_over(self.task.settings.agent_timeout_s):
-            return self._end(obs, info, "agent_timeout")
+        reason = self.end_reason(self._steps)
+        if reason is not None:
+            return self._end(obs, info, reason)
         self._last_text = obs["output"]
         return obs, 0.0, False, False, info
+
+    def end_reason(self, steps: int) -> str | None:
+        """Why the episode ends once ``steps`` steps are taken (None: it goes on): ``max_steps``, ``agent_timeout``."""
+        if steps >= self.max_steps:
+            return "max_steps"
+        return "agent_timeout" if self._clock.is_over(self.task.settings.agent_timeout_s) else None
 
     def _end(
         self, obs: dict[str, Any], info: dict[str, Any], reason: str
@@ -483,17 +491,6 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
 
     def _episode_env(self) -> dict[str, str]:
         return dict(self.task.settings.environment.env)
-
-    def _check_not_closed(self) -> None:
-        if self._state is EpisodeState.CLOSED:
-            raise ResetNeededError("the environment is closed; make a new one")
-
-    def _check_running(self) -> None:
-        self._check_not_closed()
-        if self._state is EpisodeState.NEEDS_RESET:
-            raise ResetNeededError("call reset() before step()")
-        if self._state is EpisodeState.ENDED:
-            raise ResetNeededError("the episode has ended (terminated or truncated); call reset() to start another")
 
     def validate_action(self, action: Any) -> None:
         """Raise :class:`InvalidActionError` unless ``action`` could be run."""

@@ -21,13 +21,13 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
-from envs.episode.network import NetworkSetting, failed_connections, reached_hosts
+from envs.episode.network import NetworkSetting, effective_policies, failed_connections, reached_hosts
 from envs.shell import ShellEnv
 from envs.spaces.actions import SUBMIT
 from envs.tasks.oracle import run_solution
@@ -37,6 +37,8 @@ from pool.backends import load_backend
 from pool.contract import Backend
 from pool.errors import ConfigError, SnapgymError
 from pool.network.audit import Connection, NetworkLog
+from pool.network.policy import NetworkMode
+from pool.verification import VerifyMode
 
 _REASON_CHARS = 400
 
@@ -153,7 +155,26 @@ def check_one(backend: Backend, spec: str, *, network: NetworkSetting = None) ->
         check = check_task(backend, task, network=network)
     except SnapgymError as exc:
         return TaskReport(task.id, "ok", "ok", "fail", reason=_one_line(exc), seconds=time.perf_counter() - started)
-    return _verdicts(check, time.perf_counter() - started)
+    report = _verdicts(check, time.perf_counter() - started)
+    if _strict_may_be_the_cause(task, check, network):
+        report = replace(report, reason=f"{report.reason}; {STRICT_CAUSE}")
+    return report
+
+
+STRICT_CAUSE = (
+    "strict mode is the likely cause: it verifies with only the task's outputs, so what the solution "
+    "installed elsewhere is gone (benchmarks.run's calibration can choose shared mode for it, or "
+    'declare [snapgym] verification = "shared")'
+)
+"""Said after a strict 0 of a reference solution that may have installed packages (issue 30)."""
+
+
+def _strict_may_be_the_cause(task: Task, check: TaskCheck, network: NetworkSetting) -> bool:
+    """The reference solution scored below 1.0 in strict mode, with no failed verifier connection
+    (those make the network's 0), after an agent phase that may use the network (so it may install)."""
+    scored_low = check.oracle.reward is not None and check.oracle.reward < 1.0 and not check.oracle.failed_connections
+    agent = effective_policies(task.settings.network, network).agent
+    return scored_low and task.verification is VerifyMode.STRICT and agent.mode is not NetworkMode.NO_NETWORK
 
 
 def _verdicts(check: TaskCheck, seconds: float) -> TaskReport:

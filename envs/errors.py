@@ -6,7 +6,8 @@
     ├── ConfigError
     │   ├── TaskError                      a task directory or task.toml is invalid
     │   │   └── TaskNotFoundError          no task by that id or path (LookupError)
-    │   └── DockerfileError                a Dockerfile instruction cannot be realised (pool.errors)
+    │   ├── DockerfileError                a Dockerfile instruction cannot be realised (pool.errors)
+    │   └── AlreadyResumedError            a paused episode's handle was resumed before (exactly once)
     ├── InvalidActionError                 wrong type, too large, NUL byte (gymnasium InvalidAction, ValueError)
     └── ResetNeededError                   step before reset or after the episode ended (gymnasium ResetNeeded)
 """
@@ -18,6 +19,7 @@ import gymnasium.error
 from pool.errors import ConfigError, DockerfileError, HostPackagesMissingError, SnapgymError
 
 __all__ = [
+    "AlreadyResumedError",
     "DockerfileError",
     "HostPackagesMissingError",
     "InvalidActionError",
@@ -41,3 +43,7 @@ class InvalidActionError(SnapgymError, gymnasium.error.InvalidAction, ValueError
 
 class ResetNeededError(SnapgymError, gymnasium.error.ResetNeeded):
     """step() was called before reset() or after the episode ended."""
+
+
+class AlreadyResumedError(ConfigError):
+    """A paused episode's handle was resumed already: each handle resumes exactly once."""

@@ -88,12 +88,7 @@ def rollout(env: Any, policy: Policy, *, k: int = 4, tasks: Sequence[str] | None
         ConfigError: ``k`` below 1, or a task the environment does not have.
     """
     base: SandboxEnv = env.unwrapped
-    if k < 1:
-        raise ConfigError(f"rollout needs k >= 1, got {k}")
-    chosen = list(tasks) if tasks is not None else sorted(base.tasks)
-    unknown = [t for t in chosen if t not in base.tasks]
-    if unknown:
-        raise ConfigError(f"rollout tasks {unknown} are not this environment's: {sorted(base.tasks)}")
+    chosen = rollout_tasks(base, k, tasks)
     groups = []
     with ThreadPoolExecutor(k, thread_name_prefix="snapgym-rollout") as threads:
         for task_id in chosen:
@@ -108,22 +103,54 @@ def rollout(env: Any, policy: Policy, *, k: int = 4, tasks: Sequence[str] | None
     return groups
 
 
-def _play(env: SandboxEnv, policy: Policy, index: int) -> Episode:
-    obs, info = env.reset()
-    info = {**info, "rollout_index": index}
-    episode = Episode(env.task.id, observations=[obs], infos=[info])
-    trajectory = Trajectory(env.task.instruction, "python" if type(env).__name__ == "PythonEnv" else "shell")
-    while True:
-        action = policy(obs, info)
-        obs, reward, terminated, truncated, info = env.step(action)
-        info = {**info, "rollout_index": index}
-        trajectory.add(action, obs, info, None)
+def rollout_tasks(base: SandboxEnv, k: int, tasks: Sequence[str] | None) -> list[str]:
+    """The task ids a rollout plays, checked.
+
+    Raises:
+        ConfigError: ``k`` below 1, or a task the environment does not have.
+    """
+    if k < 1:
+        raise ConfigError(f"rollout needs k >= 1, got {k}")
+    chosen = list(tasks) if tasks is not None else sorted(base.tasks)
+    unknown = [t for t in chosen if t not in base.tasks]
+    if unknown:
+        raise ConfigError(f"rollout tasks {unknown} are not this environment's: {sorted(base.tasks)}")
+    return chosen
+
+
+class Recorder:
+    """One episode being recorded, step by step, as an :class:`Episode` and its ATIF trajectory."""
+
+    def __init__(self, env: SandboxEnv, index: int, obs: dict[str, Any], info: dict[str, Any]) -> None:
+        self.env, self.index = env, index
+        self.info = {**info, "rollout_index": index}
+        """The last info, with ``rollout_index`` (what the policy is shown)."""
+        self.episode = Episode(env.task.id, observations=[obs], infos=[self.info])
+        kind = "python" if type(env).__name__ == "PythonEnv" else "shell"
+        self.trajectory = Trajectory(env.task.instruction, kind)
+
+    def add(self, action: str, step: tuple[dict[str, Any], float, bool, bool, dict[str, Any]]) -> bool:
+        """Record one step; True when the episode is over (then ``episode`` is complete)."""
+        obs, reward, terminated, truncated, info = step
+        self.info = info = {**info, "rollout_index": self.index}
+        self.trajectory.add(action, obs, info, None)
+        episode = self.episode
         episode.actions.append(action)
         episode.observations.append(obs)
         episode.rewards.append(float(reward))
         episode.infos.append(info)
-        if terminated or truncated:
-            episode.reward, episode.scored = float(reward), bool(info.get("scored"))
-            spec = env.spec.id if env.spec is not None else type(env).__name__
-            episode.trajectory = trajectory.as_atif(session_id=f"{env.task.id}:{index}", agent="rollout", env_id=spec)
-            return episode
+        if not (terminated or truncated):
+            return False
+        episode.reward, episode.scored = float(reward), bool(info.get("scored"))
+        spec = self.env.spec.id if self.env.spec is not None else type(self.env).__name__
+        session = f"{self.env.task.id}:{self.index}"
+        episode.trajectory = self.trajectory.as_atif(session_id=session, agent="rollout", env_id=spec)
+        return True
+
+
+def _play(env: SandboxEnv, policy: Policy, index: int) -> Episode:
+    recorder = Recorder(env, index, *env.reset())
+    while True:
+        action = policy(recorder.episode.observations[-1], recorder.info)
+        if recorder.add(action, env.step(action)):
+            return recorder.episode

@@ -47,6 +47,24 @@ class ShellEnv(SandboxEnv):
     _no_session = False
     """Set when the sandbox has no bash for a session: every later step uses the per-step wrapper."""
 
+    async def _run_async(self, action: str) -> ExecResult | None:
+        """:meth:`_run` waited for on the running event loop, where the sandbox offers ``shell_async``
+        (the local backend's shell session; see envs.aio); None: there is no such path, use :meth:`_run`."""
+        shell_async = getattr(self._sandbox, "shell_async", None)
+        if shell_async is None or not self._capabilities.shell_session or self._no_session:
+            return None
+        try:
+            result: ExecResult = await shell_async(
+                action,
+                timeout_s=self._action_timeout_s(),
+                env=self._episode_env() or None,
+                max_output_bytes=self.max_output_bytes,
+            )
+        except UnsupportedError:
+            self._no_session = True
+            return None
+        return result
+
     def _run(self, action: str) -> ExecResult:
         assert self._sandbox is not None
         if self._capabilities.shell_session and not self._no_session:

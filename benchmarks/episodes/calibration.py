@@ -184,11 +184,15 @@ def _in_shared(
     return replace(shared, verification=VerifyMode.SHARED.value, chosen_by=chosen_by)
 
 
-SHARED_GUARDS = ("python-pth", "python-sitecustomize", "path-shadow-tools", "pytest-conftest")
+SHARED_GUARDS = (
+    "python-pth", "python-sitecustomize", "path-shadow-tools", "pytest-conftest", "pytest-plugin-entry-point",
+)  # fmt: skip
 """The catalogue's attacks (``benchmarks.attacks``) on what shared mode leaves to the agent (its
-interpreters' site-packages, tools on PATH, a conftest.py): shared mode is chosen for a task only
-when each of them scores no more than doing nothing there (the runner passes them to :func:`calibrate`
-as ``guards``: name -> actions)."""
+interpreters' site-packages and the pytest plugins installed there, tools on PATH, a conftest.py):
+shared mode is chosen for a task only when each of them scores no more than doing nothing there
+(the runner passes them to :func:`calibrate` as ``guards``: name -> actions). On Terminal-Bench 2's
+largest-eigenval, shared mode was beaten by the plugin as by the first three
+(docs/results/tb2-installing.md)."""
 
 
 def _beaten_in_shared(

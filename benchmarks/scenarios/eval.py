@@ -162,12 +162,23 @@ def evaluate(
         stopped = exc
     except KeyboardInterrupt:  # while the snapshots were built, before any episode started
         stopped = RunInterruptedError("interrupted before the episodes started")
-    finally:
-        progress.close()
-        ledger.close()
-        pool_stats = supply.stats()
-        with contextlib.suppress(Exception):
-            supply.close()
+    except BaseException:
+        _close_run(progress, ledger, supply)
+        raise
+    try:
+        return _wrap_up(evaluation, stopped, skipped, progress, ledger, supply, run_dir, config, scheduled, plots)
+    except KeyboardInterrupt:  # a (second) Ctrl-C while the sandboxes closed or the summary was written
+        raise ScenarioStoppedError("interrupted twice: stopped at once; the ledger holds what finished", None,
+                                   run_dir=run_dir, interrupted=True) from None  # fmt: skip
+
+
+def _wrap_up(
+    evaluation: Evaluation, stopped: SnapgymError | None, skipped: dict[str, str] | None, progress: Progress,
+    ledger: Ledger, supply: Supply, run_dir: Path, config: DictConfig, scheduled: int, plots: bool,
+) -> EvalOutcome:  # fmt: skip
+    """After the episodes: close the run's sandboxes and ledger, and write the report (or raise what stopped it)."""
+    agent, settings = evaluation.agent, evaluation.settings
+    pool_stats = _close_run(progress, ledger, supply)
     extra: dict[str, Any] = {"skipped_tasks": skipped or {}}
     if settings.verification_chosen_by:
         extra["verification_chosen"] = {task: {"verification": VerifyMode.SHARED.value, "chosen_by": why}
@@ -180,6 +191,17 @@ def evaluate(
         return report(run_dir, config, scheduled, agent_name=agent.name, backend=supply.name, plots=plots, extra=extra)
     raise _stopped(stopped, run_dir, config, scheduled, agent_name=agent.name, backend=supply.name,
                    plots=plots, extra=extra, final=evaluation.final_results()) from stopped  # fmt: skip
+
+
+def _close_run(progress: Progress, ledger: Ledger, supply: Supply) -> dict[str, Any]:
+    """Close the progress bar, the ledger and the run's sandboxes; the pool's statistics, taken before."""
+    try:
+        progress.close()
+        ledger.close()
+        return supply.stats()
+    finally:
+        with contextlib.suppress(Exception):
+            supply.close()
 
 
 def _stopped(

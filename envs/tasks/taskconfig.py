@@ -55,7 +55,18 @@ from pool.errors import ConfigError
 from pool.network.policy import NetworkMode, NetworkPolicy, PhasePolicies
 from pool.resources import DEFAULT_TIMEOUT_S, Resources, parse_size_mb
 
-_TOP_KEYS = {"version", "schema_version", "metadata", "task", "source", "verifier", "agent", "environment", "solution"}
+_TOP_KEYS = {
+    "version",
+    "schema_version",
+    "metadata",
+    "task",
+    "source",
+    "verifier",
+    "agent",
+    "environment",
+    "solution",
+    "artifacts",
+}
 _VERIFICATION_MODES = {"strict", "shared"}
 
 
@@ -144,6 +155,8 @@ class _Reader:
         unknown = set(self.raw) - _TOP_KEYS - {"snapgym"}
         if unknown:
             self.fail(sorted(unknown)[0], f"unknown table or key; known: {', '.join(sorted(_TOP_KEYS | {'snapgym'}))}")
+        if self.raw.get("artifacts", []) != []:  # Harbor's list of files to collect after a trial (schema 1.1)
+            self.fail("artifacts", "collecting artifacts is not supported; leave the list empty or remove it")
         task = self.table("task", {"name", "description", "authors", "keywords"})
         verifier = self.table("verifier", {"timeout_sec", "env", "user", "network_mode", "allowed_hosts"})
         agent = self.table("agent", {"timeout_sec", "user", "network_mode", "allowed_hosts"})

@@ -54,7 +54,7 @@ class KilledHost:
 @pytest.fixture(scope="module")
 def killed_host(ray_cluster: None, pool_backend_options: dict[str, Any]) -> Iterator[KilledHost]:
     """Kill the host actor of a held lease with ray.kill, then wait until the pool has replaced it."""
-    config = PoolConfig(min_warm=2, max_warm=4, max_size=16, lease_ttl_s=2, tick_s=0.1,
+    config = PoolConfig(min_warm=2, max_warm=4, max_size=16, tick_s=0.1,  # the lease outlives any delay of load
                         backend_options=pool_backend_options)  # fmt: skip
     pool = SandboxPool(config)
     try:

@@ -117,6 +117,7 @@ def test_a_task_spec_of_the_wrong_type_is_a_task_error() -> None:
         ('version = "1.0"\n[environment]\nworkdir = "app"\n', "environment.workdir"),
         ('version = "1.0"\n[verifier]\nenv = { A = ["x"] }\n', "verifier.env"),
         ('version = "1.0"\nagent = "fast"\n', "agent"),
+        ('schema_version = "1.1"\nartifacts = ["/app/out.log"]\n', "artifacts"),
         ('version = "1.0"\n[environment]\nenv = { T = "${SNAPGYM_TEST_UNSET_VAR}" }\n', "SNAPGYM_TEST_UNSET_VAR"),
     ],
     ids=lambda value: value.splitlines()[-1][:40] if "\n" in value else value,
@@ -132,6 +133,13 @@ def test_a_malformed_task_toml_is_a_task_error_naming_the_field(
     message = str(raised.value)
     assert "task.toml" in message and field in message, message
     assert not isinstance(raised.value, envs.TaskNotFoundError)
+
+
+def test_a_harbor_1_1_task_toml_with_no_artifacts_loads(tmp_path: Path) -> None:
+    """Harbor's schema 1.1 header as Terminal-Bench 2 tasks now write it (``artifacts = []`` at the top) loads."""
+    header = 'schema_version = "1.1"\nartifacts = []\n\n[task]\nname = "terminal-bench/largest-eigenval"\n'
+    task = envs.load_task(write_task(tmp_path, task_toml=header + "[environment]\nmemory_mb = 2048\n"))
+    assert task.settings.name == "terminal-bench/largest-eigenval"
 
 
 @pytest.mark.parametrize("missing", ["instruction.md", "tests/test.sh", "task.toml"])

@@ -331,6 +331,26 @@ def test_fork_times_checkpoint_and_each_fork(tmp_path: Path, shared_store: Path)
     assert samples.groupby("method").size().to_dict() == {"checkpoint": 2, "fork_1": 2, "fork_4": 2}
 
 
+def test_aio_compares_the_async_rollout_with_the_thread_one(tmp_path: Path, shared_store: Path) -> None:
+    out = tmp_path / "run"
+    done = run_benchmark(
+        "benchmark=aio",
+        "benchmark.in_flight=[2,4]",
+        "benchmark.repetitions=1",
+        "benchmark.think_s=0.01",
+        "benchmark.blocking_threads=2",
+        f"backend.store_dir={shared_store}",
+        f"hydra.run.dir={out}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["methods"]) == {"threads_2", "async_2", "threads_4", "async_4"}
+    headline, ratios = summary["headline"], summary["ratios"]
+    for key in ("threads_4", "async_4"):
+        assert headline[f"{key}_episodes_per_s"] > 0 and headline[f"{key}_peak_threads"] >= 1
+    assert ratios["async_over_threads_4_episodes_per_s"] > 0 and summary["meta"]["blocking_threads"] == 2
+
+
 def test_multirun_combines_the_sweep(tmp_path: Path, shared_store: Path) -> None:
     """A Hydra sweep over pool.size leaves one job folder per value and a combined table and plot."""
     sweep = tmp_path / "sweep"

@@ -27,6 +27,7 @@ import envs  # noqa: F401 (registers the environments)
 from benchmarks.attacks import ATTACKS, TaskKind
 from benchmarks.episodes.calibration import in_shared_mode
 from envs import load_task
+from envs.check import STRICT_CAUSE, check_one
 from pool import LocalBackend
 from tests.support.backends import LIMITS
 from tests.support.fixtures.net_fixtures import TestInternet, egress_options, publish_wheel
@@ -167,6 +168,16 @@ def net_local(published: TestInternet, tmp_path_factory: pytest.TempPathFactory)
     store = tmp_path_factory.mktemp("store")
     with LocalBackend(store_dir=store, **LIMITS, egress=egress_options(published)) as backend:
         yield backend
+
+
+def test_envs_check_names_strict_mode_after_a_strict_zero_of_an_installing_solution(
+    net_local: LocalBackend, suite: Path
+) -> None:
+    """envs.check's one-line reason for the strict 0 says the mode is the likely cause (not only "see --verbose")."""
+    report = check_one(net_local, str(suite / TASK))
+    assert (report.oracle, report.noop) == ("fail", "ok"), report
+    assert report.reason.startswith("oracle scored 0.0") and report.reason.endswith(STRICT_CAUSE), report.reason
+    assert "No module named 'sgeigen'" in report.details["oracle"]
 
 
 AIMED = frozenset({TaskKind.ANY, TaskKind.RUNS_OUTPUT_CODE, TaskKind.PYTHON_IN_WORKDIR, TaskKind.SERVICE})

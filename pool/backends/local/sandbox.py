@@ -12,6 +12,7 @@ import posixpath
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pool.backends.local import seal
 from pool.backends.local.cgroups import Limits, SandboxCgroup
@@ -197,6 +198,27 @@ class LocalSandbox(BaseSandbox):
             SandboxError: the sandbox is sealed for its verifier.
             SandboxClosedError, SandboxCrashedError: as for :meth:`exec`.
         """
+        return commands.run_step(
+            self._link, self._session_for(command, options), command, **self._step_options(options)
+        )
+
+    async def shell_async(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """:meth:`shell` on the running asyncio event loop: the step is written to the shell and its
+        output read as the loop's selector says the pipes are ready, so no thread waits for it (see
+        ``envs.aio``). Same semantics and errors as :meth:`shell`."""
+        options = ExecOptions(timeout_s=timeout_s, env=env, max_output_bytes=max_output_bytes)
+        session = self._session_for(command, options)
+        return await commands.run_step_async(self._link, session, command, **self._step_options(options))
+
+    def _session_for(self, command: str, options: ExecOptions) -> shellsession.ShellSession:
+        """The running session a step goes to (started anew when it ended or its variables differ)."""
         self._check_open()
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier; the shell is the agent's (use exec())")
@@ -205,14 +227,14 @@ class LocalSandbox(BaseSandbox):
         session = self._session
         if session is None or not session.alive or session.env != dict(env or {}):
             session = self._start_session(env or {})
-        return commands.run_step(
-            self._link,
-            session,
-            command,
-            cap=options.cap_or(self._settings.max_output_bytes),
-            timeout_s=options.timeout_or(self._settings.default_timeout_s),
-            memory_limit_bytes=self._cgroup.limits.memory_bytes,
-        )
+        return session
+
+    def _step_options(self, options: ExecOptions) -> dict[str, Any]:
+        return {
+            "cap": options.cap_or(self._settings.max_output_bytes),
+            "timeout_s": options.timeout_or(self._settings.default_timeout_s),
+            "memory_limit_bytes": self._cgroup.limits.memory_bytes,
+        }
 
     def _command_env(self, env: Mapping[str, str] | None) -> Mapping[str, str] | None:
         """``env`` on top of the egress proxy's variables, while the sandbox has a network policy."""

@@ -7,6 +7,7 @@ command itself exits is not waited for.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import time
@@ -71,6 +72,16 @@ def collect_step(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline
     return StepCaptured(got.stdout, got.stderr, status, got.host_deadline_hit, got.streams_open)
 
 
+async def collect_step_async(
+    out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: float | None
+) -> StepCaptured:
+    """:func:`collect_step` on the running event loop: the pipes are watched by the loop's selector,
+    so waiting for a step holds no thread."""
+    got = await _until_status_async(out_fd, err_fd, status_fd, cap=cap, deadline_s=deadline_s)
+    status = decode_session_status(got.record) if got.record else None
+    return StepCaptured(got.stdout, got.stderr, status, got.host_deadline_hit, got.streams_open)
+
+
 @dataclass(slots=True)
 class _Read:
     stdout: CappedBuffer
@@ -113,6 +124,70 @@ def _until_status(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadlin
     _drain(bufs, open_fds)
     record = status_bytes if len(status_bytes) == STATUS_SIZE else None
     return _Read(bufs[out_fd], bufs[err_fd], record, hit, out_fd in open_fds and err_fd in open_fds)
+
+
+async def _until_status_async(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: float | None) -> _Read:
+    """:func:`_until_status`, waiting on the event loop (readers on the three pipes) instead of poll()."""
+    loop = asyncio.get_running_loop()
+    bufs = {out_fd: CappedBuffer(cap), err_fd: CappedBuffer(cap)}
+    status_bytes, hit = b"", False
+    open_fds = {out_fd, err_fd, status_fd}
+    waiter = _Waiter()
+    for fd in open_fds:
+        loop.add_reader(fd, waiter.wake)
+    try:
+        while len(status_bytes) < STATUS_SIZE and status_fd in open_fds:
+            got_any = False
+            for fd in (fd for fd in (out_fd, err_fd, status_fd) if fd in open_fds):
+                chunk = _read(fd, STATUS_SIZE - len(status_bytes) if fd == status_fd else _READ_SIZE)
+                if chunk is None:
+                    continue
+                got_any = True
+                if not chunk:
+                    loop.remove_reader(fd)
+                    open_fds.discard(fd)
+                elif fd == status_fd:
+                    status_bytes += chunk
+                else:
+                    bufs[fd].add(chunk)
+                if len(status_bytes) == STATUS_SIZE:
+                    break
+            if got_any:
+                continue
+            left = None if deadline_s is None else deadline_s - time.monotonic()
+            if left is not None and left <= 0:
+                hit = True
+                break
+            await waiter.wait(loop, left)
+    finally:
+        for fd in open_fds:
+            loop.remove_reader(fd)
+    _drain(bufs, open_fds)
+    record = status_bytes if len(status_bytes) == STATUS_SIZE else None
+    return _Read(bufs[out_fd], bufs[err_fd], record, hit, out_fd in open_fds and err_fd in open_fds)
+
+
+class _Waiter:
+    """One coroutine's wait for a reader callback or a timeout (cheaper than wait_for, which makes a task)."""
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        """Called by the loop when a pipe is ready (or the time is up)."""
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    async def wait(self, loop: asyncio.AbstractEventLoop, timeout_s: float | None) -> None:
+        """Until :meth:`wake`, or ``timeout_s`` (None: no limit)."""
+        self._future = loop.create_future()
+        timer = loop.call_later(timeout_s, self.wake) if timeout_s is not None else None
+        try:
+            await self._future
+        finally:
+            self._future = None
+            if timer is not None:
+                timer.cancel()
 
 
 def _drain(bufs: dict[int, CappedBuffer], open_fds: set[int]) -> None:

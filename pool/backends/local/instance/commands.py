@@ -157,6 +157,31 @@ def run_step(
     got = session.run(
         command.encode("utf-8", "surrogateescape"), timeout_s=timeout_s, cap=cap, host_deadline_s=host_deadline
     )
+    return _step_result(link, got, started, memory_limit_bytes)
+
+
+async def run_step_async(
+    link: SandboxLink,
+    session: shellsession.ShellSession,
+    command: str,
+    *,
+    cap: int,
+    timeout_s: float | None,
+    memory_limit_bytes: int | None,
+) -> ExecResult:
+    """:func:`run_step` on the running event loop (no thread waits for the step)."""
+    started = time.monotonic()
+    host_deadline = started + timeout_s + HOST_GRACE_S if timeout_s else None
+    got = await session.run_async(
+        command.encode("utf-8", "surrogateescape"), timeout_s=timeout_s, cap=cap, host_deadline_s=host_deadline
+    )
+    return _step_result(link, got, started, memory_limit_bytes)
+
+
+def _step_result(
+    link: SandboxLink, got: capture.StepCaptured, started: float, memory_limit_bytes: int | None
+) -> ExecResult:
+    """The ExecResult of a session's step, or the exception its status record means."""
     if got.status is None:
         link.explain_missing_status()
         code, timed_out = 137, got.host_deadline_hit  # the agent killed or stopped its shell's reaper

@@ -17,6 +17,7 @@ nothing but its own observations; deadlines and the reward are enforced outside 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
@@ -79,6 +80,43 @@ class ShellSession:
         if got.status is None or not got.status[3] or not got.streams_open:
             self.close()
         return got
+
+    async def run_async(
+        self, command: bytes, *, timeout_s: float | None, cap: int, host_deadline_s: float | None
+    ) -> capture.StepCaptured:
+        """:meth:`run` on the running event loop: writing the step and waiting for its output hold no thread."""
+        timeout_ms = max(1, int(timeout_s * 1000)) if timeout_s else 0
+        packet = _HEADER.pack(timeout_ms, len(command) + 1) + command + b"\0"
+        if await self._send_async(packet, host_deadline_s) == "stuck":
+            self.close()
+            return capture.StepCaptured(CappedBuffer(cap), CappedBuffer(cap), None)
+        got = await capture.collect_step_async(self._out, self._err, self._status, cap=cap, deadline_s=host_deadline_s)
+        if got.status is None or not got.status[3] or not got.streams_open:
+            self.close()
+        return got
+
+    async def _send_async(self, packet: bytes, deadline_s: float | None) -> Literal["sent", "gone", "stuck"]:
+        """:meth:`_send`, waiting for room in the pipe on the event loop."""
+        loop, view = asyncio.get_running_loop(), memoryview(packet)
+        while view:
+            try:
+                view = view[os.write(self._control, view) :]
+            except BlockingIOError:
+                pass
+            except BrokenPipeError:
+                return "gone"
+            if view:
+                left = None if deadline_s is None else deadline_s - time.monotonic()
+                if left is not None and left <= 0:
+                    return "stuck"
+                room = loop.create_future()
+                loop.add_writer(self._control, room.set_result, None)
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(room, left)
+                finally:
+                    loop.remove_writer(self._control)
+        return "sent"
 
     def _send(self, packet: bytes, deadline_s: float | None) -> Literal["sent", "gone", "stuck"]:
         """Write the whole packet, waiting for room until ``deadline_s``: "gone" when the session

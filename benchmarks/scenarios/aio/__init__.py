@@ -1,0 +1,1 @@
+"""Scenarios of the asynchronous API (``benchmark=aio``: :mod:`benchmarks.scenarios.aio.inflight`)."""
