@@ -223,3 +223,35 @@ class RunsBeside(Protocol):
 
     def run_beside(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         """``function(sandbox, *args, **kwargs)``, run in the process that holds the sandbox."""
+
+
+@runtime_checkable
+class ListsVerifierView(Protocol):
+    """A sandbox that can list what its strict verifier sees from the host, with no process in the sandbox
+    (the protection scan of ``envs.tasks.protect``; the local backend's sandboxes)."""
+
+    def list_verifier_view(self, roots: Sequence[str], patterns: Sequence[str]) -> dict[str, tuple[str, int]] | None:
+        """The entries below ``roots`` whose name matches a glob of ``patterns``, as ``find ROOTS -mindepth 1
+        \\( -name P -o ... \\) -prune -printf '%y %m %p'`` run by the verifier lists them, ``path -> (kind, mode)``
+        with kind ``f``, ``d`` or ``l``; matched folders are not entered and no link is followed. None when the
+        sandbox is not sealed for a strict verifier or the host cannot list them exactly so (then run ``find``)."""
+
+
+@runtime_checkable
+class RunsScripts(Protocol):
+    """A sandbox that runs a script with its interpreter and no shell started in front of it (the verifier's
+    ``test.sh``: one program start instead of two; the local backend's sandboxes)."""
+
+    def run_script(
+        self,
+        path: str,
+        *,
+        cwd: str,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """What ``exec(f"cd -- {cwd} 2>/dev/null || cd /\\n{run_script_command(path)}", cwd="/", ...)`` does
+        (``envs.tasks.verifier.run_script_command``): ``/bin/bash path`` (``/bin/sh path`` where ``/bin/bash``
+        cannot be run) in ``cwd`` (in ``/`` where ``cwd`` cannot be entered); the options and result are
+        :meth:`Sandbox.exec`'s."""

@@ -27,7 +27,9 @@ gets exactly its patterns (restored as above; ``[]``: nothing is protected).
 
 The known-good side is read once per task snapshot from a fresh sandbox of it (:func:`known_good`);
 the agent's side is listed in the verifier's view with ``find``, which in strict mode is the
-known-good snapshot's own program. In shared mode the agent's programs are the verifier's by design
+known-good snapshot's own program, or, where the backend can (the local one, strict: see
+``pool.contract.ListsVerifierView``), by the host walking the same view without a process in the
+sandbox. In shared mode the agent's programs are the verifier's by design
 (see ``envs.tasks.verifier``); the protection there is best effort.
 """
 
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from envs.tasks.task import Task
-from pool.contract import Sandbox
+from pool.contract import ListsVerifierView, Sandbox
 from pool.errors import FileOperationError, SnapgymError
 from pool.snapshots import Snapshot
 
@@ -220,7 +222,18 @@ def _put_back(sandbox: Sandbox, path: str, good: KnownGood) -> None:
 def _listing(sandbox: Sandbox, outputs: tuple[str, ...], patterns: tuple[str, ...], *,
              inside: bool) -> dict[str, tuple[str, int]]:  # fmt: skip
     """Entries of ``outputs`` whose name matches a pattern, ``path -> (kind, mode)``; with ``inside``,
-    also everything inside a matched folder. Links are not followed."""
+    also everything inside a matched folder. Links are not followed. Without ``inside``, a sandbox that
+    can list its strict verifier's view from the host does (no ``find`` started in it)."""
+    if not inside and isinstance(sandbox, ListsVerifierView):
+        listed_on_host = sandbox.list_verifier_view(outputs, patterns)
+        if listed_on_host is not None:
+            return listed_on_host
+    return find_listing(sandbox, outputs, patterns, inside=inside)
+
+
+def find_listing(sandbox: Sandbox, outputs: tuple[str, ...], patterns: tuple[str, ...], *,
+                 inside: bool) -> dict[str, tuple[str, int]]:  # fmt: skip
+    """:func:`_listing` by ``find`` in the sandbox (what a sandbox that cannot list from the host runs)."""
     names = " -o ".join(f"-name {shlex.quote(p)}" for p in patterns)
     roots = " ".join(shlex.quote(o) for o in outputs)
     listed = sandbox.exec(

@@ -78,7 +78,7 @@ from typing import Any
 
 from envs.tasks.protect import KnownGood, Protection, protect
 from envs.tasks.task import Task
-from pool.contract import Sandbox
+from pool.contract import RunsScripts, Sandbox
 from pool.errors import ConfigError, FileOperationError
 from pool.network.policy import NetworkPolicy, Phase
 from pool.results import ExecResult
@@ -196,15 +196,21 @@ def verify(
     guarded = protect(sandbox, plan.outputs, protection) if protection is not None and plan.outputs else Protection()
     if network is not None:
         sandbox.set_network(network, phase=Phase.VERIFIER)
-    # In the workdir, as in Harbor; from / when the agent deleted it (test.sh still runs and decides).
-    result = sandbox.exec(
-        f"cd -- {shlex.quote(task.workdir)} 2>/dev/null || cd /\n{run_script_command(f'{TESTS_DIR}/test.sh')}",
-        timeout_s=task.settings.verifier_timeout_s,
-        cwd="/",
-        env=verifier_env(task, env),
-        max_output_bytes=_MAX_VERIFIER_OUTPUT,
-    )
+    result = _run_tests(sandbox, task, verifier_env(task, env))
     return dataclasses.replace(_verdict(sandbox, result, report), protected=guarded)
+
+
+def _run_tests(sandbox: Sandbox, task: Task, env: dict[str, str]) -> ExecResult:
+    """test.sh in the workdir, as in Harbor; from / when the agent deleted it (test.sh still runs and decides).
+    Where the sandbox can start bash without a shell in front, it does (the same, one program start less)."""
+    test_sh, timeout_s = f"{TESTS_DIR}/test.sh", task.settings.verifier_timeout_s
+    if isinstance(sandbox, RunsScripts):
+        return sandbox.run_script(test_sh, cwd=task.workdir, timeout_s=timeout_s, env=env,
+                                  max_output_bytes=_MAX_VERIFIER_OUTPUT)  # fmt: skip
+    return sandbox.exec(
+        f"cd -- {shlex.quote(task.workdir)} 2>/dev/null || cd /\n{run_script_command(test_sh)}",
+        timeout_s=timeout_s, cwd="/", env=env, max_output_bytes=_MAX_VERIFIER_OUTPUT,
+    )  # fmt: skip
 
 
 def verifier_env(task: Task, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -9,14 +9,15 @@ factory and catalogue: it hands each sandbox a ``forget`` callback to drop it fr
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Mapping
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pool.backends.local import seal
 from pool.backends.local.cgroups import Limits, SandboxCgroup
 from pool.backends.local.daemon import Op, PendingReply
-from pool.backends.local.instance import checkpoint, commands, graftlayer, shellsession
+from pool.backends.local.instance import checkpoint, commands, graftlayer, shellsession, viewscan
 from pool.backends.local.instance.checkpoint import BuildResult
 from pool.backends.local.instance.link import SandboxLink
 from pool.backends.local.runtime import Runtime
@@ -151,6 +152,34 @@ class LocalSandbox(BaseSandbox):
             self._link,
             fields,
             options.stdin,
+            cap=options.cap_or(self._settings.max_output_bytes),
+            timeout_s=options.timeout_or(self._settings.default_timeout_s),
+            memory_limit_bytes=self._cgroup.limits.memory_bytes,
+        )
+
+    def run_script(
+        self,
+        path: str,
+        *,
+        cwd: str,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """``/bin/bash path`` (or ``/bin/sh``) in ``cwd`` (or ``/``), started by the sandbox's init with no
+        ``sh -c`` in front (see pool.contract.RunsScripts)."""
+        self._check_open()
+        # The same in sh, for a daemon that would not know the program fields: never an empty command.
+        script, where = shlex.quote(path), shlex.quote(cwd)
+        same = f"cd -- {where} 2>/dev/null || cd /\nif [ -x /bin/bash ]; then exec /bin/bash {script}; " \
+               f"else exec /bin/sh {script}; fi"  # fmt: skip
+        fields = self._exec_fields(same, timeout_s, cwd, self._command_env(env))
+        fields += [("program", "/bin/bash"), ("program", "/bin/sh"), ("arg", path), ("cwd_else", "/")]
+        options = ExecOptions(timeout_s=timeout_s, max_output_bytes=max_output_bytes)
+        return commands.run(
+            self._link,
+            fields,
+            None,
             cap=options.cap_or(self._settings.max_output_bytes),
             timeout_s=options.timeout_or(self._settings.default_timeout_s),
             memory_limit_bytes=self._cgroup.limits.memory_bytes,
@@ -369,6 +398,15 @@ class LocalSandbox(BaseSandbox):
         if plan.mode.is_separate:
             self._private = plan.private_dirs
         return seal.parse_report(plan.mode, reply, delta)
+
+    def list_verifier_view(self, roots: Sequence[str], patterns: Sequence[str]) -> dict[str, tuple[str, int]] | None:
+        """What ``find`` in a strict verifier's view would list (see pool.contract.ListsVerifierView), walked
+        from the host through the verifier's mount namespace (see :mod:`.instance.viewscan`); None unless strict."""
+        self._check_open()
+        if self._sealed is not VerifyMode.STRICT:
+            return None  # shared: the verifier's view is not the init's; toolchain: find, as before
+        pid = int(self._link.ping().get("pid", "0"))
+        return viewscan.scan(pid, roots, patterns) if pid > 0 else None
 
     def _install_delta(self, plan: VerificationPlan) -> tuple[Path | None, InstallDelta]:
         """A toolchain verifier's graft of the agent's installs (see pool.backends.local.instance.graftlayer)."""
