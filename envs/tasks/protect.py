@@ -47,7 +47,7 @@ from fnmatch import fnmatchcase
 
 from envs.tasks.task import Task
 from pool.contract import ListsVerifierView, Sandbox
-from pool.errors import FileOperationError, SnapgymError
+from pool.errors import FileOperationError, SandboxError, SnapgymError
 from pool.snapshots import Snapshot
 
 DEFAULT_PROTECTED = (
@@ -136,18 +136,17 @@ def protect(sandbox: Sandbox, outputs: tuple[str, ...], good: KnownGood) -> Prot
         if name in CACHES:
             removed.append(path)
         elif path not in good.entries:
-            if not (kind == "f" and name in SECTIONED and _pytest_part(name, _read(sandbox, path)) == _NO_PYTEST):
-                removed.append(path)
+            if _undecodable(path) or not (
+                kind == "f" and name in SECTIONED and _pytest_part(name, _read(sandbox, path)) == _NO_PYTEST
+            ):
+                removed.append(path)  # a name that is not UTF-8 is not read: not every backend could
         elif _matches(name, good.patterns) and not _same(sandbox, path, kind, good):
             restored.append(path)
     for path in sorted(set(good.entries) - set(seen)):  # removed by the agent: put back (top entries only)
         top = not any(path.startswith(other + "/") for other in good.entries if other != path)
         if top and _matches(path.rsplit("/", 1)[-1], good.patterns):
             restored.append(path)
-    gone = [p for p in (*removed, *restored) if p in seen]
-    if gone:
-        quoted = " ".join(shlex.quote(p) for p in gone)
-        sandbox.exec(f"rm -rf -- {quoted}", timeout_s=120, cwd="/")
+    _remove(sandbox, [p for p in (*removed, *restored) if p in seen])
     for path in restored:
         _put_back(sandbox, path, good)
     return Protection(tuple(removed), tuple(restored))
@@ -233,32 +232,89 @@ def _listing(sandbox: Sandbox, outputs: tuple[str, ...], patterns: tuple[str, ..
 
 def find_listing(sandbox: Sandbox, outputs: tuple[str, ...], patterns: tuple[str, ...], *,
                  inside: bool) -> dict[str, tuple[str, int]]:  # fmt: skip
-    """:func:`_listing` by ``find`` in the sandbox (what a sandbox that cannot list from the host runs)."""
+    """:func:`_listing` by ``find`` in the sandbox (what a sandbox that cannot list from the host runs).
+
+    ``find``'s records come back hex-encoded (``od``), so a name that is not UTF-8 keeps its bytes
+    (as ``surrogateescape`` text) instead of being decoded with replacement into a path that names
+    nothing: the protection can then remove it (see :func:`_remove`).
+    """
     names = " -o ".join(f"-name {shlex.quote(p)}" for p in patterns)
     roots = " ".join(shlex.quote(o) for o in outputs)
-    listed = sandbox.exec(
-        f"find {roots} -mindepth 1 \\( {names} \\) {'' if inside else '-prune'} -printf '%y %m %p\\0' 2>/dev/null; "
-        "true",
-        timeout_s=300, cwd="/", max_output_bytes=16 << 20,
-    )  # fmt: skip
-    found: dict[str, tuple[str, int]] = {}
-    for record in listed.stdout.split("\0"):
-        kind, _, rest = record.partition(" ")
-        mode, _, path = rest.partition(" ")
-        if kind in ("f", "d", "l") and mode.isdigit() and path.startswith("/"):
-            found[path] = (kind, int(mode, 8))
+    found = _find_records(sandbox, f"find {roots} -mindepth 1 \\( {names} \\) {'' if inside else '-prune'}")
     if inside:  # a matched folder's contents, whatever their names
         for folder in [p for p, (k, _) in found.items() if k == "d"]:
             if any(fnmatchcase(folder.rsplit("/", 1)[-1], c) for c in CACHES):
                 continue
-            more = sandbox.exec(f"find {shlex.quote(folder)} -mindepth 1 -printf '%y %m %p\\0'", timeout_s=300,
-                                cwd="/", max_output_bytes=16 << 20)  # fmt: skip
-            for record in more.stdout.split("\0"):
-                kind, _, rest = record.partition(" ")
-                mode, _, path = rest.partition(" ")
-                if kind in ("f", "d", "l") and mode.isdigit() and path.startswith("/"):
-                    found[path] = (kind, int(mode, 8))
+            assignments, (word,) = _spelled([folder])
+            found.update(_find_records(sandbox, f"find {word} -mindepth 1", before=assignments))
     return found
+
+
+_NO_OD = 86
+"""The exit status of a listing in a sandbox without ``od`` (then the records come back raw)."""
+
+
+def _find_records(sandbox: Sandbox, find: str, *, before: str = "") -> dict[str, tuple[str, int]]:
+    """``path -> (kind, mode)`` of what ``find`` (without its action; ``before``: assignments it needs) prints,
+    names kept byte for byte.
+
+    Raises:
+        SandboxError: the sandbox has no ``od`` and a listed name is not UTF-8 (it could not be removed).
+    """
+    listed = sandbox.exec(
+        f"command -v od >/dev/null 2>&1 || exit {_NO_OD}; {before}{find} -printf '%y %m %p\\0' 2>/dev/null | "
+        "od -An -v -tx1",
+        timeout_s=300, cwd="/", max_output_bytes=64 << 20,
+    )  # fmt: skip
+    if listed.exit_code == _NO_OD:
+        raw = sandbox.exec(f"{before}{find} -printf '%y %m %p\\0' 2>/dev/null; true", timeout_s=300, cwd="/",
+                           max_output_bytes=16 << 20).stdout.encode("utf-8", "surrogateescape")  # fmt: skip
+        if "\ufffd".encode() in raw:
+            raise SandboxError(
+                "a file name under the task's outputs is not UTF-8 and this sandbox has no `od` to list it byte "
+                "for byte, so the protection could not remove it; install coreutils in the task's image"
+            )
+    else:
+        hexed = "".join(listed.stdout.split())
+        raw = bytes.fromhex(hexed[: len(hexed) // 2 * 2])  # a listing cut at the cap: its whole bytes
+    found: dict[str, tuple[str, int]] = {}
+    for record in raw.split(b"\0"):
+        kind, _, rest = record.partition(b" ")
+        mode, _, path = rest.partition(b" ")
+        if kind in (b"f", b"d", b"l") and mode.isdigit() and path.startswith(b"/"):
+            found[path.decode("utf-8", "surrogateescape")] = (kind.decode(), int(mode, 8))
+    return found
+
+
+def _spelled(paths: list[str]) -> tuple[str, list[str]]:
+    """``paths`` as shell words of plain ASCII, whatever their bytes, and the assignments they need first.
+
+    A name that is not UTF-8 cannot travel as text to every backend, so it is spelled with ``printf``
+    octal escapes into a variable (an ``x`` after it keeps a trailing newline from the command
+    substitution, and ``${var%x}`` takes it off again).
+    """
+    assignments, words = [], []
+    for index, path in enumerate(paths):
+        raw = path.encode("utf-8", "surrogateescape")
+        if raw.isascii():
+            words.append(shlex.quote(path))
+            continue
+        octal = "".join(f"\\{byte:03o}" for byte in raw)
+        assignments.append(f"p{index}=$(printf '{octal}x'); ")
+        words.append(f'"${{p{index}%x}}"')
+    return "".join(assignments), words
+
+
+def _remove(sandbox: Sandbox, paths: list[str]) -> None:
+    """``rm -rf`` each of ``paths`` in the sandbox (names that are not UTF-8 included)."""
+    if paths:
+        assignments, words = _spelled(paths)
+        sandbox.exec(f"{assignments}rm -rf -- {' '.join(words)}", timeout_s=120, cwd="/")
+
+
+def _undecodable(path: str) -> bool:
+    """The path holds bytes that are not UTF-8 (kept as surrogates)."""
+    return any("\udc80" <= ch <= "\udcff" for ch in path)
 
 
 _READ: dict[tuple[str, str, tuple[str, ...], tuple[str, ...] | None], KnownGood] = {}
