@@ -153,10 +153,14 @@ def _sandbox_methods(cfg: ResetLatencyConfig, backend: Backend, snapshot: Snapsh
             sandbox.restore()
 
         immediate = _timed(cfg, cfg.repetitions.restore_immediate, sandbox.restore, before=dirty_then_restore)
-        verify = {f"verify_{mode.value}": _verify(cfg, backend, sandbox, mode) for mode in VerifyMode}
+        verify = {f"verify_{mode.value}": _verify(cfg, backend, sandbox, mode) for mode in _TIMED_MODES}
     finally:
         sandbox.close()
     return {"restore": restore, "restore_immediate": immediate, "exec_true": exec_true, **verify}
+
+
+_TIMED_MODES = (VerifyMode.STRICT, VerifyMode.SHARED)
+"""The verification modes timed (toolchain's seal is strict's plus a copy of the agent's layer: not timed yet)."""
 
 
 def _verify(cfg: ResetLatencyConfig, backend: Backend, sandbox: Sandbox, mode: VerifyMode) -> Outcome:

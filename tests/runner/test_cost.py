@@ -65,8 +65,11 @@ def test_the_cost_scenario_reports_phases_segments_and_kernel_operations(tmp_pat
     }
     assert len(summary["phases"]) == 5 and len(summary["rounds"]) == 2
     runner = summary["segments"]["episode (runner)"]
-    assert runner["own"] > 0 and runner["instances"] > 0 and runner["runner"] > 0
-    assert summary["segments"]["baseline"]["instances"] < runner["instances"]  # the baseline runs no sandbox
+    assert runner["own"] > 0 and runner["runner"] > 0
+    # A sandbox's programs are seen in some segment (in a run of four episodes one segment may catch none of them,
+    # as in one CI run; the baseline runs no sandbox).
+    sandboxed = max(segment["instances"] for name, segment in summary["segments"].items() if name != "baseline")
+    assert sandboxed > 0 and summary["segments"]["baseline"]["instances"] < sandboxed
     assert summary["ratio_to_baseline"]["own"] == pytest.approx(runner["own"] / summary["segments"]["baseline"]["own"])
     assert "Linux" in summary["machine"]
     assert (out / "cost.md").read_text().startswith("Machine: ")
