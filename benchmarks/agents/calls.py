@@ -100,6 +100,8 @@ def _shut(sock: socket.socket) -> None:
 
 
 class _TrackedHTTPConnection(http.client.HTTPConnection):
+    """A connection whose socket :class:`Calls` keeps once connected (so that a cut can shut it)."""
+
     def __init__(self, *args: Any, calls: Calls, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._calls = calls
@@ -109,14 +111,8 @@ class _TrackedHTTPConnection(http.client.HTTPConnection):
         self._calls.track(self.sock)
 
 
-class _TrackedHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, calls: Calls, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._calls = calls
-
-    def connect(self) -> None:
-        super().connect()
-        self._calls.track(self.sock)
+class _TrackedHTTPSConnection(_TrackedHTTPConnection, http.client.HTTPSConnection):
+    """The same over TLS: ``HTTPSConnection.connect`` wraps the socket first, and the wrapped one is kept."""
 
 
 class _HttpHandler(urllib.request.HTTPHandler):

@@ -6,10 +6,13 @@ takes the request, and no reply ever comes, as with a wedged inference server be
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,8 @@ from benchmarks.agents import LLMAgent, ModelUnavailableError
 from benchmarks.agents.calls import Calls
 from benchmarks.agents.chat import ChatEndpoint, complete
 from tests.support.servers.chat_server import ChatServer
+from tests.support.servers.internet_server import tls_context
+from tests.support.servers.testca import TestCA
 
 pytest_plugins = ["tests.support.servers.chat_server"]
 
@@ -93,3 +98,41 @@ def test_cut_calls_refuse_new_requests_until_allowed_and_replies_count_as_answer
     agent.allow_calls()
     assert complete(endpoint, MESSAGES, calls=agent._calls).content == "submit"
     assert probe.has_answered  # the agent's reply counts for the runner's first-contact watch
+
+
+@pytest.fixture
+def hung_tls_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An HTTPS endpoint (a test CA the client trusts) that completes the TLS handshake and never answers."""
+    ca = TestCA(tmp_path / "ca")
+    issued = ca.issue(["127.0.0.1"])
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca.cert_path))
+    context = tls_context(str(issued.cert_path), str(issued.key_path))
+    held: list[ssl.SSLSocket] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    conn, _ = listener.accept()
+                    held.append(context.wrap_socket(conn, server_side=True))  # handshake done, nothing read
+
+        threading.Thread(target=accept, daemon=True).start()
+        yield f"https://127.0.0.1:{listener.getsockname()[1]}/v1"
+    for sock in held:
+        sock.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_request_over_tls_waiting_on_a_hung_endpoint_ends_when_the_calls_are_cut(hung_tls_url: str) -> None:
+    endpoint = ChatEndpoint(hung_tls_url, "scripted", None, timeout_s=120, max_retries=4)
+    calls = Calls()
+    thread, outcome = ask_in_thread(endpoint, calls)
+    time.sleep(1.0)
+    assert thread.is_alive() and not calls.answered and not outcome  # the handshake held: waiting for a reply
+    calls.cut()
+    thread.join(10)
+    assert not thread.is_alive(), "the request over TLS went on after the cut"
+    (error,) = outcome
+    assert isinstance(error, ModelUnavailableError) and "the request was cut" in str(error)
