@@ -227,3 +227,7 @@ class RunConfig(EpisodeSettings):
     """Show a progress bar on stderr."""
     ledger_fsync: bool = True
     """fsync each ledger record before moving on (durable against power loss, not just a crash)."""
+    processes: int = 1
+    """Runner processes that play the episodes (``pool.size`` at once between them): 1 plays them in this
+    process's threads; N > 1 starts N worker processes sharing the run's ledger, for a machine whose
+    cores one Python interpreter cannot keep busy (pool=direct only; see docs/evaluations.md)."""

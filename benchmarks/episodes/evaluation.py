@@ -1,9 +1,9 @@
 """The episode runner: play every scheduled episode once, retry infrastructure failures, record all.
 
 The plan is ``episodes_per_task`` episodes of each task (episode ids
-``<task>:<i>``, seeds ``seed + i``). Episodes run on ``concurrency`` threads,
-each with its own environment; the agent loop runs here, the actions in the
-sandboxes. Each attempt is announced in the ledger before it starts, and its
+``<task>:<i>``, seeds ``seed + i``). Episodes run on ``concurrency`` threads
+(of ``processes`` worker processes when above 1: ``benchmarks.episodes.procs``),
+each with its own environment; the agent loop runs here, the actions in the sandboxes. Each attempt is announced in the ledger before it starts, and its
 end is appended (and fsync-ed) before the thread moves on, so a runner killed
 at any moment can be resumed: episodes with a result are skipped, attempts
 cut short are marked ``interrupted`` and run again under a new attempt id,
@@ -29,7 +29,6 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -37,60 +36,22 @@ import gymnasium as gym
 from benchmarks.agents.base import Agent, CutsCalls, ModelRequestError
 from benchmarks.episodes.attempt import INFRA_ERROR, INTERRUPTED, AttemptResult, EpisodeLimits, EpisodeSpec, play
 from benchmarks.episodes.outage import HealthProbe, Outage, OutageError, OutageGate, OutagePolicy, UnreachableError
+from benchmarks.episodes.procs.spread import Claim, Spread, claims
 from benchmarks.episodes.recording import episodefiles
 from benchmarks.episodes.recording.durable import Durability
 from benchmarks.episodes.recording.journal import EpisodeJournal
-from benchmarks.episodes.recording.ledger import Ledger, LedgerWriteError, attempt_id
+from benchmarks.episodes.recording.ledger import EpisodeLedger, LedgerWriteError, attempt_id
 from benchmarks.episodes.recording.records import SessionRecords, Started
-from benchmarks.episodes.settings import EpisodeSettings
+from benchmarks.episodes.settings import EvalSettings as EvalSettings  # declared with the episode settings
 from benchmarks.episodes.sources.routing import Supply
 from envs.spaces.tokens import token_lines
 from envs.tasks import Task
 from envs.wrappers import sandbox_env
-from pool.errors import ConfigError, SnapgymError
+from pool.errors import SnapgymError
 from pool.labels import RUN
 from pool.resources import DEFAULT_TIMEOUT_S
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class EvalSettings(EpisodeSettings):
-    """What the runner needs from the config: the episode settings, and what it derives from the rest.
-
-    Plain (mutable) because it inherits the one declaration of the episode settings, which Hydra's
-    ``RunConfig`` inherits too (see ``benchmarks.episodes.settings``); the runner never changes it.
-    """
-
-    env_id: str = "snapgym/Shell-v0"
-    """The environment every episode runs in."""
-    concurrency: int = 4
-    """Episodes played at once (threads; ``pool.size``)."""
-    run_id: str = ""
-    """The run's name (its folder's); every sandbox the run makes carries it as ``snapgym.run``."""
-    verification: str | None = None
-    """"strict", "toolchain" or "shared" for every episode; None: each task's own mode."""
-    network: Any = None
-    """The network of every episode (see envs.episode.network); None: each task's own policy per phase."""
-    verification_chosen_by: dict[str, str] = field(default_factory=dict)
-    """Why the calibration chose a task's verification mode, by task id (copied into its results)."""
-    verification_chosen: dict[str, str] = field(default_factory=dict)
-    """The mode the calibration chose, by task id ("toolchain" or "shared")."""
-
-    def __post_init__(self) -> None:
-        """Refuse values no episode could run with, before any work starts (naming the key)."""
-        at_least_one = ("episodes_per_task", "concurrency", "max_steps", "max_action_bytes", "max_attempts")
-        positive = ("step_timeout_s", "outage_timeout_s", "outage_backoff_max_s")
-        wrong = [f"{name}={getattr(self, name)} (at least 1)" for name in at_least_one if getattr(self, name) < 1]
-        wrong += [f"{name}={getattr(self, name)} (above 0)" for name in positive if not getattr(self, name) > 0]
-        if self.checkpoint_every < 0:
-            wrong.append(f"checkpoint_every={self.checkpoint_every} (0 for none, or a number of steps)")
-        if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
-            wrong.append(f"episode_timeout_s={self.episode_timeout_s} (above 0, or null for none)")
-        if wrong:
-            keys = {"concurrency": "pool.size"}
-            named = [keys.get(item.split("=")[0], item.split("=")[0]) + "=" + item.split("=", 1)[1] for item in wrong]
-            raise ConfigError(f"invalid run settings: {', '.join(named)}")
 
 
 class RunStoppedError(SnapgymError):
@@ -127,6 +88,7 @@ class Evaluation:
         on_result: called with each result record (the progress bar).
         probes: what every episode depends on, asked after an infrastructure failure whether
             it is an outage (default: the supply alone; the llm agent adds its endpoint).
+        spread: plays the episodes in worker processes instead of this one's threads.
     """
 
     def __init__(
@@ -134,11 +96,12 @@ class Evaluation:
         tasks: Sequence[Task],
         agent: Agent,
         supply: Supply,
-        ledger: Ledger,
+        ledger: EpisodeLedger,
         settings: EvalSettings,
         *,
         on_result: Callable[[dict[str, Any]], None] | None = None,
         probes: Sequence[HealthProbe] | None = None,
+        spread: Spread | None = None,
     ) -> None:
         self.tasks = {task.id: task for task in tasks}
         self.agent = agent
@@ -160,6 +123,7 @@ class Evaluation:
         self._local = threading.local()
         self._envs: list[gym.Env[Any, str]] = []
         self._envs_lock = threading.Lock()
+        self._spread = spread
 
     @property
     def outages(self) -> list[Outage]:
@@ -194,7 +158,7 @@ class Evaluation:
         try:
             self._mark_interrupted()
             self._reopen_infra_errors()
-            self._play_all(self._build(self.pending()))
+            self._play(self._build(self.pending()))
         except OutageError as exc:
             self._halt(exc)
         finally:
@@ -202,19 +166,31 @@ class Evaluation:
         if self._fatal is not None:
             self._raise_fatal(self._fatal)
 
-    def _play_all(self, pending: list[EpisodeSpec]) -> None:
+    def _play(self, pending: list[EpisodeSpec]) -> None:
+        if self._spread is None or not pending:
+            self.play_claimed(claims(pending), len(pending))
+        elif (fatal := self._spread.play(self, pending)) is not None:
+            self._halt(fatal)
+
+    def play_claimed(self, claim: Claim, most: int) -> None:
+        """Play the episodes ``claim`` hands out (None: there are no more), ``concurrency`` (at most ``most``)
+        at a time, each thread claiming its next one when it is done with the last.
+
+        Raises:
+            RunInterruptedError: Ctrl-C (KeyboardInterrupt) stopped the run.
+        """
         # What exists now (modules, configs, the plan) lives for the whole run: keep it out of the
         # collector's full passes, which would otherwise walk it every few hundred episodes. The
         # garbage goes first, and the freeze ends with the run (a notebook runs many in one process).
         gc.collect()
         gc.freeze()
-        workers = max(1, min(self.settings.concurrency, len(pending)))
+        workers = max(1, min(self.settings.concurrency, most))
         executor = ThreadPoolExecutor(workers, thread_name_prefix="snapgym-episode")
         played = threading.Event()
         threading.Thread(target=self._watch_first_contact, args=(played,), name="snapgym-first-contact",
                          daemon=True).start()  # fmt: skip
         try:
-            for future in [executor.submit(self._episode, spec) for spec in pending]:
+            for future in [executor.submit(self._claiming, claim) for _ in range(workers)]:
                 future.result()
         except KeyboardInterrupt:
             self._stop_cleanly(executor)
@@ -246,6 +222,21 @@ class Evaluation:
                 self._sigint_before = signal.signal(signal.SIGINT, signal.SIG_IGN)
             raise RunInterruptedError("interrupted twice: stopped at once", at_once=True) from None
         raise RunInterruptedError("interrupted: the episodes in flight were cut and run again on resume")
+
+    def stop(self, reason: BaseException | None = None) -> None:
+        """Stop the run from outside (a worker process's parent): with no ``reason`` as Ctrl-C does (the
+        episodes in flight are cut at their next step, recorded ``interrupted``), else as ``reason`` halts it."""
+        if reason is not None:
+            self._halt(reason)
+            return
+        self._interrupted.set()
+        self._stop.set()
+        self._cut_calls()
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """What stopped the run (an outage, a ledger write, the model's refusal), or None."""
+        return self._fatal
 
     def _keep_checkpoints_for_resume(self) -> None:
         """While an episode has no final result (stopped, or ended by its infrastructure), a resume goes on from
@@ -283,6 +274,10 @@ class Evaluation:
         raise RunStoppedError(f"the run stopped: {fatal}") from fatal
 
     # -- one episode ----------------------------------------------------------
+
+    def _claiming(self, claim: Claim) -> None:
+        while not self._stop.is_set() and (spec := claim()) is not None:
+            self._episode(spec)
 
     def _episode(self, spec: EpisodeSpec) -> None:
         try:
@@ -424,21 +419,30 @@ class Evaluation:
 
     def _build(self, pending: list[EpisodeSpec]) -> list[EpisodeSpec]:
         """Build the snapshots the pending episodes need; a task that fails to build ends its episodes."""
-        failed: dict[str, str] = {}
-        for task_id in dict.fromkeys(spec.task_id for spec in pending):
-            error = self._build_task(self.tasks[task_id])
-            if error is not None:
-                failed[task_id] = error
-                log.error("task %s: %s", task_id, error)
+        failed = self.prepare(list(dict.fromkeys(spec.task_id for spec in pending)))
         for spec in pending:
             if spec.task_id in failed:
                 attempt = self.ledger.state.attempts.get(spec.episode_id, 0) + 1
                 self.ledger.append(self.records.attempt(spec.episode_id, attempt))
-                result = AttemptResult(INFRA_ERROR, error=failed[spec.task_id])
-                record = self._result(spec, attempt, result, self.records.now(), 1)
-                self.ledger.append(record)
-                self._on_result(record)
+                self.end_unscored(spec, attempt, failed[spec.task_id], failures=1)
         return [spec for spec in pending if spec.task_id not in failed]
+
+    def prepare(self, task_ids: Sequence[str]) -> dict[str, str]:
+        """Build (or find) the tasks' snapshots; why each one that failed did, by task id."""
+        failed: dict[str, str] = {}
+        for task_id in task_ids:
+            error = self._build_task(self.tasks[task_id])
+            if error is not None:
+                failed[task_id] = error
+                log.error("task %s: %s", task_id, error)
+        return failed
+
+    def end_unscored(self, spec: EpisodeSpec, attempt: int, error: str, *, failures: int) -> None:
+        """End ``spec`` as ``infra_error`` after ``attempt`` (recorded as started): its task did not build, or
+        the worker processes playing it died ``failures`` times."""
+        record = self._result(spec, attempt, AttemptResult(INFRA_ERROR, error=error), self.records.now(), failures)
+        self.ledger.append(record)
+        self._on_result(record)
 
     def _build_task(self, task: Task) -> str | None:
         """Build one task's snapshot, waiting out an outage; the error when the build itself failed."""

@@ -44,6 +44,8 @@ from benchmarks.episodes.calibration import (
 )
 from benchmarks.episodes.evaluation import EvalSettings, Evaluation, RunInterruptedError, plan_episodes
 from benchmarks.episodes.outage import HealthProbe, OutageError, UnreachableError
+from benchmarks.episodes.procs.fleet import Fleet
+from benchmarks.episodes.procs.worker import RunSource
 from benchmarks.episodes.recording import rundir
 from benchmarks.episodes.recording.ledger import Ledger, LedgerWriteError
 from benchmarks.episodes.settings import EpisodeSettings
@@ -137,6 +139,7 @@ def evaluate(
 ) -> EvalOutcome:
     """Play the plan into ``run_dir``'s ledger and write its reports (also used by throughput)."""
     settings = dataclasses.replace(eval_settings(config), run_id=run_dir.name)
+    _check_processes(settings, config)
     ledger = Ledger.open(run_dir, fsync=config.ledger_fsync)  # first: a second runner of this run stops here
     try:
         supply = open_supply(job, config)
@@ -161,8 +164,12 @@ def evaluate(
     final = sum(1 for r in ledger.state.results.values() if r["outcome"] != INFRA_ERROR)  # infra errors run again
     progress = Progress(total=scheduled, done=final, enabled=config.progress,
                         description=config.benchmark.name + (" (resumed)" if resumed else ""))  # fmt: skip
+    spread = None
+    if settings.processes > 1:
+        source = RunSource(job.config, config, job.output_dir, job.overrides, open_supply, health_probes)
+        spread = Fleet(source, settings.processes, on_result=progress.update)
     evaluation = Evaluation(tasks, agent, supply, ledger, settings, on_result=progress.update,
-                            probes=health_probes(supply, agent))  # fmt: skip
+                            probes=health_probes(supply, agent), spread=spread)  # fmt: skip
     stopped: SnapgymError | None = None
     try:
         evaluation.run()
@@ -333,9 +340,20 @@ def eval_settings(config: DictConfig) -> EvalSettings:
         **episode,
         env_id=env.value if hasattr(env, "value") else str(env),
         concurrency=config.pool.size,
+        processes=config.get("processes", 1),
         verification=_verification(config),
         network=network_setting(config),
     )
+
+
+def _check_processes(settings: EvalSettings, config: DictConfig) -> None:
+    """Refuse worker processes where they cannot help: a Ray pool's sandboxes are not this machine's."""
+    kind = config.pool.kind if isinstance(config.pool.kind, PoolKind) else PoolKind[str(config.pool.kind)]
+    if settings.processes > 1 and kind is not PoolKind.direct:
+        raise ConfigError(
+            f"processes={settings.processes} needs pool=direct (each worker process opens its own backend); "
+            f"with pool={kind.name} the pool's hosts play the episodes: use processes=1"
+        )
 
 
 def _placeable(tasks: list[Task], supply: Supply) -> tuple[list[Task], dict[str, str]]:

@@ -46,7 +46,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pool.errors import ConfigError, SnapgymError
 
@@ -112,6 +112,18 @@ class LedgerState:
             self.results.pop(episode, None)
             self.failures.pop(episode, None)
             self.superseded += 1
+
+
+class EpisodeLedger(Protocol):
+    """What the episode runner writes to: a :class:`Ledger`, or a worker process's link to its parent's."""
+
+    path: Path
+    """The ledger file (its folder is the run directory)."""
+    state: LedgerState
+    """What the records so far say (a worker process's: about the episodes it was handed)."""
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Write one record durably (raises :class:`LedgerWriteError` when it cannot be)."""
 
 
 class Ledger:

@@ -39,6 +39,16 @@ class SessionRecords:
         self._threshold = success_threshold
         self._began = time.monotonic()
 
+    @property
+    def began(self) -> float:
+        """When the session began, on the monotonic clock (system-wide on Linux)."""
+        return self._began
+
+    def join(self, run_id: str, began: float) -> None:
+        """Make the records of another process's session: its ``run_id`` and its clock (``began``), so a
+        worker process's results count as the session's (throughput spans one ``run_id``'s clock)."""
+        self.run_id, self._began = run_id, began
+
     def now(self) -> Started:
         """This moment, on both clocks."""
         return time.time(), time.monotonic() - self._began
