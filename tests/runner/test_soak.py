@@ -1,0 +1,57 @@
+"""benchmark=soak: the scenario's smoke run on a tiny budget, and the settings it refuses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+WINDOW_KEYS = {
+    "first_command_p50_ms",
+    "first_command_p99_ms",
+    "restore_p50_ms",
+    "restore_p99_ms",
+    "own_cpu_ms_per_episode",
+    "memory_cgroups",
+    "live_memory_cgroups",
+    "dying_memory_cgroups",
+    "processes",
+}
+
+
+def _soak(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "benchmark=soak", *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+
+
+def test_the_soak_reports_every_window_its_ratios_and_verdicts(tmp_path: Path) -> None:
+    done = _soak(tmp_path, "benchmark.episodes=6", "benchmark.window=3", "benchmark.warmup_episodes=2", "pool.size=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    windows = summary["windows"]
+    assert [window["index"] for window in windows] == [0, 1] and all(w["episodes"] == 3 for w in windows)
+    for window in [*windows, summary["fresh_control"]]:
+        assert set(window) >= WINDOW_KEYS
+        assert 0 < window["restore_p50_ms"] < window["first_command_p50_ms"]  # the first command follows the restore
+        assert window["own_cpu_ms_per_episode"] > 0 and window["processes"].get("daemon", 0) >= 1
+    assert set(summary["checks"]) == {"first_command_p50_ms", "restore_p50_ms", "own_cpu_ms_per_episode",
+                                      "dying_memory_cgroups"}  # fmt: skip
+    restore = summary["checks"]["restore_p50_ms"]
+    assert restore["ratio"] == windows[1]["restore_p50_ms"] / windows[0]["restore_p50_ms"]
+    assert restore["met"] == (restore["ratio"] <= 1.1)
+    assert summary["checks"]["dying_memory_cgroups"]["limit"] == 4.0 * 2
+    assert summary["passed"] == all(check["met"] for check in summary["checks"].values())
+    assert set(summary["ratios_last_to_fresh"]) >= {"first_command_p50_ms", "restore_p50_ms"}
+    table = (tmp_path / "run" / "soak.md").read_text()
+    assert table.startswith("Machine: ") and "| fresh backend |" in table
+    assert ("soak: PASSED" if summary["passed"] else "soak: FAILED") in table
+
+
+def test_episodes_that_are_not_whole_windows_are_refused(tmp_path: Path) -> None:
+    done = _soak(tmp_path, "benchmark.episodes=1500", "benchmark.window=1000")
+    assert done.returncode == 2 and "set episodes to a multiple of window" in done.stderr
+    assert not (tmp_path / "run" / "summary.json").exists()
