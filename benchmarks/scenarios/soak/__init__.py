@@ -26,35 +26,37 @@ Method:
     are what piles up, while the live ones come and go with other tenants'
     containers and sandboxes. p99s and the machine's busy time are reported as
     ratios too, not judged: on a shared machine they move with the other
-    tenants. Unless ``fresh_control=false``, one more window is
-    played right after the last on a fresh backend (a new daemon, the same
-    warm-up): the last window against it takes out the machine's drift, which
-    a neighbour's load brings and which no growth of the soaked backend
-    explains (reported, not judged). Needs ``pool=direct`` (the episodes run
-    in this process, whose descendants the accounting counts).
+    tenants.
+
+    Unless ``fresh_control=false``, the last window is played beside a window
+    on a fresh backend (a new daemon, the same warm-up), the two alternating
+    in tenths (:data:`CONTROL_PARTS`, each side first half the time), so both
+    see the same load: the last window against the fresh one is "after
+    ``episodes`` episodes" against "the first ones" with the machine's drift
+    (a neighbour's load, which no growth of the soaked backend explains) taken
+    out. Reported beside the verdicts, not judged. Needs ``pool=direct`` (the
+    episodes run in this process, whose descendants the accounting counts).
 """
 
 from __future__ import annotations
 
 import json
-import queue
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-
 from benchmarks.episodes.recording import rundir
 from benchmarks.job import Job
 from benchmarks.scenarios.cost import machine
-from benchmarks.scenarios.cost.segments import memory_cgroups
+from benchmarks.scenarios.cost.segments import SegmentCost, memory_cgroups
 from benchmarks.scenarios.soak import report
-from benchmarks.scenarios.soak.windows import SETTLE_S, Window, live_memory_cgroups, play_episode, play_window
-from benchmarks.scenarios.throughput import TRIVIAL_TASK, episode_actions
-from envs.tasks import load_task
-from pool import Backend, ConfigError
+from benchmarks.scenarios.soak.server import Server
+from benchmarks.scenarios.soak.windows import SETTLE_S, Timings, Window, live_memory_cgroups, window_of
+from pool import ConfigError
+
+CONTROL_PARTS = 10
+"""The last window and the fresh backend's alternate in this many parts each, so that both see the same load."""
 
 
 @dataclass
@@ -76,8 +78,8 @@ class SoakConfig:
     cgroup_multiple: float = 4.0
     """Memory cgroups the host may gain over the soak, per live sandbox."""
     fresh_control: bool = True
-    """After the last window, one more on a fresh backend (a new daemon): the last window against it tells
-    the machine's drift (a neighbour's load) from the soaked backend's own."""
+    """Play the last window alternating with one on a fresh backend (a new daemon): the last window against
+    it, under the same load, tells the machine's drift (a neighbour's load) from the soaked backend's own."""
 
 
 @dataclass
@@ -104,13 +106,21 @@ def run(job: Job) -> SoakOutcome:
     cfg: SoakConfig = job.settings
     _check(cfg, job)
     run_dir, config, _ = rundir.resolve(job.config, job.output_dir, given=job.given)
-    size = int(config.pool.size)
-    before, windows = _serve(job.backend, cfg, size, cfg.episodes // cfg.window)
-    control = _serve(job.open_backend(), cfg, size, 1, first_index=len(windows))[1][0] if cfg.fresh_control else None
+    size, count = int(config.pool.size), cfg.episodes // cfg.window
+    with Server(job.backend, size, cfg.steps) as soaked:
+        soaked.warm(cfg.warmup_episodes)
+        time.sleep(SETTLE_S)
+        before = memory_cgroups() - live_memory_cgroups()[0]
+        windows = [window_of(index, [soaked.chunk(cfg.window)]) for index in range(count - 1)]
+        if cfg.fresh_control:
+            last, control = _beside_a_fresh_backend(job, soaked, cfg, size, count - 1)
+        else:
+            last, control = window_of(count - 1, [soaked.chunk(cfg.window)]), None
     method = {"episodes": cfg.episodes, "window": cfg.window, "warmup_episodes": cfg.warmup_episodes,
-              "steps": cfg.steps, "pool_size": size, "backend": str(config.backend.name)}  # fmt: skip
+              "steps": cfg.steps, "pool_size": size, "backend": str(config.backend.name),
+              "fresh_control_parts": CONTROL_PARTS if cfg.fresh_control else 0}  # fmt: skip
     figures = report.summary(
-        windows, control, dying_before=before, live_sandboxes=size, tolerance=cfg.tolerance,
+        [*windows, last], control, dying_before=before, live_sandboxes=size, tolerance=cfg.tolerance,
         cgroup_multiple=cfg.cgroup_multiple, machine=machine(), method=method,
     )  # fmt: skip
     outcome = SoakOutcome(figures)
@@ -118,28 +128,18 @@ def run(job: Job) -> SoakOutcome:
     return outcome
 
 
-def _serve(
-    backend: Backend, cfg: SoakConfig, size: int, count: int, *, first_index: int = 0
-) -> tuple[int, list[Window]]:
-    """``count`` windows on ``backend`` after a warm-up; the dying memory cgroups after the warm-up, and them."""
-    actions = episode_actions(cfg.steps)
-    task = load_task(TRIVIAL_TASK)
-    environments: list[gym.Env[Any, Any]] = []
-    pool: queue.Queue[gym.Env[Any, Any]] = queue.Queue()
-    try:
-        for _ in range(size):
-            env = gym.make("snapgym/Shell-v0", task=str(task.path), backend=backend, max_steps=cfg.steps + 1)
-            environments.append(env)
-            pool.put(env)
-        with ThreadPoolExecutor(max_workers=size, thread_name_prefix="snapgym-soak") as workers:
-            for index in range(cfg.warmup_episodes):
-                play_episode(environments[index % size], actions)
-            time.sleep(SETTLE_S)
-            before = memory_cgroups() - live_memory_cgroups()[0]
-            return before, [play_window(first_index + i, cfg.window, workers, pool, actions) for i in range(count)]
-    finally:
-        for env in environments:
-            env.close()
+def _beside_a_fresh_backend(job: Job, soaked: Server, cfg: SoakConfig, size: int, index: int) -> tuple[Window, Window]:
+    """The soaked backend's last window and a fresh backend's, played in alternating parts (same load on both)."""
+    parts = [cfg.window // CONTROL_PARTS + (part < cfg.window % CONTROL_PARTS) for part in range(CONTROL_PARTS)]
+    ours: list[tuple[SegmentCost, Timings]] = []
+    theirs: list[tuple[SegmentCost, Timings]] = []
+    with Server(job.open_backend(), size, cfg.steps) as fresh:
+        fresh.warm(cfg.warmup_episodes)
+        for number, part in enumerate(episodes for episodes in parts if episodes):
+            sides = [(soaked, ours), (fresh, theirs)]
+            for server, chunks in sides if number % 2 == 0 else sides[::-1]:  # each goes first half the time
+                chunks.append(server.chunk(part))
+        return window_of(index, ours), window_of(index + 1, theirs)
 
 
 def _check(cfg: SoakConfig, job: Job) -> None:

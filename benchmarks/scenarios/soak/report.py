@@ -85,7 +85,7 @@ def markdown(figures: dict[str, Any]) -> str:
             for key, check in figures["checks_against_fresh"].items()
             if check["ratio"] is not None
         )
-        lines.append(f"not judged, last window / a fresh backend's right after it (the machine's drift out): {against}")
+        lines.append(f"not judged, last window / a fresh backend's played beside it (drift taken out): {against}")
     lines.append("soak: " + ("PASSED" if figures["passed"] else "FAILED"))
     return "\n".join(lines)
 

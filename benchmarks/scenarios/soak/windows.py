@@ -86,11 +86,15 @@ class Window:
         }
 
 
-def play_window(
-    index: int, episodes: int, workers: ThreadPoolExecutor, pool: queue.Queue[gym.Env[Any, Any]], actions: Sequence[str]
-) -> Window:
-    """Play ``episodes`` episodes on the environments in ``pool`` (one per worker) and measure them."""
-    timings: list[tuple[float, float]] = []
+Timings = list[tuple[float, float]]
+"""(time to first command, restore) in milliseconds, one pair per episode."""
+
+
+def play_chunk(
+    episodes: int, workers: ThreadPoolExecutor, pool: queue.Queue[gym.Env[Any, Any]], actions: Sequence[str]
+) -> tuple[SegmentCost, Timings]:
+    """Play ``episodes`` episodes on the environments in ``pool`` (one per worker); their cost and timings."""
+    timings: Timings = []
 
     def one(_: int) -> None:
         env = pool.get()
@@ -103,11 +107,37 @@ def play_window(
         for _ in workers.map(one, range(episodes)):  # re-raises an episode's error
             pass
 
-    cost = measure(f"window {index}", episodes, play)
+    return measure(f"{episodes} episodes", episodes, play), timings
+
+
+def window_of(index: int, chunks: Sequence[tuple[SegmentCost, Timings]]) -> Window:
+    """The window that ``chunks`` make up (their costs weighted by episodes), its cgroups counted now."""
+    timings = [pair for _, chunk in chunks for pair in chunk]
     first, restore = np.array([t[0] for t in timings]), np.array([t[1] for t in timings])
+    cost = _merged([cost for cost, _ in chunks])
     time.sleep(SETTLE_S)
     total, (live, ours) = memory_cgroups(), live_memory_cgroups()
-    return Window(index, episodes, _p50_p99(first), _p50_p99(restore), cost, total, live, ours, *_process_figures())
+    return Window(index, cost.episodes, _p50_p99(first), _p50_p99(restore), cost, total, live, ours,
+                  *_process_figures())  # fmt: skip
+
+
+def _merged(costs: Sequence[SegmentCost]) -> SegmentCost:
+    """One cost of several measured apart: per-episode figures averaged, weighted by their episodes."""
+    if len(costs) == 1:
+        return costs[0]
+    episodes = sum(cost.episodes for cost in costs)
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(value * cost.episodes for value, cost in zip(values, costs, strict=True)) / episodes
+
+    kinds = {kind for cost in costs for kind in cost.ms_by_kind}
+    return SegmentCost(
+        name=costs[0].name, episodes=episodes,
+        ms_by_kind={kind: mean([cost.ms_by_kind.get(kind, 0.0) for cost in costs]) for kind in kinds},
+        kernel_ms_by_kind={kind: mean([cost.kernel_ms_by_kind.get(kind, 0.0) for cost in costs]) for kind in kinds},
+        machine_busy_ms=mean([cost.machine_busy_ms for cost in costs]), wall_ms=mean([cost.wall_ms for cost in costs]),
+        memory_cgroups=(costs[0].memory_cgroups[0], costs[-1].memory_cgroups[1]),
+    )  # fmt: skip
 
 
 def play_episode(env: gym.Env[Any, Any], actions: Sequence[str]) -> tuple[float, float]:
