@@ -18,6 +18,7 @@ WINDOW_KEYS = {
     "live_memory_cgroups",
     "dying_memory_cgroups",
     "processes",
+    "long_lived",
 }
 
 
@@ -38,6 +39,7 @@ def test_the_soak_reports_every_window_its_ratios_and_verdicts(tmp_path: Path) -
         assert set(window) >= WINDOW_KEYS
         assert 0 < window["restore_p50_ms"] < window["first_command_p50_ms"]  # the first command follows the restore
         assert window["own_cpu_ms_per_episode"] > 0 and window["processes"].get("daemon", 0) >= 1
+        assert window["long_lived"]["daemon"]["mounts"] > 0 and window["long_lived"]["keepers"]["fds"] > 0
     assert set(summary["checks"]) == {"first_command_p50_ms", "restore_p50_ms", "own_cpu_ms_per_episode",
                                       "dying_memory_cgroups"}  # fmt: skip
     restore = summary["checks"]["restore_p50_ms"]

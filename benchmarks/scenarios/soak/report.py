@@ -57,9 +57,9 @@ def markdown(figures: dict[str, Any]) -> str:
     head = (
         "| window | episodes | first command p50 / p99 ms | restore p50 / p99 ms | own CPU ms/episode "
         "| others' CPU ms/episode | episodes/s | memory cgroups: all (live, of them snapgym's) | processes "
-        "| runner RSS MiB |"
+        "| runner RSS MiB | most mounts / fds |"
     )
-    lines = [f"Machine: {figures['machine']}.", "", head, "|---" * 10 + "|"]
+    lines = [f"Machine: {figures['machine']}.", "", head, "|---" * 11 + "|"]
     lines += [_row(str(row["index"]), row) for row in figures["windows"]]
     if figures["fresh_control"]:
         lines.append(_row("fresh backend", figures["fresh_control"]))
@@ -92,12 +92,13 @@ def markdown(figures: dict[str, Any]) -> str:
 
 def _row(name: str, row: dict[str, Any]) -> str:
     processes = ", ".join(f"{count} {kind}" for kind, count in row["processes"].items())
+    long_lived = ", ".join(f"{kind} {most['mounts']} / {most['fds']}" for kind, most in row["long_lived"].items())
     return (
         f"| {name} | {row['episodes']} | {row['first_command_p50_ms']:.2f} / {row['first_command_p99_ms']:.2f} "
         f"| {row['restore_p50_ms']:.2f} / {row['restore_p99_ms']:.2f} | {row['own_cpu_ms_per_episode']:.2f} "
         f"| {row['others_ms_per_episode']:.2f} | {row['episodes_per_s']:.1f} | {row['memory_cgroups']} "
         f"({row['live_memory_cgroups']}, {row['live_snapgym_memory_cgroups']}) | {processes} "
-        f"| {row['runner_rss_mib']:.0f} |"
+        f"| {row['runner_rss_mib']:.0f} | {long_lived} |"
     )
 
 

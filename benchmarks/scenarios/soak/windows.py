@@ -35,6 +35,8 @@ SETTLE_S = 0.5
 """Wait after a window before counting cgroups: the last instances' cgroups, removed off the request path by
 the keepers' janitors, are dying for tens of milliseconds before the kernel frees them (a pile-up is what
 outlives that)."""
+LONG_LIVED = ("daemon", "keepers", "janitors")
+"""The local backend's processes that serve many episodes (an instance lives for one)."""
 SNAPGYM_CGROUPS = "snapgym"
 """The folder of the local backend's instance cgroups in each hierarchy (pool/backends/local/cgroups.py)."""
 
@@ -61,6 +63,9 @@ class Window:
     """The runner's descendants by kind at the window's end (a leak of keepers or instances shows here)."""
     runner_rss_mib: float
     """The runner's resident memory at the window's end."""
+    long_lived: dict[str, tuple[int, int]]
+    """Of the processes that outlive episodes (daemons, keepers, janitors), by kind: the most mounts one of
+    them sees in its mount namespace and the most fds one holds (a leak of either shows here)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The window's row of summary.json."""
@@ -83,6 +88,7 @@ class Window:
             "live_snapgym_memory_cgroups": self.live_snapgym_memory_cgroups,
             "processes": dict(self.processes),
             "runner_rss_mib": self.runner_rss_mib,
+            "long_lived": {kind: {"mounts": mounts, "fds": fds} for kind, (mounts, fds) in self.long_lived.items()},
         }
 
 
@@ -168,13 +174,30 @@ def live_memory_cgroups() -> tuple[int, int]:
     return _folders(hierarchy), _folders(ours) - 1 if ours.is_dir() else 0
 
 
-def _process_figures() -> tuple[dict[str, int], float]:
-    """The runner's descendants by kind, and its resident memory in MiB."""
-    kinds = Counter(times.kind for times in ProcessTable.now().processes.values() if times.kind in KINDS)
+def _process_figures() -> tuple[dict[str, int], float, dict[str, tuple[int, int]]]:
+    """The runner's descendants by kind, its resident memory in MiB, and the long-lived ones' mounts and fds."""
+    processes = ProcessTable.now().processes.values()
+    kinds = Counter(times.kind for times in processes if times.kind in KINDS)
     del kinds["runner"]
     with open("/proc/self/status", encoding="ascii") as status:
         rss_kib = next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
-    return dict(sorted(kinds.items())), rss_kib / 1024
+    long_lived: dict[str, tuple[int, int]] = {}
+    for times in processes:
+        if times.kind in LONG_LIVED:
+            mounts, fds = _mounts_and_fds(times.pid)
+            most = long_lived.get(times.kind, (0, 0))
+            long_lived[times.kind] = (max(most[0], mounts), max(most[1], fds))
+    return dict(sorted(kinds.items())), rss_kib / 1024, dict(sorted(long_lived.items()))
+
+
+def _mounts_and_fds(pid: int) -> tuple[int, int]:
+    """A process's mounts (its mount namespace's) and open fds; zeros when it is gone."""
+    try:
+        with open(f"/proc/{pid}/mountinfo", "rb") as mountinfo:
+            mounts = mountinfo.read().count(b"\n")
+        return mounts, len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0, 0
 
 
 def _folders(top: Path) -> int:
