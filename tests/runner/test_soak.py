@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from benchmarks.scenarios.soak import report
+
 REPO = Path(__file__).resolve().parents[2]
 WINDOW_KEYS = {
     "first_command_p50_ms",
@@ -48,6 +52,7 @@ def test_the_soak_reports_every_window_its_ratios_and_verdicts(tmp_path: Path) -
     assert summary["checks"]["dying_memory_cgroups"]["limit"] == 4.0 * 2
     assert summary["passed"] == all(check["met"] for check in summary["checks"].values())
     assert set(summary["ratios_last_to_fresh"]) >= {"first_command_p50_ms", "restore_p50_ms"}
+    assert summary["trends"] == {key: None for key in summary["checks_against_fresh"]}  # two windows: too few to fit
     table = (tmp_path / "run" / "soak.md").read_text()
     assert table.startswith("Machine: ") and "| fresh backend |" in table
     assert ("soak: PASSED" if summary["passed"] else "soak: FAILED") in table
@@ -57,3 +62,16 @@ def test_episodes_that_are_not_whole_windows_are_refused(tmp_path: Path) -> None
     done = _soak(tmp_path, "benchmark.episodes=1500", "benchmark.window=1000")
     assert done.returncode == 2 and "set episodes to a multiple of window" in done.stderr
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_the_trend_takes_the_other_tenants_load_out() -> None:
+    """A figure that only follows a neighbour's load has no trend; one that grows per window has its growth."""
+    loads = [8.0, 20.0, 9.0, 15.0, 7.0, 22.0, 12.0, 18.0, 6.0, 25.0]
+    rows = [{"index": i, "others_ms_per_episode": load, "flat": 5 + 0.3 * load, "growing": 10 + 0.1 * i + 0.3 * load}
+            for i, load in enumerate(loads)]  # fmt: skip
+    assert report.trend(rows, "flat") == pytest.approx({"percent": 0.0, "two_se_percent": 0.0}, abs=1e-6)
+    growing = report.trend(rows, "growing")
+    assert growing is not None
+    start = 10 + 0.3 * sum(loads) / len(loads)
+    assert growing["percent"] == pytest.approx(100 * 0.1 * 9 / start)
+    assert report.trend(rows[:3], "growing") is None

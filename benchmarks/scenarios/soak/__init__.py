@@ -34,8 +34,11 @@ Method:
     see the same load: the last window against the fresh one is "after
     ``episodes`` episodes" against "the first ones" with the machine's drift
     (a neighbour's load, which no growth of the soaked backend explains) taken
-    out. Reported beside the verdicts, not judged. Needs ``pool=direct`` (the
-    episodes run in this process, whose descendants the accounting counts).
+    out. Reported beside the verdicts, not judged, as is each judged figure's
+    trend from the first window to the last with the other tenants' CPU per
+    episode taken out (:func:`~benchmarks.scenarios.soak.report.trend`).
+    Needs ``pool=direct`` (the episodes run in this process, whose
+    descendants the accounting counts).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from benchmarks.scenarios.soak.windows import Window
 
 JUDGED = ("first_command_p50_ms", "restore_p50_ms", "own_cpu_ms_per_episode")
@@ -39,7 +41,27 @@ def summary(
         "fresh_control": fresh,
         "ratios_last_to_fresh": {key: _ratio(last[key], fresh[key]) for key in (*JUDGED, *SHOWN)} if fresh else None,
         "checks_against_fresh": _ratio_checks(fresh, last, tolerance) if fresh else None,
+        "trends": {key: trend(rows, key) for key in JUDGED},
     }
+
+
+def trend(rows: Sequence[dict[str, Any]], key: str) -> dict[str, float] | None:
+    """How ``key`` moved from the first window to the last, in percent of the first, with the other tenants'
+    CPU per episode taken out: a least-squares fit of it on the window's index and that load over every
+    window, with two standard errors of the index's part (None: under four windows, too few to fit)."""
+    if len(rows) < 4:
+        return None
+    design = np.array([[1.0, row["index"], row["others_ms_per_episode"]] for row in rows])
+    values = np.array([row[key] for row in rows])
+    coef, *_ = np.linalg.lstsq(design, values, rcond=None)
+    residuals = values - design @ coef
+    variance = float(residuals @ residuals) / (len(rows) - 3) * np.linalg.pinv(design.T @ design)
+    start = float(coef[0] + coef[2] * np.mean(design[:, 2]))  # the first window's value at the run's mean load
+    span = rows[-1]["index"] - rows[0]["index"]
+    if start <= 0:
+        return None
+    return {"percent": 100 * float(coef[1]) * span / start,
+            "two_se_percent": 200 * float(np.sqrt(max(variance[1, 1], 0.0))) * span / start}  # fmt: skip
 
 
 def _ratio_checks(first: dict[str, Any], last: dict[str, Any], tolerance: float) -> dict[str, dict[str, Any]]:
@@ -86,6 +108,13 @@ def markdown(figures: dict[str, Any]) -> str:
             if check["ratio"] is not None
         )
         lines.append(f"not judged, last window / a fresh backend's played beside it (drift taken out): {against}")
+    trends = ", ".join(
+        f"{key} {trend['percent']:+.1f}% ± {trend['two_se_percent']:.1f}"
+        for key, trend in figures["trends"].items()
+        if trend is not None
+    )
+    if trends:
+        lines.append(f"not judged, first window to last with the others' CPU taken out (fit, 2 s.e.): {trends}")
     lines.append("soak: " + ("PASSED" if figures["passed"] else "FAILED"))
     return "\n".join(lines)
 
