@@ -163,6 +163,7 @@ def register_configs() -> None:
     from benchmarks.scenarios.idle import IdleConfig
     from benchmarks.scenarios.integrity import IntegrityBenchConfig
     from benchmarks.scenarios.pool import PoolBenchConfig
+    from benchmarks.scenarios.soak import SoakConfig
     from benchmarks.scenarios.throughput import ThroughputConfig
 
     store.store(name="snapgym_schema", node=schemas.RunConfig)
@@ -176,6 +177,7 @@ def register_configs() -> None:
     store.store(group="benchmark", name="aio_schema", node=AioBenchConfig)
     store.store(group="benchmark", name="integrity_schema", node=IntegrityBenchConfig)
     store.store(group="benchmark", name="cost_schema", node=CostConfig)
+    store.store(group="benchmark", name="soak_schema", node=SoakConfig)
     store.store(group="pool", name="pool_schema", node=schemas.PoolSettings)
     store.store(group="suite", name="suite_schema", node=schemas.SuiteConfig)
     store.store(group="suite", name="dir_suite_schema", node=schemas.DirSuiteConfig)

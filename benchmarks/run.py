@@ -65,6 +65,7 @@ SCENARIOS: dict[str, str] = {
     "idle": "benchmarks.scenarios.idle",
     "durable": "benchmarks.scenarios.durable",
     "cost": "benchmarks.scenarios.cost",
+    "soak": "benchmarks.scenarios.soak",
     "aio": "benchmarks.scenarios.aio.inflight",
 }
 EXIT_USAGE = 2

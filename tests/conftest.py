@@ -91,6 +91,7 @@ SLOW = {
     "tests/train/test_trl_grpo.py::*": "TRL's GRPOTrainer trains a model for three steps on 24 episodes",
     "tests/backends/local/test_memory_cgroups.py::*": "200 episodes, counting the host's memory cgroups",
     "tests/runner/test_cost.py::test_the_cost_scenario_*": "five segments twice and the kernel operations",
+    "tests/runner/test_soak.py::test_the_soak_reports_*": "two windows and a fresh backend's, each with a warm-up",
 }
 """Tests over about 10 s each (node id patterns, and why they take long). The default run leaves
 them out (``-m 'not slow'`` in pyproject's addopts) to stay well under 15 minutes; CI runs them

@@ -131,7 +131,7 @@ def run(job: Job) -> CostOutcome:
     method: dict[str, Any] = {"episodes": cfg.episodes, "rounds": cfg.rounds, "steps": cfg.steps, "pool_size": size}
     if note:
         method["kernel_ops_note"] = note
-    outcome = CostOutcome(rounds, kernel_ops, _machine(), method)
+    outcome = CostOutcome(rounds, kernel_ops, machine(), method)
     outcome.write(run_dir)
     return outcome
 
@@ -188,7 +188,8 @@ def _kernel_ops(repetitions: int) -> tuple[dict[str, dict[str, float]], str]:
     return result, ""
 
 
-def _machine() -> str:
+def machine() -> str:
+    """This machine in words: its CPUs and kernel (results name the machine beside every figure)."""
     model = "unknown CPU"
     with open("/proc/cpuinfo", encoding="utf-8") as info:
         for line in info:
