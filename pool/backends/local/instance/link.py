@@ -33,6 +33,16 @@ def _is_exiting(pid: int) -> bool:
     return fields[0] in ("Z", "X") or bool(int(fields[6]) & _PF_EXITING)
 
 
+def is_running_child(pid: int, parent: int) -> bool:
+    """True while ``pid`` is a live child of ``parent`` (not exiting, not a zombie): the init a
+    reply named is still the one running, and its pid was not handed to another process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] not in ("Z", "X") and int(fields[1]) == parent and not int(fields[6]) & _PF_EXITING
+
+
 class SandboxLink:
     """Requests about sandbox ``number`` through ``runtime``, and what their failures mean."""
 
