@@ -468,10 +468,10 @@ class LocalSandbox(BaseSandbox):
         """The host pid of the sandbox's init, 0 when none runs.
 
         The init the last start, restore or seal reply named, while it still runs as the keeper's
-        child (no round trip to the daemon); else the keeper's word."""
+        child (no round trip to the daemon); else the keeper's word, once a dying init is reaped."""
         if self._init_pid > 0 and is_running_child(self._init_pid, self.keeper_pid):
             return self._init_pid
-        return int(self._link.ping().get("pid", "0"))
+        return int(self._link.ping_settled().get("pid", "0"))
 
     @property
     def sealed(self) -> VerifyMode | None:
