@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -56,7 +57,7 @@ def test_the_init_is_a_running_child_of_its_keeper_and_nothing_else_is(sandbox: 
     assert not is_running_child(2**22 + 1, sandbox.keeper_pid)  # above any pid_max: no such process
 
 
-def test_restore_and_seal_replies_name_the_init_that_runs(sandbox: LocalSandbox, tmp_path) -> None:
+def test_restore_and_seal_replies_name_the_init_that_runs(sandbox: LocalSandbox, tmp_path: Path) -> None:
     sandbox.restore()
     assert sandbox._init_pid == init_pid(sandbox)
     tests = tmp_path / "tests"
