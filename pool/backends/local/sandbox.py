@@ -19,7 +19,7 @@ from pool.backends.local.cgroups import Limits, SandboxCgroup
 from pool.backends.local.daemon import Op, PendingReply
 from pool.backends.local.instance import checkpoint, commands, graftlayer, shellsession, viewscan
 from pool.backends.local.instance.checkpoint import BuildResult
-from pool.backends.local.instance.link import SandboxLink, is_running_child
+from pool.backends.local.instance.link import SandboxLink
 from pool.backends.local.runtime import Runtime
 from pool.backends.local.store import upperread
 from pool.backends.local.store.changes import read_changes
@@ -412,7 +412,7 @@ class LocalSandbox(BaseSandbox):
         self._check_open()
         if self._sealed is not VerifyMode.STRICT:
             return None  # shared: the verifier's view is not the init's; toolchain: find, as before
-        pid = self._running_init()
+        pid = self._link.running_init(self._init_pid, self.keeper_pid)
         return viewscan.scan(pid, roots, patterns) if pid > 0 else None
 
     def _install_delta(self, plan: VerificationPlan) -> tuple[Path | None, InstallDelta]:
@@ -459,19 +459,10 @@ class LocalSandbox(BaseSandbox):
         return self._egress.log()
 
     def _netns_pid(self) -> int:
-        pid = self._running_init()
+        pid = self._link.running_init(self._init_pid, self.keeper_pid)
         if pid <= 0:
             raise SandboxCrashedError(f"sandbox {self.id} is not running; restore() it first")
         return pid
-
-    def _running_init(self) -> int:
-        """The host pid of the sandbox's init, 0 when none runs.
-
-        The init the last start, restore or seal reply named, while it still runs as the keeper's
-        child (no round trip to the daemon); else the keeper's word, once a dying init is reaped."""
-        if self._init_pid > 0 and is_running_child(self._init_pid, self.keeper_pid):
-            return self._init_pid
-        return int(self._link.ping_settled().get("pid", "0"))
 
     @property
     def sealed(self) -> VerifyMode | None:

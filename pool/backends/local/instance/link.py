@@ -62,6 +62,16 @@ class SandboxLink:
         """The keeper's word on the init: ``pid`` ("0" when none runs) and ``died`` ("oom", ...)."""
         return self.request(Op.PING, [])
 
+    def running_init(self, named: int, keeper: int) -> int:
+        """The host pid of the sandbox's init, 0 when none runs.
+
+        ``named``: the init the last start, restore or seal reply named; taken while it still runs as
+        ``keeper``'s child (no round trip to the daemon), else the keeper's word once a dying init is reaped.
+        """
+        if named > 0 and is_running_child(named, keeper):
+            return named
+        return int(self.ping_settled().get("pid", "0"))
+
     def ping_settled(self) -> dict[str, str]:
         """The keeper's word on the init, once a dying init (whose pipes close first) has been reaped."""
         deadline = time.monotonic() + _DEATH_NOTICE_S
