@@ -32,6 +32,7 @@ from pool.network.policy import NetworkPolicy, Phase
 if TYPE_CHECKING:
     from pool.egress.cache.downloads import DownloadCache
 
+_ACCEPT_BURST = 32
 _Work = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Attempt], Coroutine[Any, Any, None]]
 
 
@@ -70,7 +71,8 @@ class Gate:
         self._network = Network(settings, limits, asyncio.Semaphore(limits.max_lookups), cache)
         self._clients: dict[asyncio.Task[None], _Client] = {}
         self._sequence = itertools.count()
-        self._accepting: asyncio.Task[None] | None = None
+        self._accepting = False
+        self._retry: asyncio.TimerHandle | None = None
         self._closed = False
         self._cut_reason = "cut"
         self._records: list[tuple[int, Connection]] = []
@@ -130,16 +132,16 @@ class Gate:
     async def start(self) -> None:
         """Begin accepting (on the loop)."""
         self._listener.setblocking(False)
-        self._accepting = asyncio.create_task(self._accept(), name="snapgym-egress-accept")
+        self._watch()
 
     async def shutdown(self, reason: str) -> None:
         """Stop accepting, close the socket, cut the open connections (on the loop)."""
         if self._closed:
             return
         self._closed = True
-        if self._accepting is not None:
-            self._accepting.cancel()
-            await asyncio.gather(self._accepting, return_exceptions=True)
+        self._unwatch()
+        if self._retry is not None:
+            self._retry.cancel()
         self._listener.close()
         await self._cut(reason)
 
@@ -158,17 +160,33 @@ class Gate:
             task.cancel()
         await asyncio.wait(tasks)
 
-    async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
+    # Accepting is a reader callback on the listener, not a task: a gate opened and closed with no
+    # connection (most episodes' no-network gates) then costs the loop two short callbacks.
+
+    def _watch(self) -> None:
+        if not self._closed and not self._accepting:
+            asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept_ready)
+            self._accepting = True
+
+    def _unwatch(self) -> None:
+        if self._accepting:
+            asyncio.get_running_loop().remove_reader(self._listener.fileno())
+            self._accepting = False
+
+    def _accept_ready(self) -> None:
+        for _ in range(_ACCEPT_BURST):  # then the loop serves the others before taking more
             try:
-                sock, _ = await loop.sock_accept(self._listener)
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
             except OSError as exc:
-                if self._listener.fileno() < 0:
-                    return
+                if exc.errno == errno.ECONNABORTED:
+                    continue
                 # Out of descriptors or memory: wait for connections to end instead of spinning.
-                await asyncio.sleep(0 if exc.errno == errno.ECONNABORTED else 0.1)
-                continue
+                self._unwatch()
+                self._retry = asyncio.get_running_loop().call_later(0.1, self._watch)
+                return
+            sock.setblocking(False)
             self._admit(sock)
 
     def _admit(self, sock: socket.socket) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import queue
 import socket
 import threading
 
@@ -27,33 +28,83 @@ def listen_in_netns(netns_path: str, port: int, *, host: str = "127.0.0.1", back
     """A TCP socket listening at ``host:port`` inside the network namespace at ``netns_path``
     (e.g. ``/proc/PID/ns/net``).
 
+    The namespace is joined by a helper thread kept for it (one per process, made on first use):
+    a sandbox's two listeners per episode then cost no thread start each.
+
     Raises:
         UnsupportedError: this process may not join the namespace (not root).
         SandboxError: the namespace is gone, or the port is taken in it.
     """
-    result: list[socket.socket | BaseException] = []
-    thread = threading.Thread(target=_listen, args=(netns_path, host, port, backlog, result), daemon=True)
-    thread.start()
-    thread.join()
-    outcome = result[0]
+    global _joiner
+    with _joiner_lock:
+        if _joiner is None or not _joiner.is_usable:
+            _joiner = _Joiner()
+        outcome = _joiner.listen(netns_path, host, port, backlog)
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome
 
 
-def _listen(path: str, host: str, port: int, backlog: int, result: list[socket.socket | BaseException]) -> None:
-    try:
-        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        result.append(UnsupportedError(f"cannot open this thread's network namespace: {exc.strerror}"))
-        return
-    try:
-        result.append(_listen_joined(path, host, port, backlog))
-    except BaseException as exc:
-        result.append(exc)
-    finally:
-        _libc.setns(home, CLONE_NEWNET)  # the thread ends next, so a failure here changes nothing
-        os.close(home)
+_Outcome = socket.socket | BaseException
+_Request = tuple[str, str, int, int, "queue.SimpleQueue[_Outcome]"]
+
+
+class _Joiner:
+    """A daemon thread that makes listeners in other network namespaces, one request at a time.
+
+    It goes back to its own namespace after each; if it ever cannot, it stops and is replaced,
+    so no later request starts from a sandbox's namespace.
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self.is_usable = True
+        self._thread = threading.Thread(target=self._serve, name="snapgym-netns", daemon=True)
+        self._thread.start()
+
+    def listen(self, path: str, host: str, port: int, backlog: int) -> _Outcome:
+        """The listener, or the error to raise (callers hold the module's lock: one request at a time)."""
+        reply: queue.SimpleQueue[_Outcome] = queue.SimpleQueue()
+        self._requests.put((path, host, port, backlog, reply))
+        return reply.get()
+
+    def _serve(self) -> None:
+        failure: UnsupportedError | None = None
+        try:
+            home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            home, failure = -1, UnsupportedError(f"cannot open this thread's network namespace: {exc.strerror}")
+        while True:
+            path, host, port, backlog, reply = self._requests.get()
+            if failure is not None:
+                self.is_usable = False
+                reply.put(failure)
+                return
+            try:
+                outcome: _Outcome = _listen_joined(path, host, port, backlog)
+            except BaseException as exc:
+                outcome = exc
+            if _libc.setns(home, CLONE_NEWNET) != 0:  # never seen; the thread must not serve again
+                self.is_usable = False
+                if isinstance(outcome, socket.socket):
+                    outcome.close()
+                reply.put(SandboxError("the egress helper thread could not leave a sandbox's network namespace"))
+                os.close(home)
+                return
+            reply.put(outcome)
+
+
+_joiner: _Joiner | None = None
+_joiner_lock = threading.Lock()
+
+
+def _forget_joiner() -> None:
+    """In a forked child the helper thread does not exist: make a new one on first use."""
+    global _joiner, _joiner_lock
+    _joiner, _joiner_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_joiner)
 
 
 def _listen_joined(path: str, host: str, port: int, backlog: int) -> socket.socket:

@@ -42,6 +42,7 @@ VERIFIER_OUTPUT_FILE = "verifier/test-stdout.txt"
 VERIFIER_RESULT_FILE = "verifier/result.json"
 MAX_CONNECTIONS_KEPT = 2000
 """The most connection records written per episode (the summary counts them all)."""
+_STAGE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -129,10 +130,20 @@ def write_text(run_dir: Path, relative: str, text: str) -> str:
 
 def write_bytes(run_dir: Path, relative: str, data: bytes) -> str:
     """Write ``data`` at ``run_dir / relative``, whole or not at all; returns ``relative``."""
-    target = run_dir / relative
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staged = target.with_name(f".{target.name}.tmp")
-    staged.write_bytes(data)
+    target = os.path.join(run_dir, relative)
+    folder, name = os.path.split(target)
+    staged = os.path.join(folder, f".{name}.tmp")
+    try:  # the folder exists for all of an episode's files but its first: no mkdir for them
+        fd = os.open(staged, _STAGE_FLAGS, 0o666)
+    except FileNotFoundError:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(staged, _STAGE_FLAGS, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
     os.replace(staged, target)
     return relative
 

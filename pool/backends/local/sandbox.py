@@ -72,6 +72,8 @@ class LocalSandbox(BaseSandbox):
         """Where the sandbox's writable tmpfs is mounted (in its keeper's mount namespace)."""
         self.keeper_pid = 0
         """The host pid of the sandbox's keeper, whose mount namespace holds its stages."""
+        self._init_pid = 0
+        """The host pid of the init the keeper's last start, restore or seal named (0: ask it)."""
         self._egress = runtime.egress.gatekeeper()
         self._session: shellsession.ShellSession | None = None
 
@@ -95,6 +97,7 @@ class LocalSandbox(BaseSandbox):
         try:
             reply = pending.result()
             self.stage_path, self.keeper_pid = reply["stage"], int(reply["keeper"])
+            self._init_pid = int(reply.get("pid", "0"))
         except BaseException:
             self._cgroup.remove()
             raise
@@ -371,7 +374,9 @@ class LocalSandbox(BaseSandbox):
         resources = snapshot.resources
         self.use_limits(self._settings.limits(resources), self._settings.limited_controllers(resources))
         fields = self._runtime.instance_fields(snapshot, network=False, cgroup=self._cgroup)
-        self.stage_path = self._link.request(Op.RESTORE, fields)["stage"]
+        self._init_pid = 0
+        reply = self._link.request(Op.RESTORE, fields)
+        self.stage_path, self._init_pid = reply["stage"], int(reply.get("pid", "0"))
 
     def begin_verification(self, plan: VerificationPlan) -> VerificationReport:
         """End the agent's turn: from now until restore(), commands run the verifier's way.
@@ -392,8 +397,10 @@ class LocalSandbox(BaseSandbox):
             self._egress.detach()  # the agent's instance ends; the verifier's gets its own gate
         else:
             self._egress.seal()  # same namespace: nothing goes out until the verifier's policy is set
+        self._init_pid = 0
         reply = self._link.seal(self._runtime.seal_fields(self._snapshot, plan, self._cgroup, graft=graft))
         self.stage_path = reply.get("stage", self.stage_path)
+        self._init_pid = int(reply.get("pid", "0"))
         self._sealed = plan.mode
         if plan.mode.is_separate:
             self._private = plan.private_dirs
@@ -405,7 +412,7 @@ class LocalSandbox(BaseSandbox):
         self._check_open()
         if self._sealed is not VerifyMode.STRICT:
             return None  # shared: the verifier's view is not the init's; toolchain: find, as before
-        pid = int(self._link.ping().get("pid", "0"))
+        pid = self._link.running_init(self._init_pid, self.keeper_pid)
         return viewscan.scan(pid, roots, patterns) if pid > 0 else None
 
     def _install_delta(self, plan: VerificationPlan) -> tuple[Path | None, InstallDelta]:
@@ -452,10 +459,10 @@ class LocalSandbox(BaseSandbox):
         return self._egress.log()
 
     def _netns_pid(self) -> int:
-        reply = self._link.ping()
-        if reply.get("pid", "0") == "0":
+        pid = self._link.running_init(self._init_pid, self.keeper_pid)
+        if pid <= 0:
             raise SandboxCrashedError(f"sandbox {self.id} is not running; restore() it first")
-        return int(reply["pid"])
+        return pid
 
     @property
     def sealed(self) -> VerifyMode | None:

@@ -33,6 +33,16 @@ def _is_exiting(pid: int) -> bool:
     return fields[0] in ("Z", "X") or bool(int(fields[6]) & _PF_EXITING)
 
 
+def is_running_child(pid: int, parent: int) -> bool:
+    """True while ``pid`` is a live child of ``parent`` (not exiting, not a zombie): the init a
+    reply named is still the one running, and its pid was not handed to another process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] not in ("Z", "X") and int(fields[1]) == parent and not int(fields[6]) & _PF_EXITING
+
+
 class SandboxLink:
     """Requests about sandbox ``number`` through ``runtime``, and what their failures mean."""
 
@@ -51,6 +61,16 @@ class SandboxLink:
     def ping(self) -> dict[str, str]:
         """The keeper's word on the init: ``pid`` ("0" when none runs) and ``died`` ("oom", ...)."""
         return self.request(Op.PING, [])
+
+    def running_init(self, named: int, keeper: int) -> int:
+        """The host pid of the sandbox's init, 0 when none runs.
+
+        ``named``: the init the last start, restore or seal reply named; taken while it still runs as
+        ``keeper``'s child (no round trip to the daemon), else the keeper's word once a dying init is reaped.
+        """
+        if named > 0 and is_running_child(named, keeper):
+            return named
+        return int(self.ping_settled().get("pid", "0"))
 
     def ping_settled(self) -> dict[str, str]:
         """The keeper's word on the init, once a dying init (whose pipes close first) has been reaped."""
