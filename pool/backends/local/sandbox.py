@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pool.backends.local import seal
-from pool.backends.local.cgroups import Limits, SandboxCgroup
+from pool.backends.local.cgroups import Limits, SandboxCgroup, reused_of
 from pool.backends.local.daemon import Op, PendingReply
 from pool.backends.local.instance import checkpoint, commands, graftlayer, shellsession, viewscan
 from pool.backends.local.instance.checkpoint import BuildResult
@@ -74,6 +74,7 @@ class LocalSandbox(BaseSandbox):
         """The host pid of the sandbox's keeper, whose mount namespace holds its stages."""
         self._egress = runtime.egress.gatekeeper()
         self._session: shellsession.ShellSession | None = None
+        self._reused: dict[str, bool] = {}
 
     # -- start ------------------------------------------------------------
 
@@ -95,6 +96,7 @@ class LocalSandbox(BaseSandbox):
         try:
             reply = pending.result()
             self.stage_path, self.keeper_pid = reply["stage"], int(reply["keeper"])
+            self._reused = reused_of(reply)
         except BaseException:
             self._cgroup.remove()
             raise
@@ -126,6 +128,12 @@ class LocalSandbox(BaseSandbox):
         if self._closed or not self._runtime.daemon_is_alive:
             return False
         return self._link.ping().get("pid", "0") != "0"
+
+    @property
+    def reused(self) -> Mapping[str, bool]:
+        """What the current instance (the agent's; after a strict or toolchain seal, the verifier's) got from
+        a dead one, each proven clean by the daemon first: ``{"cgroup": ..., "netns": ...}``."""
+        return dict(self._reused)
 
     @property
     def died_of_oom(self) -> bool:
@@ -353,7 +361,8 @@ class LocalSandbox(BaseSandbox):
 
         Nothing of the snapshot is copied: the writable layer is discarded and
         fresh namespaces start over the same read-only layers. Returns once every
-        process of the previous episode is gone; the next one gets fresh cgroups.
+        process of the previous episode is gone; the next one gets cgroups of its own
+        (new ones, or a dead instance's proven clean first: see :attr:`reused`).
         Ends a verification (see :meth:`begin_verification`).
         """
         self._check_open()
@@ -371,7 +380,8 @@ class LocalSandbox(BaseSandbox):
         resources = snapshot.resources
         self.use_limits(self._settings.limits(resources), self._settings.limited_controllers(resources))
         fields = self._runtime.instance_fields(snapshot, network=False, cgroup=self._cgroup)
-        self.stage_path = self._link.request(Op.RESTORE, fields)["stage"]
+        reply = self._link.request(Op.RESTORE, fields)
+        self.stage_path, self._reused = reply["stage"], reused_of(reply)
 
     def begin_verification(self, plan: VerificationPlan) -> VerificationReport:
         """End the agent's turn: from now until restore(), commands run the verifier's way.
@@ -394,6 +404,8 @@ class LocalSandbox(BaseSandbox):
             self._egress.seal()  # same namespace: nothing goes out until the verifier's policy is set
         reply = self._link.seal(self._runtime.seal_fields(self._snapshot, plan, self._cgroup, graft=graft))
         self.stage_path = reply.get("stage", self.stage_path)
+        if plan.mode.is_separate:
+            self._reused = reused_of(reply)
         self._sealed = plan.mode
         if plan.mode.is_separate:
             self._private = plan.private_dirs
