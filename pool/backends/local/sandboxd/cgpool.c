@@ -181,37 +181,46 @@ static int is_empty(const char *dir, char *why, size_t whylen) {
     return 1;
 }
 
-/* The memory charge, after reclaiming what can be reclaimed; 0 when the hierarchy has none. */
-static long memory_left(const char *dir) {
+
+/* Bytes of files' or processes' pages charged (memory.stat: v1's total_cache, total_rss and
+ * total_swap, v2's anon and file), naming the first in `key`; -1: unreadable. */
+static long user_bytes(const char *dir, char *key, size_t keylen) {
+    static const char *user[] = {"total_cache", "total_rss", "total_swap", "anon", "file"};
+    char path[800], name[64];
+    long value, total = 0;
+    snprintf(path, sizeof path, "%s/memory.stat", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    while (fscanf(f, "%63s %ld", name, &value) == 2)
+        for (size_t i = 0; i < sizeof user / sizeof *user; i++)
+            if (strcmp(name, user[i]) == 0 && value > 0) {
+                if (!total) snprintf(key, keylen, "%s", name);
+                total += value;
+            }
+    fclose(f);
+    return total;
+}
+
+/* The memory charge a dead instance left, to re-base: 0 when none; -1 (saying why) when a page of
+ * a file's or a process's is still charged after reclaim (a tmpfs page, a process's), or more than
+ * KERNEL_SLACK of the kernel's own objects (its namespaces' structures, which no process of a new
+ * instance can read, kept a while by the kernel). Reclaim (v1 memory.force_empty, v2
+ * memory.reclaim: about 0.3 ms of CPU, and waits on every CPU) only when such pages are there. */
+static long memory_left(const char *dir, char *why, size_t whylen) {
     const char *usage = has(dir, "memory.usage_in_bytes") ? "memory.usage_in_bytes"
                         : has(dir, "memory.current")      ? "memory.current"
                                                           : NULL;
-    if (!usage) return 0;
-    long left = read_long(dir, usage);
+    char key[64] = "";
+    long left = usage ? read_long(dir, usage) : 0, user = left ? user_bytes(dir, key, sizeof key) : 0;
     if (left == 0) return 0;
-    if (has(dir, "memory.force_empty")) write_in(dir, "memory.force_empty", "0");
-    else if (has(dir, "memory.reclaim")) write_in(dir, "memory.reclaim", "1G");
-    return read_long(dir, usage);
-}
-
-/* What is left charged (`left` bytes) when no page of a file or of a process's is: the kernel's own
- * objects of the dead instance (its namespaces' structures, kept a while), which no process of a new
- * one can read. Re-based (returned) when under KERNEL_SLACK; -1, saying why, otherwise. */
-static long kernel_only(const char *dir, long left, char *why, size_t whylen) {
-    static const char *user[] = {"total_cache", "total_rss", "total_swap", "anon", "file"}; /* v1, v2 */
-    char path[800], key[64];
-    long value;
-    snprintf(path, sizeof path, "%s/memory.stat", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return snprintf(why, whylen, "its memory.stat cannot be read"), -1;
-    while (fscanf(f, "%63s %ld", key, &value) == 2) {
-        for (size_t i = 0; i < sizeof user / sizeof *user; i++) {
-            if (strcmp(key, user[i]) != 0 || value == 0) continue;
-            fclose(f);
-            return snprintf(why, whylen, "%ld bytes of files or process memory are still charged to it (%s)", value, key), -1;
-        }
+    if (user != 0) {
+        if (has(dir, "memory.force_empty")) write_in(dir, "memory.force_empty", "0");
+        else if (has(dir, "memory.reclaim")) write_in(dir, "memory.reclaim", "1G");
+        left = read_long(dir, usage);
+        user = left ? user_bytes(dir, key, sizeof key) : 0;
     }
-    fclose(f);
+    if (user < 0) return snprintf(why, whylen, "its memory.stat cannot be read"), -1;
+    if (user > 0) return snprintf(why, whylen, "%ld bytes of files or process memory are still charged to it (%s)", user, key), -1;
     if (left > KERNEL_SLACK) return snprintf(why, whylen, "%ld bytes of kernel memory are still charged to it", left), -1;
     return left;
 }
@@ -226,8 +235,7 @@ int cgpool_prove(msg_t *cfg, char dirs[][512], int n, char *why, size_t whylen) 
         if (strncmp(dirs[i], prefixes[i], strlen(prefixes[i])) != 0)
             return snprintf(why, whylen, "%s is not of this sandbox's hierarchy %s", dirs[i], prefixes[i]), -1;
         if (!is_empty(dirs[i], why, whylen) || limits_untouched(cfg, dirs[i], why, whylen) < 0) return -1;
-        long left = memory_left(dirs[i]);
-        long kept = left ? kernel_only(dirs[i], left, why, whylen) : 0;
+        long kept = memory_left(dirs[i], why, whylen);
         if (kept < 0) return -1;
         if (set_limits(cfg, dirs[i], kept, why, whylen) < 0) return -1;
         /* Writing 0 zeroes a failcnt, and sets a max_usage to the usage now (the kept objects). */

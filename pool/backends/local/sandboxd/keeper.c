@@ -4,8 +4,9 @@
  *
  * An instance is one init in its own namespaces over the snapshot's layers,
  * with a fresh writable tmpfs and cgroups of its own (created per instance
- * beside the others, <sandbox>-i<N>, limits applied), so nothing of one episode (its
- * page cache, tmpfs pages, dying processes, PIDs) counts against the next.
+ * beside the others, <sandbox>-i<N>, limits applied, or a dead instance's proven
+ * clean: cgpool.c), so nothing of one episode (its page cache, tmpfs pages, dying
+ * processes, PIDs) counts against the next.
  *
  * A restore hands over to a spare instance that was set up ahead of time, so
  * the slow part, creating namespaces and mounts, runs while the agent is still
