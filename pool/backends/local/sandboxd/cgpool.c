@@ -54,12 +54,6 @@ static int read_text(const char *dir, const char *name, char *out, size_t len) {
     return 0;
 }
 
-static int has(const char *dir, const char *name) {
-    char path[800];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return access(path, F_OK) == 0;
-}
-
 static int write_in(const char *dir, const char *name, const char *value) {
     char path[800];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -111,40 +105,38 @@ static const char *wanted_limit(msg_t *cfg, const char *name, const char *otherw
     return otherwise;
 }
 
-/* Do the limits read as the dead instance left them, i.e. as this one asks (a memory limit may be
- * raised by under KERNEL_SLACK)? Anything else was changed by someone else: refused. */
-static int limits_untouched(msg_t *cfg, const char *dir, char *why, size_t whylen) {
-    for (size_t i = 0; i < sizeof limit_files / sizeof *limit_files; i++) {
-        char buf[256], got[256], want_n[256], got_n[256];
-        if (!has(dir, limit_files[i][0]) || read_text(dir, limit_files[i][0], got, sizeof got) < 0) continue;
-        normalize(wanted_limit(cfg, limit_files[i][0], limit_files[i][1], 0, buf, sizeof buf), want_n, sizeof want_n);
+/* Every limit file must read as the dead instance left it, i.e. as this one asks (a memory limit
+ * raised by under KERNEL_SLACK): anything else was changed by someone else, and is refused. Then
+ * the ones that differ from what this instance gets (its limit, raised by `kept`) are written and
+ * read back. Absent files are skipped. */
+static int limits_reset(msg_t *cfg, const char *dir, long kept, char *why, size_t whylen) {
+    enum { COUNT = sizeof limit_files / sizeof *limit_files };
+    int stale[COUNT] = {0}, nstale = 0;
+    for (size_t i = 0; i < COUNT; i++) {
+        const char *name = limit_files[i][0];
+        char buf[256], got[256], want_n[256], got_n[256], now_n[256];
+        if (read_text(dir, name, got, sizeof got) < 0) continue;
         normalize(got, got_n, sizeof got_n);
+        normalize(wanted_limit(cfg, name, limit_files[i][1], 0, buf, sizeof buf), want_n, sizeof want_n);
         char *end;
         long long want = strtoll(want_n, &end, 10), raise = strtoll(got_n, NULL, 10) - want;
         int numeric = end != want_n && *end == 0;
-        if (strcmp(want_n, got_n) == 0 || (is_raised(limit_files[i][0]) && numeric && raise > 0 && raise <= KERNEL_SLACK))
-            continue;
-        return snprintf(why, whylen, "%s reads %s where the instance asks for %s: changed", limit_files[i][0], got_n, want_n), -1;
+        if (strcmp(want_n, got_n) != 0 && !(is_raised(name) && numeric && raise > 0 && raise <= KERNEL_SLACK))
+            return snprintf(why, whylen, "%s reads %s where the instance asks for %s: changed", name, got_n, want_n), -1;
+        normalize(wanted_limit(cfg, name, limit_files[i][1], kept, buf, sizeof buf), now_n, sizeof now_n);
+        if (strcmp(now_n, got_n) != 0) stale[i] = 1, nstale++;
     }
-    return 0;
-}
-
-/* Write the instance's limits (and unlimited where it asks for none), then read them back. */
-static int set_limits(msg_t *cfg, const char *dir, long kept, char *why, size_t whylen) {
-    size_t count = sizeof limit_files / sizeof *limit_files;
-    /* Two passes: v1 refuses a memory limit above memsw's, and memsw's below memory's. */
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < count; i++) {
+    /* Two passes when several: v1 refuses a memory limit above memsw's, and memsw's below memory's. */
+    for (int pass = 0; pass < (nstale > 1 ? 2 : 1); pass++)
+        for (size_t i = 0; i < COUNT; i++) {
             char buf[256];
-            if (!has(dir, limit_files[i][0])) continue;
+            if (!stale[i]) continue;
             const char *value = wanted_limit(cfg, limit_files[i][0], limit_files[i][1], kept, buf, sizeof buf);
-            write_in(dir, limit_files[i][0], strcmp(value, "max") == 0 && strstr(limit_files[i][0], "_") ? "-1" : value);
+            write_in(dir, limit_files[i][0], strcmp(value, "max") == 0 && strchr(limit_files[i][0], '_') ? "-1" : value);
         }
-    }
-    for (size_t i = 0; i < count; i++) {
+    for (size_t i = 0; i < COUNT; i++) {
         char buf[256], got[256], want_n[256], got_n[256];
-        if (!has(dir, limit_files[i][0])) continue;
-        if (read_text(dir, limit_files[i][0], got, sizeof got) < 0) continue;
+        if (!stale[i] || read_text(dir, limit_files[i][0], got, sizeof got) < 0) continue;
         normalize(wanted_limit(cfg, limit_files[i][0], limit_files[i][1], kept, buf, sizeof buf), want_n, sizeof want_n);
         normalize(got, got_n, sizeof got_n);
         if (strcmp(want_n, got_n) != 0)
@@ -153,31 +145,24 @@ static int set_limits(msg_t *cfg, const char *dir, long kept, char *why, size_t 
     return 0;
 }
 
+
 static long read_long(const char *dir, const char *name) {
     char text[128];
     return read_text(dir, name, text, sizeof text) < 0 ? -1 : atol(text);
 }
 
+/* Member processes (v1's tasks, v2's cgroup.procs), a child cgroup (a kernfs directory links one per
+ * child), pids.current, v2's cgroup.freeze: a read or a stat each. */
 static int is_empty(const char *dir, char *why, size_t whylen) {
-    static const char *members[] = {"cgroup.procs", "tasks"};
     char text[64];
-    for (int i = 0; i < 2; i++)
-        if (read_text(dir, members[i], text, sizeof text) == 0 && text[0])
-            return snprintf(why, whylen, "a process is left in it (%s: %s)", members[i], text), 0;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_type == DT_DIR && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-            snprintf(why, whylen, "it holds a child cgroup %s", e->d_name);
-            closedir(d);
-            return 0;
-        }
-    }
-    if (d) closedir(d);
-    if (has(dir, "pids.current") && read_long(dir, "pids.current") != 0)
-        return snprintf(why, whylen, "pids.current is %ld", read_long(dir, "pids.current")), 0;
-    if (has(dir, "cgroup.freeze") && read_long(dir, "cgroup.freeze") != 0)
-        return snprintf(why, whylen, "it is frozen"), 0;
+    struct stat st;
+    const char *members = read_text(dir, "tasks", text, sizeof text) == 0 ? "tasks" : "cgroup.procs";
+    if ((members[0] == 't' || read_text(dir, members, text, sizeof text) == 0) && text[0])
+        return snprintf(why, whylen, "a process is left in it (%s: %s)", members, text), 0;
+    if (stat(dir, &st) < 0 || st.st_nlink > 2) return snprintf(why, whylen, "it holds a child cgroup"), 0;
+    long pids = read_long(dir, "pids.current");
+    if (pids > 0) return snprintf(why, whylen, "pids.current is %ld", pids), 0;
+    if (read_long(dir, "cgroup.freeze") > 0) return snprintf(why, whylen, "it is frozen"), 0;
     return 1;
 }
 
@@ -207,15 +192,14 @@ static long user_bytes(const char *dir, char *key, size_t keylen) {
  * instance can read, kept a while by the kernel). Reclaim (v1 memory.force_empty, v2
  * memory.reclaim: about 0.3 ms of CPU, and waits on every CPU) only when such pages are there. */
 static long memory_left(const char *dir, char *why, size_t whylen) {
-    const char *usage = has(dir, "memory.usage_in_bytes") ? "memory.usage_in_bytes"
-                        : has(dir, "memory.current")      ? "memory.current"
-                                                          : NULL;
+    const char *usage = "memory.usage_in_bytes";
+    long left = read_long(dir, usage);
+    if (left < 0) left = read_long(dir, usage = "memory.current");
+    if (left <= 0) return 0; /* not a memory hierarchy's, or nothing charged */
     char key[64] = "";
-    long left = usage ? read_long(dir, usage) : 0, user = left ? user_bytes(dir, key, sizeof key) : 0;
-    if (left == 0) return 0;
+    long user = user_bytes(dir, key, sizeof key);
     if (user != 0) {
-        if (has(dir, "memory.force_empty")) write_in(dir, "memory.force_empty", "0");
-        else if (has(dir, "memory.reclaim")) write_in(dir, "memory.reclaim", "1G");
+        if (write_in(dir, "memory.force_empty", "0") < 0 && errno == ENOENT) write_in(dir, "memory.reclaim", "1G");
         left = read_long(dir, usage);
         user = left ? user_bytes(dir, key, sizeof key) : 0;
     }
@@ -234,16 +218,15 @@ int cgpool_prove(msg_t *cfg, char dirs[][512], int n, char *why, size_t whylen) 
     for (int i = 0; i < n; i++) {
         if (strncmp(dirs[i], prefixes[i], strlen(prefixes[i])) != 0)
             return snprintf(why, whylen, "%s is not of this sandbox's hierarchy %s", dirs[i], prefixes[i]), -1;
-        if (!is_empty(dirs[i], why, whylen) || limits_untouched(cfg, dirs[i], why, whylen) < 0) return -1;
+        if (!is_empty(dirs[i], why, whylen)) return -1;
         long kept = memory_left(dirs[i], why, whylen);
-        if (kept < 0) return -1;
-        if (set_limits(cfg, dirs[i], kept, why, whylen) < 0) return -1;
+        if (kept < 0 || limits_reset(cfg, dirs[i], kept, why, whylen) < 0) return -1;
         /* Writing 0 zeroes a failcnt, and sets a max_usage to the usage now (the kept objects). */
         static const char *records[] = {"memory.failcnt", "memory.memsw.failcnt", "memory.kmem.failcnt",
                                         "memory.max_usage_in_bytes", "memory.memsw.max_usage_in_bytes"};
         for (size_t r = 0; r < sizeof records / sizeof *records; r++)
-            if (has(dirs[i], records[r]) && (write_in(dirs[i], records[r], "0") < 0 || read_long(dirs[i], records[r]) > kept))
-                return snprintf(why, whylen, "%s could not be re-based", records[r]), -1;
+            if (write_in(dirs[i], records[r], "0") < 0 && errno != ENOENT)
+                return snprintf(why, whylen, "%s could not be re-based: %s", records[r], strerror(errno)), -1;
     }
     return 0;
 }
