@@ -131,8 +131,7 @@ class LocalSandbox(BaseSandbox):
 
     @property
     def reused(self) -> Mapping[str, bool]:
-        """What the current instance (the agent's; after a strict or toolchain seal, the verifier's) got from
-        a dead one, each proven clean by the daemon first: ``{"cgroup": ..., "netns": ...}``."""
+        """What the current instance (after a strict seal, the verifier's) got from a dead one, proven clean."""
         return dict(self._reused)
 
     @property
@@ -361,8 +360,7 @@ class LocalSandbox(BaseSandbox):
 
         Nothing of the snapshot is copied: the writable layer is discarded and
         fresh namespaces start over the same read-only layers. Returns once every
-        process of the previous episode is gone; the next one gets cgroups of its own
-        (new ones, or a dead instance's proven clean first: see :attr:`reused`).
+        process of the previous episode is gone; the next one gets cgroups of its own.
         Ends a verification (see :meth:`begin_verification`).
         """
         self._check_open()
@@ -404,11 +402,9 @@ class LocalSandbox(BaseSandbox):
             self._egress.seal()  # same namespace: nothing goes out until the verifier's policy is set
         reply = self._link.seal(self._runtime.seal_fields(self._snapshot, plan, self._cgroup, graft=graft))
         self.stage_path = reply.get("stage", self.stage_path)
-        if plan.mode.is_separate:
-            self._reused = reused_of(reply)
         self._sealed = plan.mode
         if plan.mode.is_separate:
-            self._private = plan.private_dirs
+            self._private, self._reused = plan.private_dirs, reused_of(reply)
         return seal.parse_report(plan.mode, reply, delta)
 
     def list_verifier_view(self, roots: Sequence[str], patterns: Sequence[str]) -> dict[str, tuple[str, int]] | None:
