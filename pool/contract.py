@@ -226,6 +226,16 @@ class RunsBeside(Protocol):
 
 
 @runtime_checkable
+class ReportsReuse(Protocol):
+    """A sandbox whose instances may reuse kernel objects of dead ones, each proven clean first (the local
+    backend's emptied cgroups and network namespaces)."""
+
+    @property
+    def reused(self) -> Mapping[str, bool]:
+        """What the current instance got from a dead one, e.g. ``{"cgroup": True, "netns": False}``."""
+
+
+@runtime_checkable
 class ListsVerifierView(Protocol):
     """A sandbox that can list what its strict verifier sees from the host, with no process in the sandbox
     (the protection scan of ``envs.tasks.protect``; the local backend's sandboxes)."""

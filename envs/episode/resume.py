@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pool.changes import Changes
-from pool.contract import Sandbox
+from pool.contract import ReportsReuse, Sandbox
 from pool.errors import ConfigError
 from pool.snapshots import Snapshot
 
@@ -99,6 +99,8 @@ def start_info(task_id: str, start: Start, sandbox: Sandbox, backend: str, *, re
         "provider": backend if remote else None,
         "backend": backend,
     }
+    if isinstance(sandbox, ReportsReuse):  # kernel objects of a dead instance, each proven clean first
+        info["reused"] = dict(sandbox.reused)
     if start.resume_at is not None:
         info["resumed_at_step"] = start.resume_at.step
     if start.target.unapplied:  # what the task asks for that the backend does not hold it to

@@ -4,7 +4,10 @@ The daemon's keeper creates a cgroup per instance (one per episode, and one
 per verifier), ``snapgym/<sandbox>-i<N>`` (``-v<N>`` for a shared-mode
 verifier), and writes the limits there (:meth:`SandboxCgroup.limit_settings`),
 so what a finished episode leaves charged (tmpfs pages, page cache, dying
-processes) never counts against the next one.
+processes) never counts against the next one. A dead instance's cgroups are
+reused for a later instance only when the keeper proves them clean first
+(``sandboxd/cgpool.c``: no member, nothing charged, limits re-set, records
+re-based); the replies say what was reused (:func:`reused_of`).
 
 The instance cgroups sit side by side, with no cgroup per sandbox above them:
 the kernel keeps, for every memory cgroup, a slot per superblock shrinker on
@@ -20,7 +23,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +38,12 @@ class Limits:
     memory_bytes: int | None = None
     cpus: float | None = None
     pids: int | None = None
+
+
+def reused_of(reply: Mapping[str, str]) -> dict[str, bool]:
+    """What a daemon reply says the instance got from a dead one (``reused_cgroup``/``reused_netns``),
+    each proven clean by the keeper first (sandboxd/cgpool.c, sandboxd/netproof.c)."""
+    return {"cgroup": reply.get("reused_cgroup") == "1", "netns": reply.get("reused_netns") == "1"}
 
 
 def _v2() -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pool.backends.local import seal
-from pool.backends.local.cgroups import Limits, SandboxCgroup
+from pool.backends.local.cgroups import Limits, SandboxCgroup, reused_of
 from pool.backends.local.daemon import Op, PendingReply
 from pool.backends.local.instance import checkpoint, commands, graftlayer, shellsession, viewscan
 from pool.backends.local.instance.checkpoint import BuildResult
@@ -30,7 +30,6 @@ from pool.errors import (
     CommandRejectedError,
     SandboxCrashedError,
     SandboxError,
-    UnsupportedError,
 )
 from pool.installs import InstallDelta
 from pool.network.audit import NetworkLog
@@ -76,6 +75,7 @@ class LocalSandbox(BaseSandbox):
         """The host pid of the init the keeper's last start, restore or seal named (0: ask it)."""
         self._egress = runtime.egress.gatekeeper()
         self._session: shellsession.ShellSession | None = None
+        self._reused: dict[str, bool] = {}
 
     # -- start ------------------------------------------------------------
 
@@ -97,7 +97,7 @@ class LocalSandbox(BaseSandbox):
         try:
             reply = pending.result()
             self.stage_path, self.keeper_pid = reply["stage"], int(reply["keeper"])
-            self._init_pid = int(reply.get("pid", "0"))
+            self._init_pid, self._reused = int(reply.get("pid", "0")), reused_of(reply)
         except BaseException:
             self._cgroup.remove()
             raise
@@ -129,6 +129,11 @@ class LocalSandbox(BaseSandbox):
         if self._closed or not self._runtime.daemon_is_alive:
             return False
         return self._link.ping().get("pid", "0") != "0"
+
+    @property
+    def reused(self) -> Mapping[str, bool]:
+        """What the current instance (after a strict seal, the verifier's) got from a dead one, proven clean."""
+        return dict(self._reused)
 
     @property
     def died_of_oom(self) -> bool:
@@ -356,7 +361,7 @@ class LocalSandbox(BaseSandbox):
 
         Nothing of the snapshot is copied: the writable layer is discarded and
         fresh namespaces start over the same read-only layers. Returns once every
-        process of the previous episode is gone; the next one gets fresh cgroups.
+        process of the previous episode is gone; the next one gets cgroups of its own.
         Ends a verification (see :meth:`begin_verification`).
         """
         self._check_open()
@@ -377,6 +382,7 @@ class LocalSandbox(BaseSandbox):
         self._init_pid = 0
         reply = self._link.request(Op.RESTORE, fields)
         self.stage_path, self._init_pid = reply["stage"], int(reply.get("pid", "0"))
+        self._reused = reused_of(reply)
 
     def begin_verification(self, plan: VerificationPlan) -> VerificationReport:
         """End the agent's turn: from now until restore(), commands run the verifier's way.
@@ -403,7 +409,7 @@ class LocalSandbox(BaseSandbox):
         self._init_pid = int(reply.get("pid", "0"))
         self._sealed = plan.mode
         if plan.mode.is_separate:
-            self._private = plan.private_dirs
+            self._private, self._reused = plan.private_dirs, reused_of(reply)
         return seal.parse_report(plan.mode, reply, delta)
 
     def list_verifier_view(self, roots: Sequence[str], patterns: Sequence[str]) -> dict[str, tuple[str, int]] | None:
@@ -419,11 +425,7 @@ class LocalSandbox(BaseSandbox):
         """A toolchain verifier's graft of the agent's installs (see pool.backends.local.instance.graftlayer)."""
         known_good = plan.known_good or self._snapshot
         self._runtime.check_snapshot(known_good)
-        if seal.agent_layers(self._snapshot, known_good):
-            raise UnsupportedError(
-                "toolchain verification of an episode resumed from a checkpoint is not built yet (what the agent "
-                "installed before the checkpoint is in the checkpoint's layers); verify it in strict mode"
-            )
+        seal.refuse_resumed_toolchain(self._snapshot, known_good)
         settings = self._settings
         return graftlayer.build(
             self._runtime.store,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pool.backends.local.store import layers
 from pool.backends.local.store.catalogue import SnapshotStore
-from pool.errors import ConfigError
+from pool.errors import ConfigError, UnsupportedError
 from pool.installs import InstallDelta
 from pool.snapshots import Snapshot
 from pool.verification import (
@@ -31,6 +31,19 @@ from pool.verification import (
 )
 
 Fields = list[tuple[str, str]]
+
+
+def refuse_resumed_toolchain(start: Snapshot, known_good: Snapshot) -> None:
+    """Refuse toolchain verification of an episode resumed from a checkpoint over ``known_good``.
+
+    Raises:
+        UnsupportedError: ``start`` is a checkpoint (what the agent installed before it is in its layers).
+    """
+    if agent_layers(start, known_good):
+        raise UnsupportedError(
+            "toolchain verification of an episode resumed from a checkpoint is not built yet (what the agent "
+            "installed before the checkpoint is in the checkpoint's layers); verify it in strict mode"
+        )
 
 
 def agent_layers(start: Snapshot, known_good: Snapshot) -> tuple[str, ...]:

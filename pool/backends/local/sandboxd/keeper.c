@@ -4,8 +4,9 @@
  *
  * An instance is one init in its own namespaces over the snapshot's layers,
  * with a fresh writable tmpfs and cgroups of its own (created per instance
- * beside the others, <sandbox>-i<N>, limits applied), so nothing of one episode (its
- * page cache, tmpfs pages, dying processes, PIDs) counts against the next.
+ * beside the others, <sandbox>-i<N>, limits applied, or a dead instance's proven
+ * clean: cgpool.c), so nothing of one episode (its page cache, tmpfs pages, dying
+ * processes, PIDs) counts against the next.
  *
  * A restore hands over to a spare instance that was set up ahead of time, so
  * the slow part, creating namespaces and mounts, runs while the agent is still
@@ -37,6 +38,8 @@ typedef struct {
     int ncgroups;
     int died_of_oom; /* its init died while its memory cgroup was killing for memory: the agent's doing */
     int net_fd;      /* a network namespace handed to it, closed once it has joined (the 'u' step) */
+    long oom_base;   /* OOM kills its cgroups had counted before it (a reused set's), see cgpool.c */
+    int reused_cgroup, reused_netns; /* what it got from a dead instance, proven clean; in its replies */
 } instance_t;
 
 static instance_t current, spare, sealed; /* sealed: the dead agent whose layer a strict verifier reads */
@@ -121,51 +124,8 @@ static void janitor(char op, const char *path) { janitor_send(op, path, -1); }
 /* ------------------------------------------------------------ networks */
 
 /* A network namespace is reused for the sandbox's next instance when a dead
- * instance leaves it provably empty: the agent cannot configure it (its
- * owner is the daemon's user namespace: no addresses, routes, firewall rules
- * or sysctls of the agent's), so what could remain is sockets, and it holds
- * none (TIME_WAIT is off). Creating and tearing one down is the dearest part
- * of an instance. */
-/* Does the namespace hold a socket? The per-namespace counters of sockstat (TCP also counts
- * orphans and TIME_WAIT there) and the unix and packet lists, which are kept per namespace:
- * /proc/net/tcp would walk the host's whole connection table. */
-static int net_is_empty(int net) {
-    /* Looked at from a child: we could not always come back to our own namespace (rootless). */
-    pid_t child = fork();
-    if (child < 0) return 0;
-    if (child == 0) {
-        if (setns(net, CLONE_NEWNET) < 0) _exit(1);
-        int empty = 1;
-        static const char *counters[] = {"/proc/thread-self/net/sockstat", "/proc/thread-self/net/sockstat6"};
-        for (int i = 0; empty && i < 2; i++) {
-            FILE *f = fopen(counters[i], "r");
-            char line[512];
-            while (f && empty && fgets(line, sizeof line, f)) {
-                if (strncmp(line, "sockets:", 8) == 0) continue; /* host-wide */
-                long inuse = 0, tw = 0;
-                char *at = strstr(line, "inuse ");
-                if (at) inuse = atol(at + 6);
-                if ((at = strstr(line, " tw "))) tw = atol(at + 4);
-                empty = inuse == 0 && tw == 0;
-            }
-            if (f) fclose(f);
-        }
-        static const char *lists[] = {"/proc/thread-self/net/unix", "/proc/thread-self/net/packet"};
-        for (int i = 0; empty && i < 2; i++) {
-            FILE *f = fopen(lists[i], "r");
-            char line[512];
-            int lines = 0;
-            while (f && fgets(line, sizeof line, f)) lines++;
-            if (f) fclose(f);
-            empty = lines <= 1; /* the header only */
-        }
-        _exit(empty ? 0 : 1);
-    }
-    int status = 1;
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
+ * instance leaves it provably as empty as a new one (netproof.c): creating and
+ * tearing one down is the dearest part of an instance. */
 /* Keep a dead instance's network namespace (an fd on it) for the next instance, if empty. */
 static void recycle_net(int net) {
     if (net < 0) return;
@@ -182,8 +142,12 @@ static void recycle_net(int net) {
  * the path it starts with, and the suffix follows a dash (no cgroup per sandbox above
  * the instances: each memory cgroup costs kernel memory per superblock on the machine).
  * The limits of the "cgset" fields (FILE\tVALUE) are written where that file exists. */
-static void cgroups_create(msg_t *cfg, const char *suffix, char dirs[][512], int *n) {
+static void drop_cgroup(const char *dir) { janitor('R', dir); }
+
+/* 1: a proven-clean set of a dead instance's (cgpool.c), its limits set; 0: created here. */
+static int cgroups_create(msg_t *cfg, const char *suffix, char dirs[][512], int *n) {
     *n = 0;
+    if (cgpool_take(cfg, dirs, n, drop_cgroup)) return 1;
     for (uint32_t i = 0; i < cfg->nfields && *n < 4; i++) {
         if (strcmp(cfg->key[i], "cgroup") != 0) continue;
         char *dir = dirs[(*n)++];
@@ -200,28 +164,19 @@ static void cgroups_create(msg_t *cfg, const char *suffix, char dirs[][512], int
             if (access(path, W_OK) == 0) write_file_str(path, value);
         }
     }
-}
-
-/* Has the kernel's OOM killer struck in one of these cgroups? (v1: memory.oom_control, v2: memory.events) */
-static int cgroups_oom_killed(char dirs[][512], int n) {
-    for (int i = 0; i < n; i++) {
-        static const char *files[] = {"memory.oom_control", "memory.events"};
-        for (int f = 0; f < 2; f++) {
-            char path[600], line[256];
-            snprintf(path, sizeof path, "%s/%s", dirs[i], files[f]);
-            FILE *in = fopen(path, "r");
-            long kills = 0;
-            while (in && fgets(line, sizeof line, in))
-                if (sscanf(line, "oom_kill %ld", &kills) == 1 && kills > 0) break;
-            if (in) fclose(in);
-            if (kills > 0) return 1;
-        }
-    }
     return 0;
 }
 
+/* Has the kernel's OOM killer struck in one of these cgroups since `base` (the count a reused set
+ * started with)? (v1: memory.oom_control, v2: memory.events) */
+static int cgroups_oom_killed(char dirs[][512], int n, long base) {
+    return cgpool_oom_kills(dirs, n) > base;
+}
+
+/* A dead instance's cgroups go to the pool of emptied ones (proven before reuse), else away. */
 static void cgroups_remove(char dirs[][512], int *n) {
-    for (int i = 0; i < *n; i++) janitor('R', dirs[i]);
+    if (!cgpool_give(dirs, *n))
+        for (int i = 0; i < *n; i++) janitor('R', dirs[i]);
     *n = 0;
 }
 
@@ -306,11 +261,13 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
     if (prepare_stage(cfg, in->stage, err, errlen) < 0) return -1;
     char suffix[32];
     snprintf(suffix, sizeof suffix, "i%u", generation);
-    cgroups_create(cfg, suffix, in->cgroups, &in->ncgroups);
+    in->reused_cgroup = cgroups_create(cfg, suffix, in->cgroups, &in->ncgroups);
+    in->oom_base = in->reused_cgroup ? cgpool_oom_kills(in->cgroups, in->ncgroups) : 0;
     memcpy(launch.cgroups, in->cgroups, sizeof launch.cgroups);
     launch.ncgroups = in->ncgroups;
     if (spare_net >= 0 && !is_host_net(cfg)) { /* an emptied one, instead of a new one */
         in->net_fd = spare_net;
+        in->reused_netns = 1;
         spare_net = -1;
     }
     launch.net_fd = in->net_fd;
@@ -414,8 +371,8 @@ static int start_spare(void) {
 }
 
 static void reply_started(uint32_t seq, const char *extra) {
-    reply(REPLY_OK, sandbox_id, seq, "pid=%d\nstage=%s\nkeeper=%d%s", (int)current.pid, current.stage, (int)getpid(),
-          extra);
+    reply(REPLY_OK, sandbox_id, seq, "pid=%d\nstage=%s\nkeeper=%d\nreused_cgroup=%d\nreused_netns=%d%s",
+          (int)current.pid, current.stage, (int)getpid(), current.reused_cgroup, current.reused_netns, extra);
 }
 
 /* Same layers and settings as now? The header (with its sequence) is not compared. */
@@ -645,6 +602,7 @@ static void shutdown_and_exit(int code) {
     discard(&current);
     discard(&spare);
     unseal();
+    cgpool_drain(drop_cgroup);
     drain_janitor();
     _exit(code);
 }
@@ -668,6 +626,7 @@ static void serve(msg_t *m) {
         discard(&current);
         discard(&spare);
         unseal();
+        cgpool_drain(drop_cgroup);
         reply(REPLY_OK, sandbox_id, m->seq, "pid=0");
         drain_janitor();
         _exit(0);
@@ -692,7 +651,7 @@ static void reap(void) {
             current.sock = -1;
             current.pid = 0;
             current.state = NONE;
-            current.died_of_oom = cgroups_oom_killed(current.cgroups, current.ncgroups);
+            current.died_of_oom = cgroups_oom_killed(current.cgroups, current.ncgroups, current.oom_base);
         }
         if (pid == spare.pid) discard(&spare);
         if (pid == janitor_pid && janitor_fd >= 0) { /* clean up inline from now on */

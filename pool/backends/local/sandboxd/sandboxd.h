@@ -210,6 +210,15 @@ void await_request(int sock, int sfd, void (*reap)(void));
 void unblock_signals(void);     /* a forked child's start: no signal blocked */
 void enter_cwd(const char *cwd); /* in a command's child: chdir to cwd if set, else exit 126 saying why */
 
+/* cgpool.c: emptied cgroups of dead instances, reused only when proven clean (see there). */
+int cgpool_prove(msg_t *cfg, char dirs[][512], int n, char *why, size_t whylen); /* 0: clean, limits set */
+int cgpool_give(char dirs[][512], int n);                                          /* 1: kept for reuse */
+int cgpool_take(msg_t *cfg, char dirs[][512], int *n, void (*drop)(const char *dir)); /* 1: reused */
+void cgpool_drain(void (*drop)(const char *dir));
+long cgpool_oom_kills(char dirs[][512], int n); /* OOM kills the cgroups have counted */
+/* netproof.c: is a dead instance's network namespace empty, as a fresh one? */
+int net_is_empty(int net);
+
 /* keeper.c */
 void keeper_main(msg_t *create, const char *stage_root, int daemon_sock) __attribute__((noreturn));
 
