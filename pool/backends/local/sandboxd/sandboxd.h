@@ -188,6 +188,9 @@ int overlay_fsmount(const char *lowerdir, const char *upper, const char *work);
 int open_beneath(int dirfd, const char *path, int flags);
 int landlock_confine(void);
 
+/* warm.c: look up the first command's shell, loader and libraries in a new instance's overlay. */
+void warm_first_command(void);
+
 /* seccomp.c: deny system calls that reach past the namespaces. */
 int install_seccomp(void);
 
