@@ -614,30 +614,43 @@ static void shared_run(msg_t *m) {
 /* ------------------------------------------------------------- restore */
 
 
-/* Once the instance a restore killed is gone (so is every process of it: they died with its
- * PID namespace's init), leave its tmpfs, mount namespace and cgroups to the janitor and offer
- * its network namespace to the next instance. */
-static void bury(void) {
+/* Wait until the instance a restore killed is gone (so is every process of it: they died with
+ * its PID namespace's init) and leave its tmpfs, mount namespace and cgroups to the janitor.
+ * Returns its network namespace (or -1), for recycle_net() once there is time. */
+static int settle(void) {
     if (dying.pid > 0) wait_gone(dying.pid);
     dying.pid = 0;
     discard_held(&dying, 0, dying_held);
     dying_held = -1;
     int net = dying_net;
     dying_net = -1;
-    recycle_net(net);
+    return net;
+}
+
+/* Has a dead instance left remains to clear? (Cleared when the keeper is idle: see keeper_main.) */
+static int has_remains(void) {
+    return dying.pid == 0 && (dying.stage[0] || dying.ncgroups > 0 || dying_held >= 0 || dying_net >= 0);
+}
+
+static void bury(void) { recycle_net(settle()); }
+
+/* A network namespace no one will use again: its last reference goes in the janitor. */
+static void drop_net(int net) {
+    if (net >= 0) janitor_send('N', "", net);
 }
 
 /* The old instance is killed first (SIGKILL to its init: the kernel then kills every process of
  * its PID namespace, and no new one can start there) and the spare, in namespaces and cgroups
  * of its own, takes over. The answer does not wait for the old processes to finish dying: the
- * kernel is killing them, and they hold nothing the new instance can see (their mounts, tmpfs, IPC and
- * PID namespaces are theirs; their network namespace is reused only once they are gone and it
- * is proven empty) and are charged to their own cgroups, so the new instance's limits start
- * full. Their end is reaped off the request path (reap(), bury()); a request that needs it
- * (the next restore, a close) waits for it, so at most one instance is ever dying. */
+ * kernel is killing them, and they hold nothing the new instance can see (their mounts, tmpfs,
+ * IPC and PID namespaces are theirs; their network namespace is reused only once they are gone
+ * and it is proven empty) and are charged to their own cgroups, so the new instance's limits
+ * start full. reap() notes their end and bury() clears the remains once no request waits; a
+ * request that needs it (the next restore, a close) waits for it, so at most one instance is
+ * ever dying. */
 static void restore(msg_t *m) {
     char err[4096] = "";
-    bury(); /* the one before, if still dying */
+    int earlier_net = settle(); /* the one before, if still dying; its network is offered after the answer */
     dying = current;
     instance_reset(&current);
     dying_held = dying.pid > 0 ? hold_mount_ns(dying.pid) : -1;
@@ -645,7 +658,7 @@ static void restore(msg_t *m) {
     snprintf(path, sizeof path, "/proc/%d/ns/net", (int)dying.pid);
     dying_net = dying.pid > 0 && !is_host_net(config) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     if (dying.pid > 0) kill(dying.pid, SIGKILL);
-    else bury(); /* no process: its remains go now */
+    else drop_net(settle()); /* no process: its remains go now */
     if (!same_config(m)) {
         discard(&spare);
         adopt_config(m);
@@ -654,6 +667,7 @@ static void restore(msg_t *m) {
     unseal();
     if (rc < 0) reply(REPLY_ERR, sandbox_id, m->seq, "%s", err);
     else reply_started(m->seq, "");
+    recycle_net(earlier_net);
     start_spare();
 }
 
@@ -668,7 +682,7 @@ static void drain_janitor(void) {
 }
 
 static void shutdown_and_exit(int code) {
-    bury();
+    drop_net(settle());
     discard(&current);
     discard(&spare);
     unseal();
@@ -692,7 +706,7 @@ static void serve(msg_t *m) {
         break;
     case OP_CLOSE:
         close_fds(m);
-        bury();
+        drop_net(settle());
         discard(&current);
         discard(&spare);
         unseal();
@@ -723,10 +737,7 @@ static void reap(void) {
             current.died_of_oom = cgroups_oom_killed(current.cgroups, current.ncgroups);
         }
         if (pid == spare.pid) discard(&spare);
-        if (pid == dying.pid) { /* gone: its remains can go */
-            dying.pid = 0;
-            bury();
-        }
+        if (pid == dying.pid) dying.pid = 0; /* gone: its remains go when the keeper is idle */
         if (pid == janitor_pid && janitor_fd >= 0) { /* clean up inline from now on */
             close(janitor_fd);
             janitor_fd = -1;
@@ -769,7 +780,14 @@ void keeper_main(msg_t *create, const char *stage_root, int sock) {
     start_spare();
     for (;;) {
         struct pollfd p[3] = {{daemon_sock, POLLIN, 0}, {signal_fd, POLLIN, 0}, {spare.sync, POLLIN, 0}};
-        if (poll(p, spare.sync >= 0 ? 3 : 2, -1) < 0) continue;
+        /* A dead instance's remains (and the check of its network namespace) wait until no
+         * request does: the first command of the next episode does not queue behind them. */
+        int ready = poll(p, spare.sync >= 0 ? 3 : 2, has_remains() ? 0 : -1);
+        if (ready < 0) continue;
+        if (ready == 0) {
+            bury();
+            continue;
+        }
         if (p[1].revents) {
             drain_signalfd(signal_fd);
             reap();
