@@ -1,7 +1,8 @@
 """Clean starts: whatever an episode does to its sandbox, the next one starts with all its limits.
 
 Each episode gets an instance of its own (new namespaces, a fresh writable tmpfs, cgroups of its own),
-and restore() answers only once every process of the last one is gone, so a fork bomb, a memory hog,
+and restore() answers once the last one's init is killed (its processes die in cgroups and namespaces
+of their own, off the request path), so a fork bomb, a memory hog,
 a million files, a full disk or a storm of zombies left running cannot reach the next episode.
 """
 

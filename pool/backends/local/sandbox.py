@@ -360,9 +360,11 @@ class LocalSandbox(BaseSandbox):
         """Kill every process and go back to ``snapshot`` (default: the last start).
 
         Nothing of the snapshot is copied: the writable layer is discarded and
-        fresh namespaces start over the same read-only layers. Returns once every
-        process of the previous episode is gone; the next one gets cgroups of its own.
-        Ends a verification (see :meth:`begin_verification`).
+        fresh namespaces, set up while the last episode ran, start over the same
+        read-only layers, in cgroups of their own. Returns once the previous episode's
+        init is killed (the kernel kills every process of its PID namespace with it)
+        and the new instance has taken over; they finish dying off the request path,
+        in namespaces and cgroups the new instance does not share. Ends a verification (see :meth:`begin_verification`).
         """
         self._check_open()
         self._end_session()

@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from pool import LocalBackend, Template
+from pool import LocalBackend, LocalSandbox, Template
 from pool.backends.local import cgroups
 from tests.support.needs import skip_missing
 
@@ -47,6 +47,40 @@ def test_close_leaves_no_process_mount_cgroup_or_directory(tmp_path: Path) -> No
     assert [group for group in cgroups.stale_groups(lambda name: False) if group.name.startswith(f"{tag}-")] == []
 
 
+def _lingers(sbx: LocalSandbox, init: int, groups: set[Path], marker: str) -> bool:
+    """Whether anything of a killed instance is still there: its init, a process, a cgroup."""
+    left = groups & set(sbx._cgroup.instance_dirs())
+    return Path(f"/proc/{init}").exists() or bool(_processes_matching(marker)) or bool(left)
+
+
+def test_a_restored_instance_dies_off_the_request_path_and_leaves_nothing(tmp_path: Path) -> None:
+    """restore() answers once the old instance is killed and the spare has taken over; the old
+    processes are gone right after, with their cgroups, and the new instance never saw them."""
+    with LocalBackend(store_dir=tmp_path / "store", runtime_dir=tmp_path / "run", pids_limit=64) as backend:
+        sbx = backend.create(backend.build(Template(name="handover", setup=["true"])))
+        marker = f"sleep 4545{os.getpid()}"
+        for episode in range(3):
+            sbx.exec(f"({marker} >/dev/null 2>&1 &); echo {episode} > /tmp/left; b() {{ b | b & }}; (b &) 2>/dev/null")
+            old_init = int(sbx._link.ping()["pid"])
+            own = {line.rsplit("/", 1)[-1] for line in Path(f"/proc/{old_init}/cgroup").read_text().splitlines()}
+            old_groups = {group for group in sbx._cgroup.instance_dirs() if group.name in own}
+            assert old_groups, "the instance has cgroups of its own"
+            sbx.restore()
+            clean = sbx.exec("test ! -e /tmp/left && ! grep -qx sleep /proc/[0-9]*/comm && ls /proc | grep -c '^[0-9]'")
+            assert clean.ok and int(clean.stdout) <= 5, clean  # init, the reaper, sh, ls, grep: nothing of the last one
+            assert int(sbx._link.ping()["pid"]) != old_init
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and _lingers(sbx, old_init, old_groups, marker):
+                time.sleep(0.01)
+            assert not Path(f"/proc/{old_init}").exists(), "the old instance's init was not reaped"
+            assert _processes_matching(marker) == []
+            assert not old_groups & set(sbx._cgroup.instance_dirs()), "the old instance's cgroups were not removed"
+        sbx.exec(f"({marker} >/dev/null 2>&1 &)")
+        sbx.restore()
+        sbx.close()  # right after a restore: waits for the instance still dying
+        assert _processes_matching(marker) == []
+
+
 def test_sigkill_of_the_host_process_kills_sandboxes_and_is_reaped(tmp_path: Path) -> None:
     runtime = tmp_path / "run"
     marker = f"sleep 4343{os.getpid()}"
@@ -54,7 +88,7 @@ def test_sigkill_of_the_host_process_kills_sandboxes_and_is_reaped(tmp_path: Pat
         f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from pool import LocalBackend, Template
+        from pool import LocalBackend, LocalSandbox, Template
         b = LocalBackend(store_dir={str(tmp_path / "store")!r}, runtime_dir={str(runtime)!r})
         s = b.create(b.build(Template(name="crash", setup=["true"])))
         s.exec("({marker} >/dev/null 2>&1 &)")

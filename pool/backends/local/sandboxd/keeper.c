@@ -11,10 +11,11 @@
  * A restore hands over to a spare instance that was set up ahead of time, so
  * the slow part, creating namespaces and mounts, runs while the agent is still
  * busy with the previous episode. The old instance is killed first and
- * restore() answers only once every process of it is gone (the death of a
- * PID namespace's init means all of its processes are gone). Unmounting its
- * tmpfs and removing its cgroups (seconds after a million small files) is left
- * to a janitor process, off the request path.
+ * restore() answers once the spare has taken over; the old processes finish
+ * dying off the request path (the death of a PID namespace's init means all of
+ * its processes are gone), and are waited for by the next restore or close if
+ * they are not gone by then. Unmounting its tmpfs and removing its cgroups
+ * (seconds after a million small files) is left to a janitor process.
  *
  * Sealing (OP_SEAL) ends the agent's turn; see pool/verification.py:
  *   strict  the agent's instance is killed, its writable layer kept, and a new
@@ -43,6 +44,10 @@ typedef struct {
 } instance_t;
 
 static instance_t current, spare, sealed; /* sealed: the dead agent whose layer a strict verifier reads */
+/* The instance a restore killed: it dies off the request path (see restore()); held: its mount
+ * namespace, net: its network namespace, kept until it is gone. */
+static instance_t dying;
+static int dying_held = -1, dying_net = -1;
 static msg_t *config; /* the layers and settings the sandbox runs with */
 static uint32_t sandbox_id, generation;
 static const char *stages;
@@ -284,7 +289,7 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
     }
     if (pid == 0) {
         int inherited[] = {daemon_sock, control_fd, signal_fd, janitor_fd, current.sock, current.sync,
-                           spare.sock, spare.sync, sv[0], sy[0]};
+                           spare.sock, spare.sync, dying.sock, dying.sync, dying_held, dying_net, sv[0], sy[0]};
         for (size_t i = 0; i < sizeof inherited / sizeof *inherited; i++)
             if (inherited[i] >= 0) close(inherited[i]);
         for (int i = 0; i < 6; i++)
@@ -566,25 +571,60 @@ static void shared_run(msg_t *m) {
 /* ------------------------------------------------------------- restore */
 
 
+/* Wait until the instance a restore killed is gone (so is every process of it: they died with
+ * its PID namespace's init) and leave its tmpfs, mount namespace and cgroups to the janitor.
+ * Returns its network namespace (or -1), for recycle_net() once there is time. */
+static int settle(void) {
+    if (dying.pid > 0) wait_gone(dying.pid);
+    dying.pid = 0;
+    discard_held(&dying, 0, dying_held);
+    dying_held = -1;
+    int net = dying_net;
+    dying_net = -1;
+    return net;
+}
+
+/* Has a dead instance left remains to clear? (Cleared when the keeper is idle: see keeper_main.) */
+static int has_remains(void) {
+    return dying.pid == 0 && (dying.stage[0] || dying.ncgroups > 0 || dying_held >= 0 || dying_net >= 0);
+}
+
+static void bury(void) { recycle_net(settle()); }
+
+/* A network namespace no one will use again: its last reference goes in the janitor. */
+static void drop_net(int net) {
+    if (net >= 0) janitor_send('N', "", net);
+}
+
+/* The old instance is killed first (SIGKILL to its init: the kernel then kills every process of
+ * its PID namespace, and no new one can start there) and the spare, in namespaces and cgroups
+ * of its own, takes over. The answer does not wait for the old processes to finish dying: the
+ * kernel is killing them, and they hold nothing the new instance can see (their mounts, tmpfs,
+ * IPC and PID namespaces are theirs; their network namespace is reused only once they are gone
+ * and it is proven empty) and are charged to their own cgroups, so the new instance's limits
+ * start full. reap() notes their end and bury() clears the remains once no request waits; a
+ * request that needs it (the next restore, a close) waits for it, so at most one instance is
+ * ever dying. */
 static void restore(msg_t *m) {
     char err[4096] = "";
-    instance_t dying = current; /* killed first; waited for before the answer */
+    int earlier_net = settle(); /* the one before, if still dying; its network is offered after the answer */
+    dying = current;
     instance_reset(&current);
-    int held = dying.pid > 0 ? hold_mount_ns(dying.pid) : -1;
+    dying_held = dying.pid > 0 ? hold_mount_ns(dying.pid) : -1;
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/ns/net", (int)dying.pid);
-    int net = dying.pid > 0 && !is_host_net(config) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    dying_net = dying.pid > 0 && !is_host_net(config) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     if (dying.pid > 0) kill(dying.pid, SIGKILL);
+    else drop_net(settle()); /* no process: its remains go now */
     if (!same_config(m)) {
         discard(&spare);
         adopt_config(m);
     }
     int rc = next_instance(config, 1, err, sizeof err);
-    discard_held(&dying, 0, held);
     unseal();
     if (rc < 0) reply(REPLY_ERR, sandbox_id, m->seq, "%s", err);
     else reply_started(m->seq, "");
-    recycle_net(net);
+    recycle_net(earlier_net);
     start_spare();
 }
 
@@ -599,6 +639,7 @@ static void drain_janitor(void) {
 }
 
 static void shutdown_and_exit(int code) {
+    drop_net(settle());
     discard(&current);
     discard(&spare);
     unseal();
@@ -623,6 +664,7 @@ static void serve(msg_t *m) {
         break;
     case OP_CLOSE:
         close_fds(m);
+        drop_net(settle());
         discard(&current);
         discard(&spare);
         unseal();
@@ -654,6 +696,7 @@ static void reap(void) {
             current.died_of_oom = cgroups_oom_killed(current.cgroups, current.ncgroups, current.oom_base);
         }
         if (pid == spare.pid) discard(&spare);
+        if (pid == dying.pid) dying.pid = 0; /* gone: its remains go when the keeper is idle */
         if (pid == janitor_pid && janitor_fd >= 0) { /* clean up inline from now on */
             close(janitor_fd);
             janitor_fd = -1;
@@ -678,6 +721,7 @@ void keeper_main(msg_t *create, const char *stage_root, int sock) {
     instance_reset(&current);
     instance_reset(&spare);
     instance_reset(&sealed);
+    instance_reset(&dying);
     launch.net_fd = -1;
     config = msg_new();
     msg_t *m = msg_new();
@@ -695,7 +739,14 @@ void keeper_main(msg_t *create, const char *stage_root, int sock) {
     start_spare();
     for (;;) {
         struct pollfd p[3] = {{daemon_sock, POLLIN, 0}, {signal_fd, POLLIN, 0}, {spare.sync, POLLIN, 0}};
-        if (poll(p, spare.sync >= 0 ? 3 : 2, -1) < 0) continue;
+        /* A dead instance's remains (and the check of its network namespace) wait until no
+         * request does: the first command of the next episode does not queue behind them. */
+        int ready = poll(p, spare.sync >= 0 ? 3 : 2, has_remains() ? 0 : -1);
+        if (ready < 0) continue;
+        if (ready == 0) {
+            bury();
+            continue;
+        }
         if (p[1].revents) {
             drain_signalfd(signal_fd);
             reap();

@@ -239,6 +239,7 @@ void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) {
     /* getppid() is 0 across the PID namespace; a dead daemon shows as a failed write below. */
     umask(022);
     set_title("snapgym-init");
+    warm_first_command(); /* while a spare: off the request path */
     if (write(sync_fd, "r", 1) != 1) _exit(1);
     close(sync_fd);
     init_loop(sock);

@@ -19,8 +19,9 @@
  *               `- janitor       unmounts and removes what dead instances leave
  *
  * Restore = SIGKILL the init (the kernel kills its whole PID namespace), hand
- * over to the spare, which already runs over the same read-only layers, and
- * answer once the old init (so every process of the old episode) is gone.
+ * over to the spare, which already runs over the same read-only layers in
+ * namespaces and cgroups of its own, and answer; the old instance finishes dying
+ * off the request path (the next restore or close waits for it if need be).
  * Nothing of the snapshot is copied, and creating namespaces (the slow part)
  * happens off the critical path. Sealing (OP_SEAL, keeper.c) hands the
  * sandbox to the verifier.
@@ -186,6 +187,9 @@ int attach_mount(int mount_fd, int to_dfd, const char *to_path);
 int overlay_fsmount(const char *lowerdir, const char *upper, const char *work);
 int open_beneath(int dirfd, const char *path, int flags);
 int landlock_confine(void);
+
+/* warm.c: look up the first command's shell, loader and libraries in a new instance's overlay. */
+void warm_first_command(void);
 
 /* seccomp.c: deny system calls that reach past the namespaces. */
 int install_seccomp(void);
