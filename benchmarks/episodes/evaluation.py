@@ -3,7 +3,8 @@
 The plan is ``episodes_per_task`` episodes of each task (episode ids
 ``<task>:<i>``, seeds ``seed + i``). Episodes run on ``concurrency`` threads
 (of ``processes`` worker processes when above 1: ``benchmarks.episodes.procs``),
-each with its own environment; the agent loop runs here, the actions in the sandboxes. Each attempt is announced in the ledger before it starts, and its
+each with its own environment; the agent loop runs here, the actions in the
+sandboxes. Each attempt is announced in the ledger before it starts, and its
 end is appended (and fsync-ed) before the thread moves on, so a runner killed
 at any moment can be resumed: episodes with a result are skipped, attempts
 cut short are marked ``interrupted`` and run again under a new attempt id,
