@@ -42,7 +42,7 @@ def run_typed(*arguments: str, cwd: Path = REPO, home: Path | None = None) -> su
         ("pool=rey", "unknown pool 'rey'; did you mean ray? (direct, ray)"),
         ("suite=dri", "unknown suite 'dri'; did you mean dir? (builtin, dir)"),
         ("benchmark=zzz", "unknown benchmark 'zzz'; choose one of: aio, burst, cost, durable, egress, eval, fork, "
-                          "idle, integrity, pool, reset_latency, throughput"),
+                          "idle, integrity, pool, reset_latency, soak, throughput"),
     ],
 )  # fmt: skip
 def test_a_mistyped_choice_is_one_line_and_exit_2(argument: str, line: str) -> None:
