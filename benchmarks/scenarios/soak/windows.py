@@ -110,8 +110,7 @@ def play_chunk(
             pool.put(env)
 
     def play() -> None:
-        for _ in workers.map(one, range(episodes)):  # re-raises an episode's error
-            pass
+        list(workers.map(one, range(episodes)))  # waits for all, re-raising an episode's error
 
     return measure(f"{episodes} episodes", episodes, play), timings
 
