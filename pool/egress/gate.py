@@ -123,27 +123,33 @@ class Gate:
         this returns). Closing again does nothing."""
         if self._closed:
             return
-        try:
-            self._loop.call(self.shutdown("cut: the gate closed"))
+        try:  # one plain callback on the loop; a task only when there are connections to cut
+            if self._loop.run(self._stop_accepting):
+                self._loop.call(self._cut("cut: the gate closed"))
         except BackendError:
             if not self._closed:
                 raise
 
-    async def start(self) -> None:
-        """Begin accepting (on the loop)."""
+    def start(self) -> None:
+        """Begin accepting (on the loop: a plain callback, see :meth:`LoopThread.submit`)."""
         self._listener.setblocking(False)
         self._watch()
 
     async def shutdown(self, reason: str) -> None:
         """Stop accepting, close the socket, cut the open connections (on the loop)."""
+        if self._stop_accepting():
+            await self._cut(reason)
+
+    def _stop_accepting(self) -> bool:
+        """Stop accepting and close the socket (on the loop); whether connections are open to cut."""
         if self._closed:
-            return
+            return False
         self._closed = True
         self._unwatch()
         if self._retry is not None:
             self._retry.cancel()
         self._listener.close()
-        await self._cut(reason)
+        return bool(self._clients)
 
     async def _set_policy(self, policy: NetworkPolicy, phase: Phase) -> None:
         if self._closed:

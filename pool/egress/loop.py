@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from pool.errors import BackendError
@@ -46,6 +46,43 @@ class LoopThread:
         except TimeoutError:
             future.cancel()
             raise BackendError(f"the egress proxy's event loop did not answer in {timeout_s:g} s") from None
+
+    def run(self, function: Callable[[], T], timeout_s: float = CALL_TIMEOUT_S) -> T:
+        """Run the plain ``function`` on the loop and wait for its result (its exception is raised here).
+
+        Cheaper than :meth:`call`: one callback on the loop, no task. For work that does not wait.
+
+        Raises:
+            BackendError: the loop is stopped, or did not run ``function`` in ``timeout_s``.
+        """
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a blocking egress proxy call from the proxy's own thread would deadlock")
+        done: Future[T] = Future()
+
+        def on_loop() -> None:
+            try:
+                done.set_result(function())
+            except BaseException as exc:  # handed to the caller
+                done.set_exception(exc)
+
+        self.submit(on_loop)
+        try:
+            return done.result(timeout_s)
+        except TimeoutError:
+            raise BackendError(f"the egress proxy's event loop did not answer in {timeout_s:g} s") from None
+
+    def submit(self, function: Callable[[], None]) -> None:
+        """Run the plain ``function`` on the loop without waiting (calls run in the order they came).
+
+        Raises:
+            BackendError: the loop is stopped.
+        """
+        if self._loop.is_closed() or not self._thread.is_alive():
+            raise BackendError("the egress proxy's event loop is stopped")
+        try:
+            self._loop.call_soon_threadsafe(function)
+        except RuntimeError:  # closed between the check and the call
+            raise BackendError("the egress proxy's event loop is stopped") from None
 
     def post(self, coroutine: Coroutine[Any, Any, None]) -> None:
         """Start ``coroutine`` on the loop without waiting for it (calls run in the order they came).

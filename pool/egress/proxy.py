@@ -105,7 +105,7 @@ class EgressProxy:
                 gate = Gate(self._loop, listener, policy, phase, self._settings, self._limits, cache=self._cache)
                 # not waited for: the listener queues connections until the loop takes them, and
                 # the loop runs calls in order, so the gate's close comes after its start
-                self._loop.post(gate.start())
+                self._loop.submit(gate.start)
                 self._gates = [g for g in self._gates if not g.is_closed] + [gate]
         except BaseException:
             listener.close()
