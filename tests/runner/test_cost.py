@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scenarios.cost.accounting import ProcessTable, by_kind
+from benchmarks.scenarios.cost.accounting import ProcessTable, ProcessTimes, by_kind
+from benchmarks.scenarios.cost.segments import Sample, Sampled, steady_state
 
 REPO = Path(__file__).resolve().parents[2]
 BURN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
@@ -46,6 +47,25 @@ def test_only_the_windows_share_of_a_longer_process_is_counted() -> None:
     assert seconds <= 0.25  # the 0.1 s window (plus tick rounding; a busy machine may give it none), not the 0.35 s
 
 
+def _runner_at(cpu_s: float) -> ProcessTable:
+    return ProcessTable({(1, 1): ProcessTimes(1, 0, 1, "runner", cpu_s, 0.0, 0.0, 0.0)})
+
+
+def test_the_steady_state_leaves_out_what_a_run_costs_once() -> None:
+    """2 s of CPU before the first episode and 3 s after the last (a pool started, a report written), 0.1 s per
+    episode in between: the steady state is 0.1 s per episode; the whole run is not."""
+    episodes = [(10.0 + i, 10.9 + i) for i in range(10)]  # one ends every second, from 10.9 to 19.9
+    cpu = {float(t): 0.2 * min(t, 10) + 0.1 * max(0, min(t, 20) - 10) + (3.0 if t > 20 else 0.0) for t in range(24)}
+    samples = [Sample(at, busy_s=cpu[at], table=_runner_at(cpu[at])) for at in sorted(cpu)]
+    sampled = Sampled(samples, sampler_cpu_s=0.0, wall_s=23.0, cgroups=(0, 0))
+    steady = steady_state("steady", sampled, episodes)
+    assert steady is not None
+    assert steady.ms_by_kind["runner"] == pytest.approx(100.0)  # 0.9 s over the 9 episodes that ended in 10..19
+    assert sampled.cost("whole", 10).ms_by_kind["runner"] == pytest.approx(100.0 + 500.0)
+    assert steady_state("steady", sampled, []) is None
+    assert steady_state("steady", sampled, [(10.2, 10.8)]) is None  # no two samples inside
+
+
 def test_the_cost_scenario_reports_phases_segments_and_kernel_operations(tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = subprocess.run(
@@ -61,9 +81,10 @@ def test_the_cost_scenario_reports_phases_segments_and_kernel_operations(tmp_pat
         "reset+steps+seal",
         "episode (env)",
         "episode (runner)",
+        "episode (runner, steady)",
         "baseline",
     }
-    assert len(summary["phases"]) == 5 and len(summary["rounds"]) == 2
+    assert len(summary["phases"]) == 6 and len(summary["rounds"]) == 2
     runner = summary["segments"]["episode (runner)"]
     assert runner["own"] > 0 and runner["runner"] > 0
     # A sandbox's programs are seen in some segment (in a run of four episodes one segment may catch none of them,

@@ -11,7 +11,12 @@ Method:
     ``reset+steps``     a reset and the steps
     ``reset+steps+seal`` and ``begin_verification`` (strict: the agent killed, the verifier's instance made)
     ``episode (env)``   a reset, the steps, the submit and the verifier: the env's whole episode
-    ``episode (runner)`` the same through the runner at ``pool.size`` (ledger, episode files, pool)
+    ``episode (runner)`` the same through the runner at ``pool.size`` (ledger, episode files, pool), the
+                        whole run: its pool started and closed, the task's calibration, its report
+    ``episode (runner, steady)`` the same run between its first episode's start and its last one's end,
+                        per episode that ended in between (what a long run costs per episode, as the
+                        throughput benchmark's window counts it; see
+                        :func:`~benchmarks.scenarios.cost.segments.steady_state`)
     ``baseline``        the no-isolation baseline (:mod:`benchmarks.scenarios.baselines.noisolation`)
 
     Differences of their medians give the phases: restore (the old instance
@@ -47,10 +52,11 @@ import gymnasium as gym
 import envs
 from benchmarks.agents import ReplayAgent
 from benchmarks.episodes.recording import rundir
+from benchmarks.episodes.recording.ledger import LEDGER_FILE, RESULT, read_records
 from benchmarks.job import Job
 from benchmarks.scenarios.baselines import noisolation
 from benchmarks.scenarios.cost import report
-from benchmarks.scenarios.cost.segments import SegmentCost, measure
+from benchmarks.scenarios.cost.segments import SegmentCost, measure, sample, steady_state
 from benchmarks.scenarios.eval import evaluate
 from benchmarks.scenarios.throughput import TRIVIAL_TASK, episode_actions
 from envs.tasks import Task, load_task
@@ -58,7 +64,11 @@ from envs.tasks.verifier import plan_for
 from pool import ConfigError
 from pool.verification import VerificationPlan
 
-SEGMENTS = ("reset", "reset+steps", "reset+steps+seal", "episode (env)", "episode (runner)", "baseline")
+PLAYED = ("reset", "reset+steps", "reset+steps+seal", "episode (env)", "episode (runner)", "baseline")
+"""The segments each round plays, in rotating order."""
+STEADY = "episode (runner, steady)"
+SEGMENTS = (*PLAYED[:5], STEADY, PLAYED[5])
+"""Every segment reported: the played ones, and the runner's steady state (of the run ``episode (runner)`` played)."""
 
 
 @dataclass
@@ -146,14 +156,27 @@ def _round(
         "reset+steps": lambda: _play(env, actions, n, submit=False),
         "reset+steps+seal": lambda: _play(env, actions, n, submit=False, seal=plan_for(task)),
         "episode (env)": lambda: _play(env, actions, n, submit=True),
-        "episode (runner)": lambda: runner(index),
         "baseline": lambda: noisolation.episodes_per_s(
             task.path, actions, episodes=n, concurrency=size, scratch=run_dir
         ),
     }
-    order = SEGMENTS[index % len(SEGMENTS) :] + SEGMENTS[: index % len(SEGMENTS)]
-    measured = {name: measure(name, n, plays[name]) for name in order}
+    order = PLAYED[index % len(PLAYED) :] + PLAYED[: index % len(PLAYED)]
+    measured: dict[str, SegmentCost] = {}
+    for name in order:
+        if name != "episode (runner)":
+            measured[name] = measure(name, n, plays[name])
+            continue
+        sampled = sample(lambda: runner(index))
+        measured[name] = sampled.cost(name, n)
+        steady = steady_state(STEADY, sampled, _episode_times(run_dir / f"round{index}"))
+        measured[STEADY] = steady if steady is not None else sampled.cost(STEADY, n)
     return [measured[name] for name in SEGMENTS]
+
+
+def _episode_times(run: Path) -> list[tuple[float, float]]:
+    """Each result's ``(started_at, finished_at)`` in a run's ledger."""
+    return [(float(r["started_at"]), float(r["finished_at"])) for r in read_records(run / LEDGER_FILE)
+            if r.get("kind") == RESULT]  # fmt: skip
 
 
 def _play(

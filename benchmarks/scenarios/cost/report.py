@@ -15,6 +15,7 @@ PHASES = (
     ("seal (strict)", "reset+steps+seal", "reset+steps"),
     ("verifier (tests in, test.sh, reward, end state)", "episode (env)", "reset+steps+seal"),
     ("runner (ledger, episode files, pool)", "episode (runner)", "episode (env)"),
+    ("runner, steady state (a long run's share)", "episode (runner, steady)", "episode (env)"),
 )
 """(phase, segment, segment taken off): each phase is the difference of two segments' medians."""
 COLUMNS = (*KINDS, "own", "own kernel", KERNEL_THREADS, "machine busy")
@@ -28,6 +29,7 @@ def summary(
     segments = {costs[0].name: _medians(costs) for costs in zip(*rounds, strict=True)}
     phases = {phase: _minus(segments[name], segments[less] if less else None) for phase, name, less in PHASES}
     runner, baseline = segments["episode (runner)"], segments["baseline"]
+    steady = segments.get("episode (runner, steady)", runner)
     return {
         "machine": machine,
         "unit": "CPU milliseconds per episode; medians over rounds",
@@ -36,6 +38,7 @@ def summary(
         "ratio_to_baseline": {
             "own": runner["own"] / baseline["own"] if baseline["own"] else None,
             "machine_busy": runner["machine busy"] / baseline["machine busy"] if baseline["machine busy"] else None,
+            "own_steady": steady["own"] / baseline["own"] if baseline["own"] else None,
         },
         "memory_cgroups": {name: value["memory cgroups added"] for name, value in segments.items()},
         "kernel_ops_us": kernel_ops,
@@ -62,7 +65,8 @@ def markdown(figures: dict[str, Any]) -> str:
     if ratio["own"] is not None:
         lines.append(
             f"Runner episode / no-isolation baseline: {ratio['own']:.2f}x of the run's own CPU, "
-            f"{ratio['machine_busy']:.2f}x of the machine's busy time."
+            f"{ratio['machine_busy']:.2f}x of the machine's busy time; in its steady state "
+            f"{ratio['own_steady']:.2f}x of the run's own CPU."
         )
     if figures["kernel_ops_us"]:
         lines += ["", "| kernel operation | CPU µs per op | kernel threads µs per op |", "|---|---|---|"]
