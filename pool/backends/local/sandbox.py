@@ -17,7 +17,7 @@ from typing import Any
 from pool.backends.local import seal
 from pool.backends.local.cgroups import Limits, SandboxCgroup, reused_of
 from pool.backends.local.daemon import Op, PendingReply
-from pool.backends.local.instance import checkpoint, commands, graftlayer, shellsession, viewscan
+from pool.backends.local.instance import checkpoint, commands, shellsession, viewscan
 from pool.backends.local.instance.checkpoint import BuildResult
 from pool.backends.local.instance.link import SandboxLink
 from pool.backends.local.runtime import Runtime
@@ -36,7 +36,6 @@ from pool.network.audit import NetworkLog
 from pool.network.policy import NetworkPolicy, Phase
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
-from pool.templates import HOST_BASE
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
 
@@ -424,22 +423,9 @@ class LocalSandbox(BaseSandbox):
         return viewscan.scan(pid, roots, patterns) if pid > 0 else None
 
     def _install_delta(self, plan: VerificationPlan) -> tuple[Path | None, InstallDelta]:
-        """A toolchain verifier's graft of the agent's installs (see pool.backends.local.instance.graftlayer)."""
-        known_good = plan.known_good or self._snapshot
-        self._runtime.check_snapshot(known_good)
-        seal.refuse_resumed_toolchain(self._snapshot, known_good)
-        settings = self._settings
-        return graftlayer.build(
-            self._runtime.store,
-            self.stage_dir / "upper",
-            self._runtime.layer_paths(known_good.layers),
-            host=settings.host if known_good.base == HOST_BASE else None,
-            path=known_good.env.get("PATH") or settings.host.path_env,
-            rootless=settings.rootless,
-            max_mb=max(settings.max_snapshot_mb, known_good.resources.storage_mb or 0),
-            pause=self.freeze,
-            resume=self.thaw,
-        )
+        """A toolchain verifier's graft of the agent's installs (see seal.graft_installs)."""
+        upper = self.stage_dir / "upper"
+        return self._runtime.graft_installs(self._snapshot, plan, upper, pause=self.freeze, resume=self.thaw)
 
     # -- network ----------------------------------------------------------
 
