@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import time
 from collections.abc import Mapping
 from typing import Protocol
@@ -48,6 +49,17 @@ def check_command(command: str, timeout_s: float | None) -> None:
         )
     if timeout_s is not None and not timeout_s > 0:
         raise CommandRejectedError(f"timeout_s must be positive, got {timeout_s}")
+
+
+def resolve(workdir: str, path: str) -> str:
+    """``path`` inside the sandbox as an absolute, normalized path (relative to ``workdir``).
+
+    Raises:
+        CommandRejectedError: the path is not a non-empty str without NUL bytes.
+    """
+    if not isinstance(path, str) or "\0" in path or not path:
+        raise CommandRejectedError(f"invalid sandbox path {path!r}")
+    return posixpath.normpath(posixpath.join(workdir, path))
 
 
 def exec_fields(
