@@ -10,6 +10,7 @@ sandboxes (the backend's) nor of one sandbox's state (the sandbox's).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from pool.backends.local import kernel, native, seal
@@ -20,6 +21,7 @@ from pool.backends.local.store import layers
 from pool.backends.local.store.catalogue import SnapshotStore
 from pool.egress.service import EgressService
 from pool.errors import BackendError, ConfigError, SandboxClosedError, SandboxCrashedError, SnapshotError
+from pool.installs import InstallDelta
 from pool.snapshots import Snapshot
 from pool.templates import HOST_BASE
 from pool.verification import VerificationPlan
@@ -179,6 +181,31 @@ class Runtime:
             ("tmpfs_bytes", str(self.settings.disk_bytes(known_good))),
             ("root_uid", self.settings.root_uid),
         ]
+
+    def graft_installs(
+        self,
+        start: Snapshot,
+        plan: VerificationPlan,
+        upper: Path,
+        *,
+        pause: Callable[[], None],
+        resume: Callable[[], None],
+    ) -> tuple[Path | None, InstallDelta]:
+        """The stored layer of the agent's installs that a toolchain verifier of ``plan`` gets (None:
+        nothing to graft) and their delta, from ``upper``, the writable layer of a sandbox started at ``start``
+        (see seal.graft_installs)."""
+        known_good = plan.known_good or start
+        self.check_snapshot(known_good)
+        return seal.graft_installs(
+            self.store,
+            self.settings,
+            start,
+            known_good,
+            known_good_layers=self.layer_paths(known_good.layers),
+            upper=upper,
+            pause=pause,
+            resume=resume,
+        )
 
     # -- the end ----------------------------------------------------------------
 

@@ -1,24 +1,23 @@
-"""One sandbox of the local backend: exec, files, snapshot, restore, verification.
+"""One sandbox of the local backend, the facade of its lifecycle: exec, files, snapshot, restore, verification.
 
 The sandbox runs its own lifecycle (start, snapshot, restore, seal, close) through the narrow
 link it holds (``pool.backends.local.instance.link``: its number and the backend's ``Runtime``, which has
 the daemon, the store and the frozen settings); it never reaches its backend. The backend is its
 factory and catalogue: it hands each sandbox a ``forget`` callback to drop it from the catalogue.
+How a command reaches the daemon, and the episode's shell, are its ``Console``'s (``.instance.console``).
 """
 
 from __future__ import annotations
 
-import posixpath
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pool.backends.local import seal
 from pool.backends.local.cgroups import Limits, SandboxCgroup, reused_of
 from pool.backends.local.daemon import Op, PendingReply
-from pool.backends.local.instance import checkpoint, commands, graftlayer, shellsession, viewscan
+from pool.backends.local.instance import checkpoint, commands, viewscan
 from pool.backends.local.instance.checkpoint import BuildResult
+from pool.backends.local.instance.console import Console
 from pool.backends.local.instance.link import SandboxLink
 from pool.backends.local.runtime import Runtime
 from pool.backends.local.store import upperread
@@ -26,17 +25,12 @@ from pool.backends.local.store.changes import read_changes
 from pool.basesandbox import BaseSandbox, ExecOptions
 from pool.changes import MAX_PATHS, Changes
 from pool.egress import onhost
-from pool.errors import (
-    CommandRejectedError,
-    SandboxCrashedError,
-    SandboxError,
-)
+from pool.errors import SandboxCrashedError, SandboxError
 from pool.installs import InstallDelta
 from pool.network.audit import NetworkLog
 from pool.network.policy import NetworkPolicy, Phase
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
-from pool.templates import HOST_BASE
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
 
 
@@ -74,7 +68,7 @@ class LocalSandbox(BaseSandbox):
         self._init_pid = 0
         """The host pid of the init the keeper's last start, restore or seal named (0: ask it)."""
         self._egress = runtime.egress.gatekeeper()
-        self._session: shellsession.ShellSession | None = None
+        self._console = Console(self._link, self._cgroup, self._egress)
         self._reused: dict[str, bool] = {}
 
     # -- start ------------------------------------------------------------
@@ -153,17 +147,9 @@ class LocalSandbox(BaseSandbox):
     # -- commands -----------------------------------------------------------
 
     def _exec(self, command: str, options: ExecOptions) -> ExecResult:
-        """:meth:`exec` by the sandbox's daemon, as root inside the sandbox (see :mod:`.instance.commands`)."""
+        """:meth:`exec` by the sandbox's daemon, as root inside the sandbox (see :mod:`.instance.console`)."""
         self._check_open()
-        fields = self._exec_fields(command, options.timeout_s, options.cwd, self._command_env(options.env))
-        return commands.run(
-            self._link,
-            fields,
-            options.stdin,
-            cap=options.cap_or(self._settings.max_output_bytes),
-            timeout_s=options.timeout_or(self._settings.default_timeout_s),
-            memory_limit_bytes=self._cgroup.limits.memory_bytes,
-        )
+        return self._console.exec(command, options, self._snapshot, sealed=self._sealed is not None)
 
     def run_script(
         self,
@@ -177,21 +163,8 @@ class LocalSandbox(BaseSandbox):
         """``/bin/bash path`` (or ``/bin/sh``) in ``cwd`` (or ``/``), started by the sandbox's init with no
         ``sh -c`` in front (see pool.contract.RunsScripts)."""
         self._check_open()
-        # The same in sh, for a daemon that would not know the program fields: never an empty command.
-        script, where = shlex.quote(path), shlex.quote(cwd)
-        same = f"cd -- {where} 2>/dev/null || cd /\nif [ -x /bin/bash ]; then exec /bin/bash {script}; " \
-               f"else exec /bin/sh {script}; fi"  # fmt: skip
-        fields = self._exec_fields(same, timeout_s, cwd, self._command_env(env))
-        fields += [("program", "/bin/bash"), ("program", "/bin/sh"), ("arg", path), ("cwd_else", "/")]
-        options = ExecOptions(timeout_s=timeout_s, max_output_bytes=max_output_bytes)
-        return commands.run(
-            self._link,
-            fields,
-            None,
-            cap=options.cap_or(self._settings.max_output_bytes),
-            timeout_s=options.timeout_or(self._settings.default_timeout_s),
-            memory_limit_bytes=self._cgroup.limits.memory_bytes,
-        )
+        options = ExecOptions(timeout_s=timeout_s, env=env, max_output_bytes=max_output_bytes)
+        return self._console.script(path, cwd, options, self._snapshot, sealed=self._sealed is not None)
 
     def _shell(self, command: str, options: ExecOptions) -> ExecResult:
         """:meth:`shell`: the command in the sandbox's persistent bash, as the next line typed into a terminal.
@@ -209,9 +182,8 @@ class LocalSandbox(BaseSandbox):
             SandboxError: the sandbox is sealed for its verifier.
             SandboxClosedError, SandboxCrashedError: as for :meth:`exec`.
         """
-        return commands.run_step(
-            self._link, self._session_for(command, options), command, **self._step_options(options)
-        )
+        self._check_open()
+        return self._console.step(command, options, self._snapshot, sealed=self._sealed is not None)
 
     async def shell_async(
         self,
@@ -225,62 +197,8 @@ class LocalSandbox(BaseSandbox):
         output read as the loop's selector says the pipes are ready, so no thread waits for it (see
         ``envs.aio``). Same semantics and errors as :meth:`shell`."""
         options = ExecOptions(timeout_s=timeout_s, env=env, max_output_bytes=max_output_bytes)
-        session = self._session_for(command, options)
-        return await commands.run_step_async(self._link, session, command, **self._step_options(options))
-
-    def _session_for(self, command: str, options: ExecOptions) -> shellsession.ShellSession:
-        """The running session a step goes to (started anew when it ended or its variables differ)."""
         self._check_open()
-        if self._sealed is not None:
-            raise SandboxError("the sandbox is sealed for its verifier; the shell is the agent's (use exec())")
-        commands.check_command(command, options.timeout_s)
-        env = self._command_env(options.env)
-        session = self._session
-        if session is None or not session.alive or session.env != dict(env or {}):
-            session = self._start_session(env or {})
-        return session
-
-    def _step_options(self, options: ExecOptions) -> dict[str, Any]:
-        return {
-            "cap": options.cap_or(self._settings.max_output_bytes),
-            "timeout_s": options.timeout_or(self._settings.default_timeout_s),
-            "memory_limit_bytes": self._cgroup.limits.memory_bytes,
-        }
-
-    def _command_env(self, env: Mapping[str, str] | None) -> Mapping[str, str] | None:
-        """``env`` on top of the egress proxy's variables, while the sandbox has a network policy."""
-        if self._egress.environment:
-            return {**self._egress.environment, **(env or {})}
-        return env
-
-    def _start_session(self, env: Mapping[str, str]) -> shellsession.ShellSession:
-        self._end_session()
-        fields = self._exec_fields(shellsession.COMMAND, None, None, env)
-        self._session = commands.open_session(self._link, fields, env)
-        return self._session
-
-    def _end_session(self) -> None:
-        """Hang up the shell session, if any (its shell exits once idle)."""
-        if self._session is not None:
-            self._session.close()
-            self._session = None
-
-    def _exec_fields(
-        self, command: str, timeout_s: float | None, cwd: str | None, env: Mapping[str, str] | None
-    ) -> list[tuple[str, str]]:
-        """The EXEC fields of ``command`` in this sandbox (see commands.exec_fields)."""
-        commands.check_command(command, timeout_s)
-        timeout = timeout_s if timeout_s is not None else self._settings.default_timeout_s
-        merged = dict(self._settings.base_env(self._snapshot))
-        merged.update(self._snapshot.env)
-        merged.update(env or {})
-        return commands.exec_fields(
-            command,
-            timeout_s=timeout,
-            cwd=self._resolve(cwd or self._snapshot.workdir),
-            env=merged,
-            reap_all=self._sealed is not None,  # nothing the verifier's command starts outlives it
-        )
+        return await self._console.step_async(command, options, self._snapshot, sealed=self._sealed is not None)
 
     def memory_exhausted(self) -> bool:
         """True when the sandbox's memory charge is within 10% of its limit: a command that cannot start
@@ -309,7 +227,7 @@ class LocalSandbox(BaseSandbox):
         layer in a strict verifier's private folders (the arguments and errors are
         :meth:`Sandbox.read_file <pool.contract.Sandbox.read_file>`'s)."""
         self._check_open()
-        resolved = self._resolve(path)
+        resolved = commands.resolve(self._snapshot.workdir, path)
         if any(resolved.startswith(d + "/") for d in self._private):  # a strict verifier's: no process needed
             data = upperread.read(self.stage_dir / "upper", resolved, max_bytes)
             if data is not None:
@@ -324,12 +242,7 @@ class LocalSandbox(BaseSandbox):
         """
         self._check_open()
         content = data.encode() if isinstance(data, str) else bytes(data)
-        self._link.write_file(self._resolve(path), path, content, mode=mode)
-
-    def _resolve(self, path: str) -> str:
-        if not isinstance(path, str) or "\0" in path or not path:
-            raise CommandRejectedError(f"invalid sandbox path {path!r}")
-        return posixpath.normpath(posixpath.join(self._snapshot.workdir, path))
+        self._link.write_file(commands.resolve(self._snapshot.workdir, path), path, content, mode=mode)
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -367,7 +280,7 @@ class LocalSandbox(BaseSandbox):
         in namespaces and cgroups the new instance does not share. Ends a verification (see :meth:`begin_verification`).
         """
         self._check_open()
-        self._end_session()
+        self._console.hang_up()
         target = snapshot or self._snapshot
         self._sealed, self._private = None, ()
         self._egress.detach()  # before the instance goes: its namespace can then be reused
@@ -399,7 +312,7 @@ class LocalSandbox(BaseSandbox):
         self._check_open()
         if self._sealed is not None:
             raise SandboxError("the sandbox is sealed for its verifier already; restore() it first")
-        self._end_session()
+        self._console.hang_up()
         graft, delta = self._install_delta(plan) if plan.mode is VerifyMode.TOOLCHAIN else (None, None)
         if plan.mode.is_separate:
             self._egress.detach()  # the agent's instance ends; the verifier's gets its own gate
@@ -424,22 +337,9 @@ class LocalSandbox(BaseSandbox):
         return viewscan.scan(pid, roots, patterns) if pid > 0 else None
 
     def _install_delta(self, plan: VerificationPlan) -> tuple[Path | None, InstallDelta]:
-        """A toolchain verifier's graft of the agent's installs (see pool.backends.local.instance.graftlayer)."""
-        known_good = plan.known_good or self._snapshot
-        self._runtime.check_snapshot(known_good)
-        seal.refuse_resumed_toolchain(self._snapshot, known_good)
-        settings = self._settings
-        return graftlayer.build(
-            self._runtime.store,
-            self.stage_dir / "upper",
-            self._runtime.layer_paths(known_good.layers),
-            host=settings.host if known_good.base == HOST_BASE else None,
-            path=known_good.env.get("PATH") or settings.host.path_env,
-            rootless=settings.rootless,
-            max_mb=max(settings.max_snapshot_mb, known_good.resources.storage_mb or 0),
-            pause=self.freeze,
-            resume=self.thaw,
-        )
+        """A toolchain verifier's graft of the agent's installs (see seal.graft_installs)."""
+        upper = self.stage_dir / "upper"
+        return self._runtime.graft_installs(self._snapshot, plan, upper, pause=self.freeze, resume=self.thaw)
 
     # -- network ----------------------------------------------------------
 
@@ -488,7 +388,7 @@ class LocalSandbox(BaseSandbox):
         if self._closed:
             return
         self._closed = True
-        self._end_session()
+        self._console.hang_up()
         self._egress.detach()
         self._forget(self.number)
         if self._runtime.daemon_is_alive:

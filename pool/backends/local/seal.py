@@ -6,7 +6,8 @@ module turns a :class:`~pool.verification.VerificationPlan` into the fields of
 one ``SEAL`` request and the daemon's reply into a
 :class:`~pool.verification.VerificationReport`. The task's tests become a
 stored layer (content-addressed, owned by the sandbox's root) the first time
-they are used, so a verification copies nothing.
+they are used, so a verification copies nothing. A ``toolchain`` verifier also
+gets the agent's installs grafted as a layer (:func:`graft_installs`).
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pool.backends.local.instance import graftlayer
+from pool.backends.local.settings import LocalSettings
 from pool.backends.local.store import layers
 from pool.backends.local.store.catalogue import SnapshotStore
 from pool.errors import ConfigError, UnsupportedError
 from pool.installs import InstallDelta
 from pool.snapshots import Snapshot
+from pool.templates import HOST_BASE
 from pool.verification import (
     SHARED_HOOKS,
     SHARED_SKELETONS,
@@ -44,6 +48,42 @@ def refuse_resumed_toolchain(start: Snapshot, known_good: Snapshot) -> None:
             "toolchain verification of an episode resumed from a checkpoint is not built yet (what the agent "
             "installed before the checkpoint is in the checkpoint's layers); verify it in strict mode"
         )
+
+
+def graft_installs(
+    store: SnapshotStore,
+    settings: LocalSettings,
+    start: Snapshot,
+    known_good: Snapshot,
+    *,
+    known_good_layers: list[Path],
+    upper: Path,
+    pause: Callable[[], None],
+    resume: Callable[[], None],
+) -> tuple[Path | None, InstallDelta]:
+    """A toolchain verifier's graft of the agent's installs (see pool.backends.local.instance.graftlayer).
+
+    Args:
+        start: the snapshot the agent's sandbox started from; ``known_good``: the trusted one
+            (checked by the caller), with its layer directories, bottom first.
+        upper: the agent's writable layer.
+        pause, resume: stop and restart the agent's processes around the copy.
+
+    Raises:
+        UnsupportedError: ``start`` is a checkpoint (see :func:`refuse_resumed_toolchain`).
+    """
+    refuse_resumed_toolchain(start, known_good)
+    return graftlayer.build(
+        store,
+        upper,
+        known_good_layers,
+        host=settings.host if known_good.base == HOST_BASE else None,
+        path=known_good.env.get("PATH") or settings.host.path_env,
+        rootless=settings.rootless,
+        max_mb=max(settings.max_snapshot_mb, known_good.resources.storage_mb or 0),
+        pause=pause,
+        resume=resume,
+    )
 
 
 def agent_layers(start: Snapshot, known_good: Snapshot) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import time
 from collections.abc import Mapping
 from typing import Protocol
@@ -48,6 +49,17 @@ def check_command(command: str, timeout_s: float | None) -> None:
         )
     if timeout_s is not None and not timeout_s > 0:
         raise CommandRejectedError(f"timeout_s must be positive, got {timeout_s}")
+
+
+def resolve(workdir: str, path: str) -> str:
+    """``path`` inside the sandbox as an absolute, normalized path (relative to ``workdir``).
+
+    Raises:
+        CommandRejectedError: the path is not a non-empty str without NUL bytes.
+    """
+    if not isinstance(path, str) or "\0" in path or not path:
+        raise CommandRejectedError(f"invalid sandbox path {path!r}")
+    return posixpath.normpath(posixpath.join(workdir, path))
 
 
 def exec_fields(
@@ -101,8 +113,7 @@ def run(
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     st_r, st_w = os.pipe2(os.O_CLOEXEC)
     _send_exec(link, fields, passed=(stdin_fd, out_w, err_w, st_w), kept=(out_r, err_r, st_r))
-    deadline = started + timeout_s + HOST_GRACE_S if timeout_s else None
-    got = capture.collect(out_r, err_r, st_r, cap=cap, deadline_s=deadline)
+    got = capture.collect(out_r, err_r, st_r, cap=cap, deadline_s=_host_deadline(started, timeout_s))
     duration = time.monotonic() - started
     if got.status is None:
         link.explain_missing_status()
@@ -153,9 +164,9 @@ def run_step(
 ) -> ExecResult:
     """Run ``command`` as the next step of the persistent shell (see LocalSandbox.shell)."""
     started = time.monotonic()
-    host_deadline = started + timeout_s + HOST_GRACE_S if timeout_s else None
+    deadline = _host_deadline(started, timeout_s)
     got = session.run(
-        command.encode("utf-8", "surrogateescape"), timeout_s=timeout_s, cap=cap, host_deadline_s=host_deadline
+        command.encode("utf-8", "surrogateescape"), timeout_s=timeout_s, cap=cap, host_deadline_s=deadline
     )
     return _step_result(link, got, started, memory_limit_bytes)
 
@@ -171,11 +182,17 @@ async def run_step_async(
 ) -> ExecResult:
     """:func:`run_step` on the running event loop (no thread waits for the step)."""
     started = time.monotonic()
-    host_deadline = started + timeout_s + HOST_GRACE_S if timeout_s else None
+    deadline = _host_deadline(started, timeout_s)
     got = await session.run_async(
-        command.encode("utf-8", "surrogateescape"), timeout_s=timeout_s, cap=cap, host_deadline_s=host_deadline
+        command.encode("utf-8", "surrogateescape"), timeout_s=timeout_s, cap=cap, host_deadline_s=deadline
     )
     return _step_result(link, got, started, memory_limit_bytes)
+
+
+def _host_deadline(started: float, timeout_s: float | None) -> float | None:
+    """When the host stops waiting for a command started at ``started`` (monotonic): past its timeout
+    by :data:`HOST_GRACE_S`; None when it has none."""
+    return started + timeout_s + HOST_GRACE_S if timeout_s else None
 
 
 def _step_result(

@@ -42,6 +42,8 @@ while IFS= read -r -d '' __snapgym_action; do
 done
 """
 """What the session's reaper runs with ``bash --noprofile --norc -c`` (no bash: the session never gets ready)."""
+Sent = Literal["sent", "gone", "stuck"]
+"""How writing a step ended: all written, the session process gone, or no room before the deadline."""
 _HEADER = struct.Struct("=II")
 _CONTROL_PIPE_BYTES = 1 << 20
 """Room for any step (commands are at most 128 KiB) in the pipe to the sandbox, so writing one never waits."""
@@ -70,32 +72,33 @@ class ShellSession:
         The session ends (``alive`` turns False) when the shell exits, the step times out, or the
         sandbox side stops answering before ``host_deadline_s`` (monotonic).
         """
-        timeout_ms = max(1, int(timeout_s * 1000)) if timeout_s else 0
-        packet = _HEADER.pack(timeout_ms, len(command) + 1) + command + b"\0"
-        if self._send(packet, host_deadline_s) == "stuck":  # the sandbox side stopped: no step can start
-            self.close()
-            return capture.StepCaptured(CappedBuffer(cap), CappedBuffer(cap), None)
+        if self._send(_packet(command, timeout_s), host_deadline_s) == "stuck":
+            return self._stuck(cap)
         # sent, or the session had already ended: then its last status record (why) is in the pipe
         got = capture.collect_step(self._out, self._err, self._status, cap=cap, deadline_s=host_deadline_s)
-        if got.status is None or not got.status[3] or not got.streams_open:
-            self.close()
-        return got
+        return self._settled(got)
 
     async def run_async(
         self, command: bytes, *, timeout_s: float | None, cap: int, host_deadline_s: float | None
     ) -> capture.StepCaptured:
         """:meth:`run` on the running event loop: writing the step and waiting for its output hold no thread."""
-        timeout_ms = max(1, int(timeout_s * 1000)) if timeout_s else 0
-        packet = _HEADER.pack(timeout_ms, len(command) + 1) + command + b"\0"
-        if await self._send_async(packet, host_deadline_s) == "stuck":
-            self.close()
-            return capture.StepCaptured(CappedBuffer(cap), CappedBuffer(cap), None)
+        if await self._send_async(_packet(command, timeout_s), host_deadline_s) == "stuck":
+            return self._stuck(cap)
         got = await capture.collect_step_async(self._out, self._err, self._status, cap=cap, deadline_s=host_deadline_s)
+        return self._settled(got)
+
+    def _stuck(self, cap: int) -> capture.StepCaptured:
+        """The sandbox side stopped taking steps (no step can start): the session ends, with nothing to show."""
+        self.close()
+        return capture.StepCaptured(CappedBuffer(cap), CappedBuffer(cap), None)
+
+    def _settled(self, got: capture.StepCaptured) -> capture.StepCaptured:
+        """``got``, once the session is ended if the step ended it (no status, the shell gone, a stream closed)."""
         if got.status is None or not got.status[3] or not got.streams_open:
             self.close()
         return got
 
-    async def _send_async(self, packet: bytes, deadline_s: float | None) -> Literal["sent", "gone", "stuck"]:
+    async def _send_async(self, packet: bytes, deadline_s: float | None) -> Sent:
         """:meth:`_send`, waiting for room in the pipe on the event loop."""
         loop, view = asyncio.get_running_loop(), memoryview(packet)
         while view:
@@ -118,7 +121,7 @@ class ShellSession:
                     loop.remove_writer(self._control)
         return "sent"
 
-    def _send(self, packet: bytes, deadline_s: float | None) -> Literal["sent", "gone", "stuck"]:
+    def _send(self, packet: bytes, deadline_s: float | None) -> Sent:
         """Write the whole packet, waiting for room until ``deadline_s``: "gone" when the session
         process has ended (its end of the pipe is closed), "stuck" when the deadline passed first."""
         view = memoryview(packet)
@@ -145,3 +148,9 @@ class ShellSession:
         self.alive = False
         for fd in (self._control, self._out, self._err, self._status):
             os.close(fd)
+
+
+def _packet(command: bytes, timeout_s: float | None) -> bytes:
+    """One step as the sandbox side reads it: its timeout in ms (0: none) and length, then the command and a NUL."""
+    timeout_ms = max(1, int(timeout_s * 1000)) if timeout_s else 0
+    return _HEADER.pack(timeout_ms, len(command) + 1) + command + b"\0"
