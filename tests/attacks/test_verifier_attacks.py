@@ -78,7 +78,10 @@ CANNOT_RUN: dict[str, dict[str, str]] = {
     },
 }
 """Test tasks a backend cannot run here, and why."""
-VERIFIER_TIMEOUT_S = 15.0
+VERIFIER_TIMEOUT_S = 30.0
+"""The cap on each task's verifier timeout, about twice the longest seen: the built-in verifiers take well under a
+second, the pytest tasks' ~2 s of CPU (pytest and the host's plugins start), 13.5 s on a 2-core machine at load 9
+(15 s once cut pytest-word-count's oracle after pytest's dots, before its summary and the reward)."""
 STEP_TIMEOUT_S = 15.0
 """Each action's timeout: an action whose helpers the agent's own processes stop (signal-stop-verifier, which
 stops every newcomer, the provider's helpers of the arming step included) ends by it, well within the deadline
