@@ -92,10 +92,26 @@ SLOW = {
     "tests/backends/local/test_memory_cgroups.py::*": "200 episodes, counting the host's memory cgroups",
     "tests/runner/test_cost.py::test_the_cost_scenario_*": "five segments twice and the kernel operations",
     "tests/runner/test_soak.py::test_the_soak_reports_*": "two windows and a fresh backend's, each with a warm-up",
+    "tests/egress/test_network_tasks.py::test_a_later_download_that_fails_is_never_a_silent_zero": (
+        "an episode and three runs behind the egress proxy"
+    ),
+    "tests/runner/test_runner_outage.py::test_an_endpoint_that_takes_requests_and_never_replies_*": (
+        "waits out the run's first contact with the endpoint (10 s) and its probe (10 s)"
+    ),
+    "tests/backends/cloud/test_cloud_task_images.py::test_a_tb2_task_builds_*[[]daytona]": "builds a task's image",
+    "tests/backends/cloud/test_cloud_task_images.py::test_a_tb2_task_builds_*[[]modal]": "builds a task's image",
+    "tests/attacks/test_integrity_benchmark.py::test_an_audit_flags_a_known_limitation_*": "pytest in strict sandboxes",
+    "tests/runner/test_runner_processes.py::test_a_killed_worker_is_replaced_*[[]both]": "kills both workers mid-run",
+    "tests/runner/test_durable_episodes.py::test_a_docker_episode_goes_on_from_the_checkpoint_*": (
+        "a runner killed mid-episode on Docker and its resume"
+    ),
 }
-"""Tests over about 10 s each (node id patterns, and why they take long). The default run leaves
-them out (``-m 'not slow'`` in pyproject's addopts) to stay well under 15 minutes; CI runs them
-too, serially, after the default run (``python -m pytest -m slow -n 0``)."""
+"""The default run's longest tests (node id patterns, and why they take long), most over about 10 s
+each; a parametrised test keeps a representative case or two in the default run. The attack
+catalogue marks its own (tests/attacks/test_verifier_attacks.py: the cloud stand-ins past SAMPLE,
+the tasks with slow verifiers past SLOW_VERIFIER_SAMPLE). The default run leaves them out
+(``-m 'not slow'`` in pyproject's addopts) to stay well under 15 minutes on CI's 2 cores; CI runs
+them too, serially, after the default run (``python -m pytest -m slow -n 0``), in about half an hour."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

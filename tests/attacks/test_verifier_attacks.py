@@ -19,7 +19,9 @@ Every case runs on each backend of BACKENDS, shared by the session (``e2b``, ``d
 ``modal``: each backend's real SDK against its provider's stand-in, so the cloud backends' strict
 verification, which hands the outputs to a fresh provider sandbox, faces the same catalogue; a
 shared-mode task is skipped on a backend that verifies in strict mode only; on Daytona and Modal
-the default run plays SAMPLE, the rest is ``slow``); each episode gets a
+the default run plays SAMPLE, the rest is ``slow``; on the other backends an attack plays the tasks whose
+verifier takes seconds, SLOW_VERIFIER_TASKS, by default only as its first task or in SLOW_VERIFIER_SAMPLE,
+the rest of those is ``slow``); each episode gets a
 sandbox of its own (a few milliseconds), so a sandbox an attack wrecked (PIDs held, memory
 pinned) cannot spoil the next test: clean restores are tested elsewhere. A verifier the agent
 manages to stall would block a test for good, so an episode that does not end within
@@ -78,7 +80,10 @@ CANNOT_RUN: dict[str, dict[str, str]] = {
     },
 }
 """Test tasks a backend cannot run here, and why."""
-VERIFIER_TIMEOUT_S = 15.0
+VERIFIER_TIMEOUT_S = 30.0
+"""The cap on each task's verifier timeout, about twice the longest seen: the built-in verifiers take well under a
+second, the pytest tasks' ~2 s of CPU (pytest and the host's plugins start), 13.5 s on a 2-core machine at load 9
+(15 s once cut pytest-word-count's oracle after pytest's dots, before its summary and the reward)."""
 STEP_TIMEOUT_S = 15.0
 """Each action's timeout: an action whose helpers the agent's own processes stop (signal-stop-verifier, which
 stops every newcomer, the provider's helpers of the arming step included) ends by it, well within the deadline
@@ -136,18 +141,52 @@ SAMPLE: set[tuple[str, ...]] = {
 """(attack, task) pairs spanning the catalogue's modules, played on every backend in the default run."""
 
 
+SLOW_VERIFIER_TASKS = frozenset({SHARED_SERVICE, PYTEST_TASK, SHARED_ANSWER_IN_TESTS, SWE_TASK})
+"""Test tasks whose verifier takes seconds where the others' take a fraction of one: start-kv-service's checker
+gives the service the attack did not start ~2 s to appear, and the pytest tasks start pytest."""
+SLOW_VERIFIER_SAMPLE: set[tuple[str, str]] = {
+    ("tests-rewriter", SHARED_SERVICE),
+    ("signal-stop-verifier", SHARED_SERVICE),
+    ("ptrace-verifier", SHARED_SERVICE),
+    ("python-pth", SHARED_SERVICE),
+    ("fork-bomb", SHARED_SERVICE),
+    ("expected-copier", PYTEST_TASK),
+    ("link-output-to-tests", SHARED_ANSWER_IN_TESTS),
+    ("swap-outputs-for-links", SHARED_ANSWER_IN_TESTS),
+    ("pytest-conftest", SWE_TASK),
+    ("shell-profile-env", SWE_TASK),
+}
+"""(attack, task) pairs on SLOW_VERIFIER_TASKS that the default run plays besides each attack's first task: on
+each of those tasks, attacks of several modules (processes beside the shared verifier, interpreter hooks, links
+out of the outputs, the pytest harness). With every attack's first task, which each plays by default, every
+attack, module and test task is in the default run; the rest of the matrix on those tasks is ``slow``."""
+
+
 OPEN_BUGS: dict[tuple[str, str], str] = {}
 """(backend, attack) pairs known to beat the verifier, each failing as a strict xfail until fixed."""
 
 
 def on_backends(params: list[Any], sample: set[tuple[str, ...]]) -> list[Any]:
-    """``params`` on every backend of BACKENDS (the arena first), those past ``sample`` on SAMPLED ones slow."""
+    """``params`` on every backend of BACKENDS (the arena first), those past ``sample`` on SAMPLED ones slow, and
+    elsewhere an attack's case on SLOW_VERIFIER_TASKS past its first task and SLOW_VERIFIER_SAMPLE slow."""
+    first: dict[str, str] = {}  # each attack's first test task
+    for param in (param for param in params if len(param.values) == 2):
+        first.setdefault(param.values[0].name, param.values[1])
     found = []
     for backend in backend_params(only=BACKENDS, standins=STANDINS):
         name = backend.values[0]
         for param in params:
             key = tuple(getattr(value, "name", value) for value in param.values)
-            slow = [pytest.mark.slow] if name in SAMPLED and key[-2:] not in sample and key[-1:] not in sample else []
+            if name in SAMPLED:
+                is_slow = key[-2:] not in sample and key[-1:] not in sample
+            else:
+                is_slow = (
+                    len(key) == 2
+                    and key[1] in SLOW_VERIFIER_TASKS
+                    and first[key[0]] != key[1]
+                    and key not in SLOW_VERIFIER_SAMPLE
+                )
+            slow = [pytest.mark.slow] if is_slow else []
             bug = OPEN_BUGS.get((name, key[0]))
             known = [pytest.mark.xfail(reason=bug, strict=True)] if bug else []
             marks = [*backend.marks, *slow, *known]
@@ -293,6 +332,8 @@ def test_the_catalogue_is_well_formed() -> None:
         assert attack.targets <= set(TEST_TASKS), f"{attack.name} aims at a kind no test task has"
     played = cases() + cases(known_limitations=True)
     assert {attack.name for attack, _ in (case.values for case in played)} == set(names)
+    pairs = {(attack.name, task) for attack, task in (case.values for case in played)}
+    assert pairs >= SAMPLE | SLOW_VERIFIER_SAMPLE, "a sample names a case the catalogue does not play"
     for limited in (attack for attack in ATTACKS if attack.known_limitation):
         assert limited.known_limitation.flag and "\n" not in limited.known_limitation.flag
         assert limited.known_limitation.remedy and "\n" not in limited.known_limitation.remedy

@@ -14,7 +14,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,41 @@ def assert_gone(processes: Mapping[int, tuple[str, str]]) -> None:
     assert alive == {}, f"still running: {alive}"
 
 
+@dataclass(frozen=True, slots=True)
+class TwoWorkerRun:
+    """A runner started in the background with two worker processes, on the ledger tests' suite."""
+
+    proc: subprocess.Popen[bytes]
+    run_dir: Path
+
+    @property
+    def ledger(self) -> Path:
+        return self.run_dir / LEDGER_FILE
+
+    def wait_until_midway(self) -> None:
+        """Until four results are written and an attempt is in flight (a kill then cuts one)."""
+
+        def midway() -> bool:
+            state = ledger_state(self.ledger)
+            return len(state.results) >= 4 and bool(state.unfinished)
+
+        wait_until(self.proc, midway, "four results and one in flight")
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path, store_dir: Path, suite_dir: Path) -> Iterator[TwoWorkerRun]:
+    """The runner started with ``processes=2`` (TWO) on the ledger tests' suite; killed, group and all,
+    if a test leaves it running."""
+    run_dir = tmp_path / "run"
+    proc = start(tmp_path, store_dir, *TWO, f"suite.path={suite_dir}", f"output_dir={run_dir}")
+    try:
+        yield TwoWorkerRun(proc, run_dir)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def assert_exactly_once(ledger: Path) -> list[dict[str, Any]]:
     records = list(read_records(ledger))
     results = results_by_episode(records)
@@ -105,27 +141,21 @@ def test_two_processes_play_every_episode_once_as_one_session(tmp_path: Path, st
 
 @pytest.mark.parametrize("when", ["mid-episode", "starting", "both"])
 def test_a_killed_worker_is_replaced_and_its_episode_is_played_again_once(
-    tmp_path: Path, store_dir: Path, suite_dir: Path, when: str
+    tmp_path: Path, two_workers: TwoWorkerRun, when: str
 ) -> None:
-    run_dir = tmp_path / "run"
-    ledger = run_dir / LEDGER_FILE
-    proc = start(tmp_path, store_dir, *TWO, f"suite.path={suite_dir}", f"output_dir={run_dir}")
-    try:
-        if when == "starting":  # as soon as the workers exist: before or while they open their backends
-            wait_until(proc, lambda: len(workers(proc.pid)) == 2, "two workers")
-        else:
-            wait_until(proc, lambda: len(ledger_state(ledger).results) >= 4 and ledger_state(ledger).unfinished,
-                       "four results and one in flight")  # fmt: skip
-        found = workers(proc.pid)
-        victims = sorted(found) if when == "both" else sorted(found)[:1]
-        doomed = {pid: info for v in victims for pid, info in descendants(v).items()} | {v: found[v] for v in victims}
-        for pid in victims:
-            os.kill(pid, signal.SIGKILL)
-        assert_gone(doomed)  # the worker, its sandbox daemon and its sandboxes' processes
-        assert finish(proc) == 0
-    finally:
-        finish(proc, 0)
-    records = assert_exactly_once(ledger)
+    proc = two_workers.proc
+    if when == "starting":  # as soon as the workers exist: before or while they open their backends
+        wait_until(proc, lambda: len(workers(proc.pid)) == 2, "two workers")
+    else:
+        two_workers.wait_until_midway()
+    found = workers(proc.pid)
+    victims = sorted(found) if when == "both" else sorted(found)[:1]
+    doomed = {pid: info for v in victims for pid, info in descendants(v).items()} | {v: found[v] for v in victims}
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    assert_gone(doomed)  # the worker, its sandbox daemon and its sandboxes' processes
+    assert finish(proc) == 0
+    records = assert_exactly_once(two_workers.ledger)
     failed = [r for r in records if r["kind"] == "attempt_failed"]
     assert all("was killed by SIGKILL" in r["error"] and not r["interrupted"] for r in failed)
     results = results_by_episode(records)
@@ -139,24 +169,18 @@ def test_a_killed_worker_is_replaced_and_its_episode_is_played_again_once(
 
 
 def test_a_killed_parent_takes_its_workers_with_it_and_a_resume_ends_every_episode_once(
-    tmp_path: Path, store_dir: Path, suite_dir: Path
+    tmp_path: Path, store_dir: Path, two_workers: TwoWorkerRun
 ) -> None:
-    run_dir = tmp_path / "run"
-    ledger = run_dir / LEDGER_FILE
-    proc = start(tmp_path, store_dir, *TWO, f"suite.path={suite_dir}", f"output_dir={run_dir}")
-    try:
-        wait_until(proc, lambda: len(ledger_state(ledger).results) >= 4 and ledger_state(ledger).unfinished,
-                   "four results and one in flight")  # fmt: skip
-        everything = descendants(proc.pid)
-        assert len(workers(proc.pid)) == 2
-        os.kill(proc.pid, signal.SIGKILL)  # the parent alone, not its process group
-        proc.wait()
-        assert_gone(everything)
-    finally:
-        finish(proc, 0)
+    proc, ledger = two_workers.proc, two_workers.ledger
+    two_workers.wait_until_midway()
+    everything = descendants(proc.pid)
+    assert len(workers(proc.pid)) == 2
+    os.kill(proc.pid, signal.SIGKILL)  # the parent alone, not its process group
+    proc.wait()
+    assert_gone(everything)
     cut = ledger_state(ledger)
     assert cut.unfinished and len(cut.results) < len(PLANNED)
-    done = run_to_the_end(tmp_path, store_dir, f"resume={run_dir}", "processes=2")
+    done = run_to_the_end(tmp_path, store_dir, f"resume={two_workers.run_dir}", "processes=2")
     assert f"episodes {len(PLANNED)}/{len(PLANNED)}" in done.stdout
     records = assert_exactly_once(ledger)
     interrupted = {(r["episode_id"], r["attempt"]) for r in records if r["kind"] == "attempt_failed"}
@@ -165,20 +189,14 @@ def test_a_killed_parent_takes_its_workers_with_it_and_a_resume_ends_every_episo
 
 
 def test_ctrl_c_stops_every_worker_cleanly_and_the_resume_finishes(
-    tmp_path: Path, store_dir: Path, suite_dir: Path
+    tmp_path: Path, store_dir: Path, two_workers: TwoWorkerRun
 ) -> None:
-    run_dir = tmp_path / "run"
-    ledger = run_dir / LEDGER_FILE
-    proc = start(tmp_path, store_dir, *TWO, f"suite.path={suite_dir}", f"output_dir={run_dir}")
-    try:
-        wait_until(proc, lambda: len(ledger_state(ledger).results) >= 4 and ledger_state(ledger).unfinished,
-                   "four results and one in flight")  # fmt: skip
-        everything = descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole group
-        assert finish(proc) == 130
-        assert_gone(everything)
-    finally:
-        finish(proc, 0)
+    proc, ledger, run_dir = two_workers.proc, two_workers.ledger, two_workers.run_dir
+    two_workers.wait_until_midway()
+    everything = descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole group
+    assert finish(proc) == 130
+    assert_gone(everything)
     stopped = ledger_state(ledger)
     assert not stopped.unfinished  # every attempt in flight was closed as interrupted
     assert json.loads((run_dir / "summary.json").read_text())["state"] == "interrupted"

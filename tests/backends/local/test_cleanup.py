@@ -7,10 +7,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
-from pool import LocalBackend, LocalSandbox, Template
+from pool import LocalBackend, LocalSandbox, SandboxCrashedError, Snapshot, Template
 from pool.backends.local import cgroups
 from tests.support.needs import skip_missing
 
@@ -90,6 +91,30 @@ def test_a_restored_instance_dies_off_the_request_path_and_leaves_nothing(tmp_pa
         sbx.restore()
         sbx.close()  # right after a restore: waits for the instance still dying
         assert _processes_matching(marker) == []
+
+
+def test_a_command_its_sandbox_is_closed_under_ends_at_once(backend: LocalBackend, snap: Snapshot) -> None:
+    """A command in flight when another thread closes its sandbox ends, as a crash: its caller asks the
+    daemon why no status came, and a request that reaches a keeper after its CLOSE used to wait forever
+    for an answer from a keeper that had exited (a Modal stand-in's exec hung until the SDK gave up)."""
+    sbx = backend.create(snap)
+    ended: list[object] = []
+
+    def run() -> None:
+        try:
+            ended.append(sbx.exec("touch /tmp/started; sleep 60", timeout_s=120))
+        except BaseException as exc:  # handed to the test's thread
+            ended.append(exc)
+
+    command = threading.Thread(target=run, daemon=True)
+    command.start()
+    deadline = time.monotonic() + 30
+    while not sbx.exec("test -e /tmp/started").ok and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sbx.close()
+    command.join(30)  # not a timing test: a hung request never ends
+    assert not command.is_alive(), "the command never ended after its sandbox was closed"
+    assert len(ended) == 1 and isinstance(ended[0], SandboxCrashedError), ended
 
 
 def test_sigkill_of_the_host_process_kills_sandboxes_and_is_reaped(tmp_path: Path) -> None:

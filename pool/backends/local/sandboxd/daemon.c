@@ -64,10 +64,12 @@ static void route(msg_t *m) {
     sandbox_t *s = find(m->sbx);
     if (m->op == OP_CREATE) {
         create(m);
-    } else if (s) {
+    } else if (s && !s->closing) {
         if (m->op == OP_CLOSE) s->closing = 1;
         forward_msg(s->sock, m);
     } else {
+        /* Gone, or going: a keeper that took a CLOSE exits without reading what came after it, so a
+         * later request (a PING explaining a command the close cut) is answered here, not left hanging. */
         close_fds(m); /* fd-answered requests see their status pipe close */
         if (m->op == OP_PING || m->op == OP_CLOSE) reply(REPLY_OK, m->sbx, m->seq, "pid=0");
         else if (m->op == OP_RESTORE || m->op == OP_SEAL) reply(REPLY_ERR, m->sbx, m->seq, "no sandbox %u", m->sbx);
