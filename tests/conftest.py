@@ -105,6 +105,15 @@ SLOW = {
     "tests/runner/test_durable_episodes.py::test_a_docker_episode_goes_on_from_the_checkpoint_*": (
         "a runner killed mid-episode on Docker and its resume"
     ),
+    "tests/verifier/test_real_swe_targets.py::test_a_harness_attack_*[[]six-pytest-[as]*": (
+        "pytest on six, with and without the protection (its report-hook case stays)"
+    ),
+    "tests/verifier/test_real_swe_targets.py::test_a_harness_attack_*[[]more-itertools-pytest-[rs]*": (
+        "pytest on more-itertools, with and without the protection (its addopts-plugin case stays)"
+    ),
+    "tests/verifier/test_real_swe_targets.py::test_a_harness_attack_*[[]toolz-pytest-[ra]*": (
+        "pytest on toolz, with and without the protection (its shadow-package case stays)"
+    ),
 }
 """The default run's longest tests (node id patterns, and why they take long), most over about 10 s
 each; a parametrised test keeps a representative case or two in the default run. The attack

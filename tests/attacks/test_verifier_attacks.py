@@ -222,6 +222,8 @@ class Episode:
         lines = [
             f"reward {self.reward}, scored {self.scored}, end {self.info.get('end_reason')}",
             f"infra_error: {self.info.get('infra_error')}",
+            f"verifier: {verifier.get('duration_s', 0.0):.1f} s, timed out {verifier.get('timed_out')}, "
+            f"error {verifier.get('error')}",
             f"verifier output (tail): {str(verifier.get('output', ''))[-800:]}",
             "the agent's last observations:",
             *(f"  {text[-300:]!r}" for text in self.transcript[-3:]),
