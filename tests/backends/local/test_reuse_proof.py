@@ -64,6 +64,17 @@ def _memory_cgroup(pid: int) -> Path:
     skip_missing("needs a memory cgroup controller")
 
 
+def _refusals(group: Path) -> str:
+    """What this process's sandbox daemons logged about refusing ``group`` (why a proof failed)."""
+    lines = [
+        line
+        for log in Path("/run/snapgym").glob(f"{os.getpid()}-*/daemon.log")
+        for line in log.read_text(errors="replace").splitlines()
+        if group.name in line
+    ]
+    return "; ".join(lines) or "no refusal logged (never offered)"
+
+
 def _netns(pid: int) -> str:
     return os.readlink(f"/proc/{pid}/ns/net")
 
@@ -163,7 +174,7 @@ def test_a_reused_cgroup_counts_only_its_own_instance_s_oom_kills(sandbox: Local
         if _memory_cgroup(_init_pid(sandbox)) == group:
             break
     else:
-        pytest.fail(f"{group} was not reused")
+        pytest.fail(f"{group} was not reused: {_refusals(group)}")
     os.kill(_init_pid(sandbox), signal.SIGKILL)  # killed from the host: not by the OOM killer
     deadline = time.monotonic() + 5
     while sandbox.is_alive and time.monotonic() < deadline:

@@ -41,10 +41,50 @@ enum { KERNEL_SLACK = 1 << 20 }; /* kernel objects of a dead instance's a reused
 static cgset_t pool[POOL];
 static int pooled;
 
-static int read_text(const char *dir, const char *name, char *out, size_t len) {
+/* Files a hierarchy does not have (v1's pids hierarchy has no memory.*, v2 no memory.limit_in_bytes):
+ * a proof opens some forty names per instance, and most are absent in any one hierarchy. One found
+ * absent while its cgroup exists is not looked for again in that hierarchy (the cgroup's path
+ * without its "-<instance>" suffix): a hierarchy's files do not appear later. */
+enum { ABSENT_MAX = 64 };
+static char absent[ABSENT_MAX][600];
+static int nabsent;
+
+static void absent_key(const char *dir, const char *name, char *key, size_t len) {
+    const char *dash = strrchr(dir, '-');
+    snprintf(key, len, "%.*s/%s", (int)(dash ? dash - dir : (long)strlen(dir)), dir, name);
+}
+
+static int known_absent(const char *dir, const char *name) {
+    char key[600];
+    absent_key(dir, name, key, sizeof key);
+    for (int i = 0; i < nabsent; i++)
+        if (strcmp(absent[i], key) == 0) return 1;
+    return 0;
+}
+
+/* After an open of dir/name failed with `err`: remember an absent file of a cgroup that is there. */
+static void note_absent(const char *dir, const char *name, int err) {
+    struct stat st;
+    if (err != ENOENT || nabsent == ABSENT_MAX || stat(dir, &st) < 0) return;
+    absent_key(dir, name, absent[nabsent], sizeof absent[nabsent]);
+    nabsent++;
+}
+
+static int open_in(const char *dir, const char *name, int flags) {
     char path[800];
+    if (known_absent(dir, name)) return errno = ENOENT, -1;
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, flags | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        note_absent(dir, name, err);
+        errno = err;
+    }
+    return fd;
+}
+
+static int read_text(const char *dir, const char *name, char *out, size_t len) {
+    int fd = open_in(dir, name, O_RDONLY);
     if (fd < 0) return -1;
     ssize_t n = read_all(fd, out, len - 1);
     close(fd);
@@ -55,9 +95,20 @@ static int read_text(const char *dir, const char *name, char *out, size_t len) {
 }
 
 static int write_in(const char *dir, const char *name, const char *value) {
-    char path[800];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return write_file_str(path, value);
+    int fd = open_in(dir, name, O_WRONLY);
+    if (fd < 0) return -1;
+    ssize_t n = write(fd, value, strlen(value));
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return n == (ssize_t)strlen(value) ? 0 : -1;
+}
+
+static FILE *fopen_in(const char *dir, const char *name) {
+    int fd = open_in(dir, name, O_RDONLY);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
+    if (!f && fd >= 0) close(fd);
+    return f;
 }
 
 /* "max", "-1" and v1's page-rounded LLONG_MAX all mean unlimited; tokens compared one by one. */
@@ -171,10 +222,9 @@ static int is_empty(const char *dir, char *why, size_t whylen) {
  * total_swap, v2's anon and file), naming the first in `key`; -1: unreadable. */
 static long user_bytes(const char *dir, char *key, size_t keylen) {
     static const char *user[] = {"total_cache", "total_rss", "total_swap", "anon", "file"};
-    char path[800], name[64];
+    char name[64];
     long value, total = 0;
-    snprintf(path, sizeof path, "%s/memory.stat", dir);
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen_in(dir, "memory.stat");
     if (!f) return -1;
     while (fscanf(f, "%63s %ld", name, &value) == 2)
         for (size_t i = 0; i < sizeof user / sizeof *user; i++)
@@ -236,9 +286,8 @@ long cgpool_oom_kills(char dirs[][512], int n) {
     for (int i = 0; i < n; i++) {
         static const char *files[] = {"memory.oom_control", "memory.events"};
         for (int f = 0; f < 2; f++) {
-            char path[600], line[256];
-            snprintf(path, sizeof path, "%s/%s", dirs[i], files[f]);
-            FILE *in = fopen(path, "r");
+            char line[256];
+            FILE *in = fopen_in(dirs[i], files[f]);
             long kills = 0;
             while (in && fgets(line, sizeof line, in))
                 if (sscanf(line, "oom_kill %ld", &kills) == 1) total += kills;

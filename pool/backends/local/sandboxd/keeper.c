@@ -52,7 +52,11 @@ static msg_t *config; /* the layers and settings the sandbox runs with */
 static uint32_t sandbox_id, generation;
 static const char *stages;
 static int daemon_sock = -1, signal_fd = -1, janitor_fd = -1;
-static int spare_net = -1; /* an emptied network namespace of a dead instance, for the next one */
+/* Emptied network namespaces of dead instances, for the next ones: a strict episode starts two
+ * instances (the agent's, the verifier's) and frees two, so two are kept. */
+enum { SPARE_NETS = 2 };
+static int spare_nets[SPARE_NETS] = {-1, -1};
+static int nspare_nets;
 static pid_t janitor_pid;
 static int seal_mode = UNSEALED;
 static int shared_ns[6] = {-1, -1, -1, -1, -1, -1}; /* verifier's mnt; the sandbox's pid net ipc uts user */
@@ -131,14 +135,23 @@ static void janitor(char op, const char *path) { janitor_send(op, path, -1); }
 /* A network namespace is reused for the sandbox's next instance when a dead
  * instance leaves it provably as empty as a new one (netproof.c): creating and
  * tearing one down is the dearest part of an instance. */
-/* Keep a dead instance's network namespace (an fd on it) for the next instance, if empty. */
+/* Keep a dead instance's network namespace (an fd on it) for a later instance, if empty. */
 static void recycle_net(int net) {
     if (net < 0) return;
-    if (spare_net < 0 && net_is_empty(net)) {
-        spare_net = net;
+    if (nspare_nets < SPARE_NETS && net_is_empty(net)) {
+        spare_nets[nspare_nets++] = net;
         return;
     }
     janitor_send('N', "", net);
+}
+
+/* An emptied network namespace for a new instance (its fd), or -1: the instance makes its own. */
+static int take_spare_net(void) {
+    if (nspare_nets == 0) return -1;
+    int net = spare_nets[0];
+    memmove(spare_nets, spare_nets + 1, sizeof *spare_nets * (size_t)--nspare_nets);
+    spare_nets[nspare_nets] = -1;
+    return net;
 }
 
 /* ------------------------------------------------------------- cgroups */
@@ -270,11 +283,7 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
     in->oom_base = in->reused_cgroup ? cgpool_oom_kills(in->cgroups, in->ncgroups) : 0;
     memcpy(launch.cgroups, in->cgroups, sizeof launch.cgroups);
     launch.ncgroups = in->ncgroups;
-    if (spare_net >= 0 && !is_host_net(cfg)) { /* an emptied one, instead of a new one */
-        in->net_fd = spare_net;
-        in->reused_netns = 1;
-        spare_net = -1;
-    }
+    if (!is_host_net(cfg) && (in->net_fd = take_spare_net()) >= 0) in->reused_netns = 1; /* instead of a new one */
     launch.net_fd = in->net_fd;
     int sv[2], sy[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) goto sockfail;
@@ -294,7 +303,7 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
             if (inherited[i] >= 0) close(inherited[i]);
         for (int i = 0; i < 6; i++)
             if (shared_ns[i] >= 0) close(shared_ns[i]);
-        if (spare_net >= 0 && spare_net != launch.net_fd) close(spare_net);
+        for (int i = 0; i < nspare_nets; i++) close(spare_nets[i]);
         sandbox_child(cfg, in->stage, sv[1], sy[1]);
     }
     close(sv[1]);
