@@ -30,8 +30,9 @@ def run_benchmark(*overrides: str) -> Outcome:
     (summary.json) and ``.run_dir``.
 
     Raises:
-        ConfigError: bad input, named; ScenarioStoppedError: the run stopped early (an outage, or
-        ``.interrupted``: Ctrl-C), with what finished written and ``.run_dir`` to resume.
+        ConfigError: bad input, named.
+        ScenarioStoppedError: the run stopped early (an outage, or Ctrl-C: ``.interrupted``), with what
+            finished written and ``.run_dir`` to resume.
     """
     from benchmarks.run import load_scenario
 

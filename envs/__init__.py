@@ -39,6 +39,7 @@ from envs.vector import SandboxVectorEnv
 from envs.wrappers import CommandPolicy, RecordTrajectory, TruncateOutput, sandbox_env
 
 ENV_IDS = ("snapgym/Shell-v0", "snapgym/Python-v0")
+"""The environments importing ``envs`` registers with Gymnasium (``gym.make(ENV_IDS[0], task=...)``)."""
 
 
 def _register() -> None:
