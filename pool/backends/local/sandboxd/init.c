@@ -52,7 +52,10 @@ void run_reaper(msg_t *m) {
 
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     sigset_t chld = block_sigchld();
-    pid_t child = fork();
+    /* vfork: nothing of ours is copied for a child that only sets its signal mask, session,
+     * descriptors and directory (its own: no CLONE_FILES or CLONE_FS) and execs or _exits; it
+     * writes no memory of ours that we read again, and we wait until it has exec'd. */
+    pid_t child = vfork();
     if (child < 0) { write_status(st, -1, 0, errno); _exit(1); }
     if (child == 0) {
         unblock_signals();

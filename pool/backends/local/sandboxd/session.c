@@ -132,7 +132,7 @@ void run_session(msg_t *m) {
     fcntl(in[1], F_SETFL, O_NONBLOCK); /* what does not fit waits for the shell to read (POLLOUT) */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     int sfd = sigchld_fd();
-    pid_t shell = fork();
+    pid_t shell = vfork(); /* it only sets up its descriptors and execs: see run_reaper */
     if (shell < 0) end_session(st, -2, 0, errno);
     if (shell == 0) {
         unblock_signals();
