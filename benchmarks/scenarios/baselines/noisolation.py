@@ -5,9 +5,11 @@ for the task's ``/app`` (made and removed per episode), the actions run one afte
 another in one ``bash`` per episode started there (as Shell-v0 steps run in the
 episode's shell on the local backend), each step a line written to it and read
 back up to a marker with its exit code, the task's
-``tests/test.sh`` runs as a plain ``sh`` with its ``/app`` and ``/logs`` paths
-pointed at the scratch folder, and a JSON line per episode is appended to a
-ledger and fsync-ed, as the runner's ledger is. No namespaces, no snapshot, no
+``tests/test.sh`` runs as ``bash test.sh`` (as the verifier runs it, and Harbor) with its ``/app``
+and ``/logs`` paths pointed at the scratch folder, both shells in the environment a sandbox's
+commands start from (:data:`pool.snapshots.BASE_ENV`: its ``LANG`` alone decides which locale
+files bash loads), and a JSON line per episode is appended to a ledger and fsync-ed, as the
+runner's ledger is. No namespaces, no snapshot, no
 verifier boundary: nothing an agent could not escape, so this is a floor, never
 a way to run episodes.
 """
@@ -25,6 +27,10 @@ import time
 from pathlib import Path
 
 from pool.errors import SnapgymError
+from pool.snapshots import BASE_ENV
+
+_ENV = {**BASE_ENV, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+"""A sandbox's commands' environment (its snapshot's PATH), so both run the same programs the same way."""
 
 
 class BaselineFailedError(SnapgymError):
@@ -73,10 +79,11 @@ def _episode(test_script: str, actions: list[str], scratch: Path, timeout_s: flo
         app.mkdir()
         logs.mkdir(parents=True)
         _play_in_one_shell([action.replace("/app", str(app)) for action in actions], app)
-        script = test_script.replace("/app", str(app)).replace("/logs/verifier", str(logs))
+        test = root / "test.sh"
+        test.write_text(test_script.replace("/app", str(app)).replace("/logs/verifier", str(logs)))
         try:
-            done = subprocess.run(["sh", "-c", script], cwd=app, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=timeout_s, check=False)  # fmt: skip
+            done = subprocess.run(["bash", str(test)], cwd=app, stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, timeout=timeout_s, check=False, env=_ENV)  # fmt: skip
             output = done.stdout + done.stderr
         except subprocess.TimeoutExpired:
             output = f"[the verifier ran past {timeout_s:g} s]"
@@ -89,7 +96,7 @@ def _episode(test_script: str, actions: list[str], scratch: Path, timeout_s: flo
 def _play_in_one_shell(actions: list[str], cwd: Path) -> None:
     """Each action typed into one bash, waiting for its exit code before the next (a step's round trip)."""
     shell = subprocess.Popen(["bash", "--noprofile", "--norc"], cwd=cwd, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_ENV)  # fmt: skip
     assert shell.stdin is not None and shell.stdout is not None
     try:
         for action in actions:
