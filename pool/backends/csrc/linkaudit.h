@@ -1,6 +1,6 @@
 /*
- * The verifier's link audit, shared by the local backend's sandbox daemon (sandboxd/graft.c,
- * sandboxd/shared.c) and the Docker backend's helper (docker/helper.c): one implementation of
+ * The verifier's link audit, shared by the local backend's sandbox daemon (sandboxd/verifier/graft.c,
+ * sandboxd/verifier/shared.c) and the Docker backend's helper (docker/helper.c): one implementation of
  * which symbolic links the agent left may lead the verifier into its private places.
  *
  * A link is judged as the kernel would follow it from the verifier's root (at most 40 links;

@@ -1,6 +1,6 @@
 /*
- * Process trees through /proc, shared by the sandbox daemon's reaper (sandboxd/init.c,
- * sandboxd/session.c) and the Docker helper (docker/helper.c): a command's processes are the
+ * Process trees through /proc, shared by the sandbox daemon's reaper (sandboxd/instance/init.c,
+ * sandboxd/instance/session.c) and the Docker helper (docker/helper.c): a command's processes are the
  * descendants of its child subreaper, and a timeout kills all of them.
  */
 #ifndef SNAPGYM_PROCTREE_H

@@ -1,6 +1,6 @@
 """The embedded local backend: Linux namespaces over overlayfs layers.
 
-See ``sandboxd.c`` for the process model. The backend is a factory and a catalogue: it settles
+See ``sandboxd/sandboxd.h`` for the process model. The backend is a factory and a catalogue: it settles
 its options into a frozen ``LocalSettings``, sets up the ``Runtime`` its sandboxes share (the
 daemon, the store), builds templates (``building``), creates and forks sandboxes, keeps ready
 ones (``ready``), and lists snapshots. Each ``LocalSandbox`` runs its own lifecycle (snapshot,

@@ -6,7 +6,7 @@ verifier), and writes the limits there (:meth:`SandboxCgroup.limit_settings`),
 so what a finished episode leaves charged (tmpfs pages, page cache, dying
 processes) never counts against the next one. A dead instance's cgroups are
 reused for a later instance only when the keeper proves them clean first
-(``sandboxd/cgpool.c``: no member, nothing charged, limits re-set, records
+(``sandboxd/keeper/cgpool.c``: no member, nothing charged, limits re-set, records
 re-based); the replies say what was reused (:func:`reused_of`).
 
 The instance cgroups sit side by side, with no cgroup per sandbox above them:
@@ -42,7 +42,7 @@ class Limits:
 
 def reused_of(reply: Mapping[str, str]) -> dict[str, bool]:
     """What a daemon reply says the instance got from a dead one (``reused_cgroup``/``reused_netns``),
-    each proven clean by the keeper first (sandboxd/cgpool.c, sandboxd/netproof.c)."""
+    each proven clean by the keeper first (sandboxd/keeper/cgpool.c, sandboxd/keeper/netproof.c)."""
     return {"cgroup": reply.get("reused_cgroup") == "1", "netns": reply.get("reused_netns") == "1"}
 
 

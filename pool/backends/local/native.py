@@ -13,6 +13,7 @@ from pool.backends import csrc
 from pool.errors import CompilerMissingError
 
 SOURCE_DIR = Path(__file__).with_name("sandboxd")
+"""The daemon's C: ``sandboxd.h`` and the plumbing at the top, one subfolder per process level below."""
 _CFLAGS = ("-O2", "-Wall", "-Wno-format-truncation")
 
 
@@ -30,17 +31,21 @@ def find_compiler() -> str:
 
 
 def build_command(compiler: str, out: Path) -> list[str]:
-    """The compiler's command line: every ``.c`` of ``sandboxd/`` and of the shared C."""
-    sources = [*sorted(SOURCE_DIR.glob("*.c")), *(p for p in csrc.sources() if p.suffix == ".c")]
-    return [compiler, *_CFLAGS, f"-I{csrc.FOLDER}", "-o", str(out), *map(str, sources)]
+    """The compiler's command line: every ``.c`` under ``sandboxd/`` (subfolders too) and of the shared C.
+
+    ``sandboxd.h`` sits at the top of ``sandboxd/``; the files in its subfolders find it through ``-I``.
+    """
+    sources = [*sorted(SOURCE_DIR.rglob("*.c")), *(p for p in csrc.sources() if p.suffix == ".c")]
+    return [compiler, *_CFLAGS, f"-I{SOURCE_DIR}", f"-I{csrc.FOLDER}", "-o", str(out), *map(str, sources)]
 
 
 def daemon_binary(cache_dir: Path) -> Path:
     """Path of the compiled daemon for the current source (its own and the shared C), compiling if needed."""
-    sources = sorted(SOURCE_DIR.glob("*.[ch]"))
+    sources = sorted(SOURCE_DIR.rglob("*.[ch]"))
     h = hashlib.sha256(" ".join(_CFLAGS).encode())
     for path in sources:
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+        # The path under sandboxd/, not the bare name: a file moved between subfolders is a new build.
+        h.update(path.relative_to(SOURCE_DIR).as_posix().encode() + b"\0" + path.read_bytes())
     csrc.hash_into(h)
     tag = h.hexdigest()[:16]
     target = cache_dir / "bin" / f"snapgym-sandboxd-{tag}"

@@ -1,7 +1,7 @@
 """The local backend's side of ``sandbox.begin_verification``: what the daemon is told, and what it says back.
 
-The mechanism lives in the daemon (``sandboxd/graft.c`` for strict,
-``sandboxd/shared.c`` for shared, ``keeper.c`` for the hand-over); this
+The mechanism lives in the daemon (``sandboxd/verifier/graft.c`` for strict,
+``sandboxd/verifier/shared.c`` for shared, ``sandboxd/keeper/keeper.c`` for the hand-over); this
 module turns a :class:`~pool.verification.VerificationPlan` into the fields of
 one ``SEAL`` request and the daemon's reply into a
 :class:`~pool.verification.VerificationReport`. The task's tests become a

@@ -50,7 +50,7 @@ def test_close_leaves_no_process_mount_cgroup_or_directory(tmp_path: Path) -> No
 
 def _occupied(groups: set[Path]) -> set[Path]:
     """The cgroups of ``groups`` that still exist with a member process (an emptied one may stay for
-    reuse: sandboxd/cgpool.c proves it clean before a later instance gets it)."""
+    reuse: sandboxd/keeper/cgpool.c proves it clean before a later instance gets it)."""
     return {
         group
         for group in groups

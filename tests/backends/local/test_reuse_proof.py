@@ -1,7 +1,7 @@
 """Kernel objects of a dead instance are reused only with proof (issue 34 item 3).
 
-The keeper hands a dead instance's emptied cgroups (sandboxd/cgpool.c) and its
-network namespace (sandboxd/netproof.c) to a later instance of the same sandbox
+The keeper hands a dead instance's emptied cgroups (sandboxd/keeper/cgpool.c) and its
+network namespace (sandboxd/keeper/netproof.c) to a later instance of the same sandbox
 once it has proven them clean. Each test here first shows that an untouched
 object is reused (so a planted one's absence means something), then plants one
 leftover in an instance's object and expects that object never to serve again:

@@ -1,5 +1,5 @@
 """The warm-up of an instance set up ahead of time: it looks up the first command's shell, loader and
-libraries in the new overlay (sandboxd/warm.c), and never writes, runs or waits on anything."""
+libraries in the new overlay (sandboxd/instance/warm.c), and never writes, runs or waits on anything."""
 
 from __future__ import annotations
 

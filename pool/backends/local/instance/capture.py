@@ -53,7 +53,7 @@ def collect(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: f
 
 @dataclass(slots=True)
 class StepCaptured:
-    """What came back from one step of a shell session (see sandboxd/session.c)."""
+    """What came back from one step of a shell session (see sandboxd/instance/session.c)."""
 
     stdout: CappedBuffer
     stderr: CappedBuffer

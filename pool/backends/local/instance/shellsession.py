@@ -2,7 +2,7 @@
 
 A step through :meth:`LocalSandbox.exec` starts a reaper, ``sh`` and ``bash``; a step through
 a session costs a write to a shell that is already running, as typing into a terminal does.
-The sandbox side (``sandboxd/session.c``) relays each step to the shell, enforces the step's
+The sandbox side (``sandboxd/instance/session.c``) relays each step to the shell, enforces the step's
 deadline and kills what the step started when it passes; processes that earlier steps left
 running live on. The shell writes each step's exit code on its descriptor 3, which the
 sandbox side passes back as a status record.

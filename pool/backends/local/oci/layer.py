@@ -1,8 +1,8 @@
 """Unpacking one OCI layer blob into a layer tree in overlayfs format.
 
 The blob is a tar, gzip-compressed or not (zstd through the ``zstd`` CLI; see
-:mod:`layerstream`), read as a stream. OCI whiteouts become what overlayfs reads (see sandboxd's
-``lookup.c``): ``.wh.NAME`` a 0/0 character device NAME (which unprivileged
+:mod:`layerstream`), read as a stream. OCI whiteouts become what overlayfs reads (see
+``sandboxd/verifier/lookup.c``): ``.wh.NAME`` a 0/0 character device NAME (which unprivileged
 processes may create since Linux 5.8), ``.wh..wh..opq`` the ``overlay.opaque``
 xattr on its folder, in the ``trusted.`` namespace in root mode and ``user.``
 in rootless mode, where the daemon mounts with ``userxattr``. A whiteout is

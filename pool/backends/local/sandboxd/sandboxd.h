@@ -9,9 +9,9 @@
  *
  *   python (LocalBackend)
  *     `- sandboxd (daemon.c)     private mount ns; routes requests by sandbox id
- *          `- keeper (keeper.c)  one per sandbox, in a mount ns of its own (its stages);
+ *          `- keeper (keeper/)   one per sandbox, in a mount ns of its own (its stages);
  *               |                starts, restores and seals the sandbox
- *               |- init          PID 1 of new pid/mount/net/ipc/uts/user namespaces,
+ *               |- init          PID 1 of new pid/mount/net/ipc/uts/user namespaces (instance/),
  *               |    |           in cgroups of its own and a Landlock domain
  *               |    `- reaper   one per exec: child subreaper, owns the timeout
  *               |         `- /bin/sh -c CMD
@@ -23,8 +23,17 @@
  * namespaces and cgroups of its own, and answer; the old instance finishes dying
  * off the request path (the next restore or close waits for it if need be).
  * Nothing of the snapshot is copied, and creating namespaces (the slow part)
- * happens off the critical path. Sealing (OP_SEAL, keeper.c) hands the
+ * happens off the critical path. Sealing (OP_SEAL, keeper/keeper.c) hands the
  * sandbox to the verifier.
+ *
+ * Files, by the process that runs them:
+ *   daemon.c      the daemon; wire.c, children.c, mountapi.c: plumbing every level uses
+ *   keeper/       keeper.c, and the proofs that let it reuse a dead instance's cgroups
+ *                 (cgpool.c) and network namespace (netproof.c)
+ *   instance/     the cloned child that becomes init (sandbox.c, seccomp.c, warm.c),
+ *                 init.c (PID 1 and each exec's reaper), session.c (a persistent shell)
+ *   verifier/     what a seal builds for the verifier: graft.c (strict), shared.c and
+ *                 freeze.c (shared), lookup.c (overlayfs lookups both use)
  *
  * Usage: sandboxd root|user STAGE_DIR CONTROL_FD
  *
@@ -129,7 +138,7 @@ int mkdir_p(const char *path, mode_t mode);
 void set_title_area(char *start, size_t len);
 void set_title(const char *title);
 
-/* sandbox.c: runs in the cloned child, becomes the sandbox's init. */
+/* instance/sandbox.c: runs in the cloned child, becomes the sandbox's init. */
 void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) __attribute__((noreturn));
 void child_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 extern int fail_status_fd; /* set: child_fail answers an exec's status fd (code -2) instead */
@@ -145,7 +154,7 @@ typedef struct {
 } launch_t;
 extern launch_t launch;
 
-/* graft.c, in a helper of the keeper: a strict verifier's filesystem (the outputs of the
+/* verifier/graft.c, in a helper of the keeper: a strict verifier's filesystem (the outputs of the
  * agent's end state, /tests, private dirs) onto the ready instance whose init is `init`. */
 void graft_verifier(msg_t *cfg, pid_t init, const char *stage, int fail_fd) __attribute__((noreturn));
 void set_failure_fd(int fd); /* where child_fail sends its "e<message>" */
@@ -156,11 +165,11 @@ void audit_links(msg_t *cfg, int rootfd, int agent_dir, const char *rel);
 void remove_links(void);
 void set_report(FILE *to);
 
-/* shared.c: a shared verifier's mount namespace beside the agent's live processes. */
+/* verifier/shared.c: a shared verifier's mount namespace beside the agent's live processes. */
 int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, size_t errlen);
 void shared_exec(msg_t *m, msg_t *cfg, const int ns_fds[6], char cgroups[][512], int ncg) __attribute__((noreturn));
 
-/* freeze.c: a frozen copy of name (an entry of src_dir, never followed) as dst_dir/name. */
+/* verifier/freeze.c: a frozen copy of name (an entry of src_dir, never followed) as dst_dir/name. */
 enum { FREEZE_MAX_LIVE = 256 };
 typedef struct {
     int skipped;                  /* entries that could not be copied (left out) */
@@ -169,7 +178,7 @@ typedef struct {
 } freeze_t;
 int freeze_tree(int src_dir, const char *name, int dst_dir, freeze_t *out); /* -1: the copy could not begin */
 
-/* lookup.c: a path in a stack of overlayfs layers (top first), as overlayfs sees it. */
+/* verifier/lookup.c: a path in a stack of overlayfs layers (top first), as overlayfs sees it. */
 enum { LAYER_ABSENT = 0, LAYER_HAS = 1 };
 /* The entry at rel (no leading "/") and the index of the layer that has it; 0: none. */
 int stack_lookup(char *const *layers, int n, const char *rel, struct stat *st, int *index);
@@ -188,20 +197,20 @@ int overlay_fsmount(const char *lowerdir, const char *upper, const char *work);
 int open_beneath(int dirfd, const char *path, int flags);
 int landlock_confine(void);
 
-/* warm.c: look up the first command's shell, loader and libraries in a new instance's overlay. */
+/* instance/warm.c: look up the first command's shell, loader and libraries in a new instance's overlay. */
 void warm_first_command(void);
 
-/* seccomp.c: deny system calls that reach past the namespaces. */
+/* instance/seccomp.c: deny system calls that reach past the namespaces. */
 int install_seccomp(void);
 
-/* init.c */
+/* instance/init.c */
 void init_loop(int sock) __attribute__((noreturn));
 void run_reaper(msg_t *m) __attribute__((noreturn));
 void run_file_op(msg_t *m) __attribute__((noreturn));
 int exit_code_of(int status);                                /* 128 + signal for a killed process */
 void become_killable(void);                                  /* give up init's OOM immunity */
 
-/* session.c: a persistent shell whose steps arrive on the exec's stdin (the "session" field). */
+/* instance/session.c: a persistent shell whose steps arrive on the exec's stdin (the "session" field). */
 void run_session(msg_t *m) __attribute__((noreturn));
 enum { STATUS_FINAL = 0, STATUS_STEP = 1 }; /* the status record's 4th field in a session */
 
@@ -214,16 +223,16 @@ void await_request(int sock, int sfd, void (*reap)(void));
 void unblock_signals(void);     /* a forked child's start: no signal blocked */
 void enter_cwd(const char *cwd); /* in a command's child: chdir to cwd if set, else exit 126 saying why */
 
-/* cgpool.c: emptied cgroups of dead instances, reused only when proven clean (see there). */
+/* keeper/cgpool.c: emptied cgroups of dead instances, reused only when proven clean (see there). */
 int cgpool_prove(msg_t *cfg, char dirs[][512], int n, char *why, size_t whylen); /* 0: clean, limits set */
 int cgpool_give(char dirs[][512], int n);                                          /* 1: kept for reuse */
 int cgpool_take(msg_t *cfg, char dirs[][512], int *n, void (*drop)(const char *dir)); /* 1: reused */
 void cgpool_drain(void (*drop)(const char *dir));
 long cgpool_oom_kills(char dirs[][512], int n); /* OOM kills the cgroups have counted */
-/* netproof.c: is a dead instance's network namespace empty, as a fresh one? */
+/* keeper/netproof.c: is a dead instance's network namespace empty, as a fresh one? */
 int net_is_empty(int net);
 
-/* keeper.c */
+/* keeper/keeper.c */
 void keeper_main(msg_t *create, const char *stage_root, int daemon_sock) __attribute__((noreturn));
 
 #endif

@@ -13,7 +13,7 @@
  *     counts orphans and TIME_WAIT there) and the unix and packet lists;
  *   - its interfaces, IPv4 routes and addresses (fib_trie), IPv6 routes and
  *     addresses, legacy iptables tables, nftables tables and a few sysctls read
- *     as those of a new namespace set up as sandbox.c sets up an instance's
+ *     as those of a new namespace set up as instance/sandbox.c sets up an instance's
  *     (made once per keeper).
  *
  * As root the keeper joins the namespace itself and comes back; rootless (where it could not
@@ -119,7 +119,7 @@ static size_t fingerprint(char *out) {
     return used;
 }
 
-/* A new namespace as sandbox.c sets one up for an instance: loopback up, TIME_WAIT off, every port bindable. */
+/* A new namespace as instance/sandbox.c sets one up for an instance: loopback up, TIME_WAIT off, every port bindable. */
 static void set_up_as_an_instance(void) {
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     struct ifreq ifr = {0};

@@ -3,7 +3,7 @@
 
 /* ------------------------------------------------------------- reaper */
 
-/* read_proc_stat(), descendants() and kill_tree(): ../../csrc/proctree.c, shared with the
+/* read_proc_stat(), descendants() and kill_tree(): pool/backends/csrc/proctree.c, shared with the
  * Docker helper. */
 
 int exit_code_of(int status) {

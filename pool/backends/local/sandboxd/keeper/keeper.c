@@ -19,9 +19,9 @@
  *
  * Sealing (OP_SEAL) ends the agent's turn; see pool/verification.py:
  *   strict  the agent's instance is killed, its writable layer kept, and a new
- *           instance (graft.c) becomes current for the verifier;
+ *           instance (verifier/graft.c) becomes current for the verifier;
  *   shared  the agent's instance lives on; the verifier's commands go through
- *           shared.c's mount namespace, started from here.
+ *           verifier/shared.c's mount namespace, started from here.
  * The next restore ends the seal.
  */
 #include "sandboxd.h"
@@ -412,7 +412,7 @@ static void unseal(void) {
     seal_mode = UNSEALED;
 }
 
-/* The report graft.c left in the verifier's stage, as reply fields. */
+/* The report verifier/graft.c left in the verifier's stage, as reply fields. */
 static void read_report(const char *stage, char *out, size_t outlen) {
     char path[4200];
     snprintf(path, sizeof path, "%s/report", stage);
