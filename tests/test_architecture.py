@@ -8,6 +8,7 @@ checker sees is still two modules that each need the other to be understood.
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from functools import cache
 from pathlib import Path
 
@@ -21,6 +22,8 @@ MAX_MODULE_LINES = 500
 MAX_POOL_TOP_LEVEL = 15
 MAX_FOLDER_MODULES = 12
 """Modules (``__init__.py`` counted) in any other folder: past a dozen, a folder splits into sub-packages."""
+MAX_FOLDER_C_FILES = 12
+"""C files (``.c`` and ``.h``) in any folder of pool/: past a dozen, a folder splits into subfolders."""
 
 WINGS: list[tuple[str, int]] = [
     ("pool.cluster", 4),
@@ -234,6 +237,28 @@ def test_no_folder_holds_more_than_a_dozen_modules() -> None:
         if (n := len(list(folder.glob("*.py")))) > MAX_FOLDER_MODULES
     }
     assert over == {}
+
+
+def c_folders_over(root: Path) -> dict[str, int]:
+    """The folders under ``root`` that hold more than a dozen C files, with their counts."""
+    counts = Counter(path.parent for path in root.rglob("*.[ch]"))
+    return {folder.relative_to(root).as_posix(): n for folder, n in counts.items() if n > MAX_FOLDER_C_FILES}
+
+
+def test_no_folder_of_pool_holds_more_than_a_dozen_c_files() -> None:
+    assert c_folders_over(REPO / "pool") == {}
+
+
+def test_the_c_count_sees_a_crowded_folder(tmp_path: Path) -> None:
+    """Thirteen C files in one folder are reported; the same thirteen split over a subfolder are not."""
+    names = [*(f"part{i}.c" for i in range(12)), "daemon.h"]
+    crowded = [f"crowded/{name}" for name in names]
+    split = [f"split/{'sub/' if i % 2 else ''}{name}" for i, name in enumerate(names)]
+    for relative in [*crowded, *split, "crowded/README.md"]:
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    assert c_folders_over(tmp_path) == {"crowded": 13}
 
 
 @pytest.mark.parametrize(
