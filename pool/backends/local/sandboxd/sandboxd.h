@@ -130,6 +130,8 @@ void reply(uint32_t op, uint32_t sbx, uint32_t seq, const char *fmt, ...);
 void close_fds(msg_t *m);
 void write_status(int fd, int code, int timed_out, int err);
 const char *field(msg_t *m, const char *key);
+/* Write `text` to fd (-1: fails, errno kept) and close it: 0 when all of it went. */
+int write_str_closing(int fd, const char *text);
 int write_file_str(const char *path, const char *text);
 int read_full(int fd, void *buf, size_t len);
 ssize_t read_all(int fd, void *buf, size_t len);

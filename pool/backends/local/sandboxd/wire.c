@@ -138,14 +138,17 @@ int fields_of(msg_t *m, const char *key, char **out, int max) {
     return n;
 }
 
-int write_file_str(const char *path, const char *text) {
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
+int write_str_closing(int fd, const char *text) {
     if (fd < 0) return -1;
     ssize_t n = write(fd, text, strlen(text));
     int saved = errno;
     close(fd);
     errno = saved;
     return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+int write_file_str(const char *path, const char *text) {
+    return write_str_closing(open(path, O_WRONLY | O_CLOEXEC), text);
 }
 
 int read_full(int fd, void *buf, size_t len) {

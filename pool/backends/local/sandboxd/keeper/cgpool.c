@@ -95,13 +95,7 @@ static int read_text(const char *dir, const char *name, char *out, size_t len) {
 }
 
 static int write_in(const char *dir, const char *name, const char *value) {
-    int fd = open_in(dir, name, O_WRONLY);
-    if (fd < 0) return -1;
-    ssize_t n = write(fd, value, strlen(value));
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return n == (ssize_t)strlen(value) ? 0 : -1;
+    return write_str_closing(open_in(dir, name, O_WRONLY), value);
 }
 
 static FILE *fopen_in(const char *dir, const char *name) {
