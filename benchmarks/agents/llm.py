@@ -49,7 +49,8 @@ class LLMAgent:
         temperature: sampling temperature (group rollouts want > 0).
         max_tokens: cap on each reply.
         max_observation_chars: observations are cut to their head and tail beyond this.
-        timeout_s, max_retries: per request, see ``benchmarks.agents.chat``.
+        timeout_s: per request, see ``benchmarks.agents.chat``.
+        max_retries: per request, see ``benchmarks.agents.chat``.
         capture_tokens: ask the server for each reply's token ids and log-probabilities (vLLM, SGLang); the
             episode's trajectory and ``agent/tokens.jsonl`` keep them.
 

@@ -23,8 +23,10 @@ Result = TypeVar("Result")
 def run_beside(sandbox: Sandbox, function: Callable[..., Result], *args: Any, **kwargs: Any) -> Result:
     """``function(sandbox, *args, **kwargs)``, run in the process that holds the sandbox.
 
+    Whatever the function raises propagates.
+
     Raises:
-        Whatever the function raises; for a lease, also LeaseLostError when its host died.
+        LeaseLostError: for a lease, when its host died.
     """
     if isinstance(sandbox, RunsBeside):
         result: Result = sandbox.run_beside(function, args, kwargs)

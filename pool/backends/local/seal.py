@@ -64,10 +64,11 @@ def graft_installs(
     """A toolchain verifier's graft of the agent's installs (see pool.backends.local.instance.graftlayer).
 
     Args:
-        start: the snapshot the agent's sandbox started from; ``known_good``: the trusted one
-            (checked by the caller), with its layer directories, bottom first.
+        start: the snapshot the agent's sandbox started from.
+        known_good: the trusted snapshot (checked by the caller), with its layer directories, bottom first.
         upper: the agent's writable layer.
-        pause, resume: stop and restart the agent's processes around the copy.
+        pause: stops the agent's processes before the copy.
+        resume: restarts them after it.
 
     Raises:
         UnsupportedError: ``start`` is a checkpoint (see :func:`refuse_resumed_toolchain`).

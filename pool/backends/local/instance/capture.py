@@ -34,7 +34,8 @@ def collect(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: f
     """Read both streams and the status record until the status arrives.
 
     Args:
-        out_fd, err_fd: read ends of stdout/stderr; closed on return.
+        out_fd: read end of stdout; closed on return.
+        err_fd: read end of stderr; closed on return.
         status_fd: read end of the status pipe; closed on return.
         cap: bytes kept per stream.
         deadline_s: a host-side backstop (monotonic clock) in case the sandbox

@@ -45,7 +45,8 @@ def take(
     """Freeze ``upper`` (the sandbox's writable layer) over ``parent`` into a stored snapshot.
 
     Args:
-        pause, resume: stop and restart the sandbox's processes around the copy.
+        pause: stops the sandbox's processes before the copy.
+        resume: restarts them after it.
         build: set at the end of a build (the snapshot of a template); None: a checkpoint
             whose parent is ``parent``.
 

@@ -139,9 +139,11 @@ def build(
     """The stored layer of the agent's grafted installs (None when nothing is grafted), and the delta.
 
     Args:
-        upper: the agent's writable layer; ``known_good``: the trusted snapshot's layers, bottom first.
+        upper: the agent's writable layer.
+        known_good: the trusted snapshot's layers, bottom first.
         path: the known-good ``PATH`` (new commands that shadow one on it are dropped).
-        pause, resume: stop and restart the agent's processes around the copy.
+        pause: stops the agent's processes before the copy.
+        resume: restarts them after it.
     """
     with store.layers.staging("grafting an agent's installs for its verifier") as staged:
         pause()
