@@ -32,6 +32,7 @@ from envs.episode.network import NetworkSetting, template_for
 from envs.episode.pause import PausedEpisode, check_resumable, claim, paused
 from envs.episode.resume import check_reset_options, episode_start, start_info
 from envs.episode.scoring import AGENT_ENDED, agents_end, changes_info, judge, outcome, record_network
+from envs.episode.seeding import LazilySeeded
 from envs.episode.sources import SandboxLeaser, SandboxSource, open_source
 from envs.episode.state import EpisodeState, check_not_closed, check_running
 from envs.episode.taskset import Setup, TaskSampler, TaskSet, check_playable
@@ -53,7 +54,7 @@ from pool.verification import VerifyMode
 _MAX_REASON_CHARS = 2000
 
 
-class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
+class SandboxEnv(LazilySeeded, gym.Env[dict[str, Any], str], abc.ABC):
     """A Gymnasium environment whose episodes run in a snapgym sandbox.
 
     Args:
@@ -182,7 +183,7 @@ class SandboxEnv(gym.Env[dict[str, Any], str], abc.ABC):
         "changes": info-style changes at the checkpoint}``. The step count and the agent's clock go on from
         there (no extra steps or time), and the end-state changes are the whole episode's.
         """
-        super().reset(seed=seed)
+        self.seed_lazily(seed)  # gymnasium's reset(seed=...) without building the generator until used
         check_not_closed(self._state)
         options = dict(options or {})
         check_reset_options(options)
