@@ -140,8 +140,9 @@ class SandboxCgroup:
         """The cgroup directories of the sandbox's instances that exist now, in every hierarchy."""
         found = []
         for prefix in self.dirs:
-            with contextlib.suppress(OSError):
-                found += [d for d in prefix.parent.iterdir() if _instance_of(d.name, prefix.name) and d.is_dir()]
+            # by name first, then the entry's type (kernfs gives it: no stat); a v1 parent also
+            # holds its control files and every other sandbox's directories
+            found += [prefix.parent / name for name in _subdirectories(prefix.parent, prefix.name)]
         return found
 
     def memory_bytes(self) -> int | None:
@@ -160,6 +161,23 @@ class SandboxCgroup:
         for d in self.instance_dirs():
             kill_and_remove(d)
         self.dirs = []
+
+
+def _subdirectories(parent: Path, sandbox: str | None = None) -> list[str]:
+    """Names of the directories in ``parent`` (only ``sandbox``'s instances, when given); none when it is gone.
+
+    A cgroup directory holds dozens of control files: names are filtered before types, and a
+    type comes from the directory entry (kernfs fills it in) rather than a stat of each.
+    """
+    try:
+        with os.scandir(parent) as entries:
+            return [
+                entry.name
+                for entry in entries
+                if (sandbox is None or _instance_of(entry.name, sandbox)) and entry.is_dir(follow_symlinks=False)
+            ]
+    except OSError:
+        return []
 
 
 def _instance_of(directory: str, sandbox: str) -> bool:
@@ -182,10 +200,8 @@ def kill_and_remove(path: Path, *, timeout_s: float = 5.0) -> None:
     Killed processes leave the cgroup a little after the signal (a PID
     namespace is torn down asynchronously), so removal is retried briefly.
     """
-    with contextlib.suppress(OSError):
-        for child in path.iterdir():
-            if child.is_dir():
-                kill_and_remove(child, timeout_s=timeout_s)
+    for name in _subdirectories(path):
+        kill_and_remove(path / name, timeout_s=timeout_s)
     deadline = time.monotonic() + timeout_s
     while True:
         try:

@@ -178,3 +178,26 @@ def test_each_live_instance_has_one_memory_cgroup_and_no_sandbox_cgroup_above_it
         assert after != current and after in mine()
     finally:
         backend.close()
+
+
+def test_kill_and_remove_kills_the_members_of_nested_groups_and_removes_them_all() -> None:
+    """The host's last word on a sandbox's cgroups (a dead keeper's leftovers): every member of the
+    directory and of any directory below it is killed, and all of them removed."""
+    base = cgroups._v1_controller("pids") or (cgroups.CGROUP_ROOT if cgroups._v2() else None)
+    if os.geteuid() != 0 or base is None:
+        skip_missing("a writable pids cgroup hierarchy (run as root)")
+    top = base / "snapgym" / f"cleanup-test-{os.getpid()}-i1"
+    nested = top / "nested" / "deeper"
+    nested.mkdir(parents=True)
+    member = subprocess.Popen(["sleep", "600"])
+    try:
+        (nested / "cgroup.procs").write_text(str(member.pid))
+        cgroups.kill_and_remove(top)
+        assert member.wait(timeout=10) == -signal.SIGKILL
+        assert not top.exists()
+    finally:
+        member.kill()
+        member.wait()
+        for leftover in (nested, nested.parent, top):
+            if leftover.exists():
+                leftover.rmdir()
