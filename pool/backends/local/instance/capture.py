@@ -92,66 +92,87 @@ class _Read:
     streams_open: bool
 
 
+class _Reading:
+    """The state of one read of stdout, stderr and a status record, shared by the poll() loop and
+    the event loop's: a chunk at a time from whichever pipe is ready, until one whole status record
+    came or the status stream ended. Exactly one record is taken from the status stream: a
+    session's next one (its end) stays there."""
+
+    def __init__(self, out_fd: int, err_fd: int, status_fd: int, cap: int) -> None:
+        self.fds = (out_fd, err_fd, status_fd)
+        self.open_fds = set(self.fds)
+        self._bufs = {out_fd: CappedBuffer(cap), err_fd: CappedBuffer(cap)}
+        self._status = b""
+
+    @property
+    def complete(self) -> bool:
+        """A whole record came, or the status stream ended without one."""
+        return len(self._status) == STATUS_SIZE or self.fds[2] not in self.open_fds
+
+    def take(self, fd: int) -> bool | None:
+        """One chunk from ``fd``: None when nothing was there, False at its end (it is no longer open),
+        True otherwise."""
+        status = fd == self.fds[2]
+        chunk = _read(fd, STATUS_SIZE - len(self._status) if status else _READ_SIZE)
+        if chunk is None:
+            return None
+        if not chunk:
+            self.open_fds.discard(fd)
+            return False
+        if status:
+            self._status += chunk
+        else:
+            self._bufs[fd].add(chunk)
+        return True
+
+    def result(self, host_deadline_hit: bool) -> _Read:
+        """What was read, with what the output pipes already hold (see :func:`_drain`)."""
+        out_fd, err_fd, _ = self.fds
+        _drain(self._bufs, self.open_fds)
+        record = self._status if len(self._status) == STATUS_SIZE else None
+        streams_open = out_fd in self.open_fds and err_fd in self.open_fds
+        return _Read(self._bufs[out_fd], self._bufs[err_fd], record, host_deadline_hit, streams_open)
+
+
 def _until_status(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: float | None) -> _Read:
     """Read stdout and stderr (capped) until one whole status record came, the status stream ended
-    or the deadline passed; then what the pipes already hold. Exactly one record is taken from the
-    status stream: a session's next one (its end) stays there."""
-    bufs = {out_fd: CappedBuffer(cap), err_fd: CappedBuffer(cap)}
-    status_bytes = b""
-    hit = False
+    or the deadline passed; then what the pipes already hold (see :class:`_Reading`)."""
+    reading = _Reading(out_fd, err_fd, status_fd, cap)
     poller = select.poll()
-    for fd in (out_fd, err_fd, status_fd):
+    for fd in reading.fds:
         poller.register(fd, select.POLLIN)
-    open_fds = {out_fd, err_fd, status_fd}
-    while len(status_bytes) < STATUS_SIZE and status_fd in open_fds:
+    while not reading.complete:
         timeout_ms = None
         if deadline_s is not None:
             left = deadline_s - time.monotonic()
             if left <= 0:
-                hit = True
-                break
+                return reading.result(host_deadline_hit=True)
             timeout_ms = int(left * 1000) + 1
         for fd, _ in poller.poll(timeout_ms):
-            chunk = _read(fd, STATUS_SIZE - len(status_bytes) if fd == status_fd else _READ_SIZE)
-            if chunk is None:
-                continue
-            if not chunk:
+            if reading.take(fd) is False:
                 poller.unregister(fd)
-                open_fds.discard(fd)
-            elif fd == status_fd:
-                status_bytes += chunk
-            else:
-                bufs[fd].add(chunk)
-    _drain(bufs, open_fds)
-    record = status_bytes if len(status_bytes) == STATUS_SIZE else None
-    return _Read(bufs[out_fd], bufs[err_fd], record, hit, out_fd in open_fds and err_fd in open_fds)
+    return reading.result(host_deadline_hit=False)
 
 
 async def _until_status_async(out_fd: int, err_fd: int, status_fd: int, *, cap: int, deadline_s: float | None) -> _Read:
     """:func:`_until_status`, waiting on the event loop (readers on the three pipes) instead of poll()."""
     loop = asyncio.get_running_loop()
-    bufs = {out_fd: CappedBuffer(cap), err_fd: CappedBuffer(cap)}
-    status_bytes, hit = b"", False
-    open_fds = {out_fd, err_fd, status_fd}
+    reading = _Reading(out_fd, err_fd, status_fd, cap)
     waiter = _Waiter()
-    for fd in open_fds:
+    for fd in reading.fds:
         loop.add_reader(fd, waiter.wake)
+    hit = False
     try:
-        while len(status_bytes) < STATUS_SIZE and status_fd in open_fds:
+        while not reading.complete:
             got_any = False
-            for fd in (fd for fd in (out_fd, err_fd, status_fd) if fd in open_fds):
-                chunk = _read(fd, STATUS_SIZE - len(status_bytes) if fd == status_fd else _READ_SIZE)
-                if chunk is None:
+            for fd in [fd for fd in reading.fds if fd in reading.open_fds]:
+                taken = reading.take(fd)
+                if taken is None:
                     continue
                 got_any = True
-                if not chunk:
+                if taken is False:
                     loop.remove_reader(fd)
-                    open_fds.discard(fd)
-                elif fd == status_fd:
-                    status_bytes += chunk
-                else:
-                    bufs[fd].add(chunk)
-                if len(status_bytes) == STATUS_SIZE:
+                if reading.complete:
                     break
             if got_any:
                 continue
@@ -161,11 +182,9 @@ async def _until_status_async(out_fd: int, err_fd: int, status_fd: int, *, cap: 
                 break
             await waiter.wait(loop, left)
     finally:
-        for fd in open_fds:
+        for fd in reading.open_fds:
             loop.remove_reader(fd)
-    _drain(bufs, open_fds)
-    record = status_bytes if len(status_bytes) == STATUS_SIZE else None
-    return _Read(bufs[out_fd], bufs[err_fd], record, hit, out_fd in open_fds and err_fd in open_fds)
+    return reading.result(host_deadline_hit=hit)
 
 
 class _Waiter:
