@@ -45,7 +45,7 @@ def test_reseeding_starts_the_sequence_again() -> None:
 
 def test_a_bad_seed_gets_gymnasiums_error() -> None:
     env = _Env()
-    with pytest.raises(gymnasium.error.Error, match="non|greater or equal"):
+    with pytest.raises(gymnasium.error.Error, match="greater or equal"):
         env.reset(seed=-1)
     with pytest.raises(gymnasium.error.Error, match="python integer"):
         env.reset(seed="7")  # type: ignore[arg-type]
