@@ -24,7 +24,6 @@ class Progress:
     def __init__(self, *, total: int, done: int, enabled: bool, description: str) -> None:
         self._bar = tqdm(total=total, initial=done, disable=not enabled, desc=description, unit="ep",
                          mininterval=_REFRESH_S, dynamic_ncols=True)  # fmt: skip
-        self._enabled = enabled
         self._lock = threading.Lock()
         self._reward_sum = 0.0
         self._scored = 0
@@ -44,7 +43,7 @@ class Progress:
             else:
                 self._reward_sum += float(record["reward"] or 0.0)
                 self._scored += 1
-            if not self._enabled:
+            if self._bar.disable:
                 return
             now = time.monotonic()
             if now - self._shown_at >= _REFRESH_S:
@@ -58,6 +57,6 @@ class Progress:
     def close(self) -> None:
         """Finish the bar (with the final figures)."""
         with self._lock:
-            if self._enabled:
+            if not self._bar.disable:
                 self._show_figures()
         self._bar.close()
