@@ -9,6 +9,8 @@ all). Each build compiles these files with its own and hashes them into its vers
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 from pathlib import Path
 
 FOLDER = Path(__file__).parent
@@ -24,3 +26,12 @@ def hash_into(h: hashlib._Hash) -> None:
     """Add each shared file's name and content to ``h`` (a build's version covers them)."""
     for path in sources():
         h.update(path.name.encode() + b"\0" + path.read_bytes())
+
+
+def find_compiler() -> str | None:
+    """The C compiler both builds use: $CC, else cc, gcc or clang on PATH; None when there is none."""
+    for name in [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None

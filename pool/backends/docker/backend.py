@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from pool.backends import csrc
 from pool.backends.docker import hooks
 from pool.backends.docker.capabilities import capability_range, declared
 from pool.backends.docker.images.bases import Bases
@@ -191,7 +192,7 @@ class DockerBackend:
     @classmethod
     def unavailable_reason(cls, **options: Any) -> str | None:
         """None when a Docker engine answers a ping at the options' address; else why not, in one line."""
-        if helper.find_compiler() is None:
+        if csrc.find_compiler() is None:
             return "no C compiler to build the docker backend's helper (apt-get install gcc libc6-dev, or set CC)"
         resolved = cls.resolve_options(options)
         return engine.unavailable_reason(resolved.get("base_url"), resolved.get("tls_cert_dir"))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -30,11 +29,9 @@ log = logging.getLogger(__name__)
 
 def find_compiler() -> str:
     """The C compiler to use: $CC, else cc, gcc or clang on PATH."""
-    candidates = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
-    for name in candidates:
-        found = shutil.which(name)
-        if found:
-            return found
+    found = csrc.find_compiler()
+    if found is not None:
+        return found
     raise CompilerMissingError(
         "the local backend builds a small C daemon on first use, but no C compiler was found; "
         "install one (Debian/Ubuntu: apt-get install gcc; Fedora: dnf install gcc) or set CC"

@@ -24,8 +24,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import os
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -54,15 +52,6 @@ def tag() -> str:
     return h.hexdigest()[:16]
 
 
-def find_compiler() -> str | None:
-    """$CC, else cc, gcc or clang on PATH; None when there is none."""
-    for name in [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]:
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
 def build_command(compiler: str, dest: Path) -> list[str]:
     """The compiler's command line: ``helper.c`` and every ``.c`` of the shared C."""
     shared = [str(p) for p in csrc.sources() if p.suffix == ".c"]
@@ -75,7 +64,7 @@ def compile_helper(dest: Path) -> None:
     Raises:
         CompilerMissingError: no C compiler, or no static C library.
     """
-    compiler = find_compiler()
+    compiler = csrc.find_compiler()
     if compiler is None:
         raise CompilerMissingError(
             "the docker backend compiles a small static helper for its containers on first use, but no C "
