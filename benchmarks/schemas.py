@@ -42,7 +42,7 @@ class VerificationChoice(enum.Enum):
     strict = "strict"
     """The verifier runs in a fresh sandbox that shows only the task's outputs of the agent's end state."""
     toolchain = "toolchain"
-    """As strict, plus what the agent added where packages install, filtered (``pool.installs``)."""
+    """As strict, plus what the agent added where packages install, filtered (``pool.verification.installs``)."""
     shared = "shared"
     """The verifier runs beside the agent's live processes, as in Harbor (private reward channel and tests)."""
 

@@ -17,7 +17,7 @@ is gone, and a reference solution that installs scores 0.0 there. When the run l
 the task (``verification=task``, the default), the task's mode is strict, its reference solution
 scores below 1.0 with no failed verifier connection (those make the network's 0, not the mode's),
 the task is calibrated again in the next mode the backend offers, in the order ``toolchain``
-(strict mode plus what the agent added where packages install, filtered: ``pool.installs``) and
+(strict mode plus what the agent added where packages install, filtered: ``pool.verification.installs``) and
 ``shared`` (the verifier runs in the agent's own sandbox, behind the protections of
 ``pool.verification``); the first in which the reference solution scores 1.0, the no-op 0.0 and none
 of the attack catalogue's attacks on what that mode leaves to the agent (:data:`TOOLCHAIN_GUARDS`,

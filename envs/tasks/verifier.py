@@ -121,7 +121,7 @@ class Verdict:
     """What the backend said when the verifier's turn began (e.g. why the outputs are empty)."""
     install_delta: dict[str, Any] | None = None
     """toolchain: what the agent installed that the verifier got, and what it did not with the rule
-    (:meth:`pool.installs.InstallDelta.as_info`)."""
+    (:meth:`pool.verification.installs.InstallDelta.as_info`)."""
     reports: dict[str, str] = field(default_factory=dict)
     """The test reports test.sh wrote in the verifier's logs (:data:`REPORT_FILES`), by file name."""
     protected: Protection = field(default_factory=Protection)

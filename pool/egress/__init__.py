@@ -2,7 +2,7 @@
 
 A sandbox has no network device but loopback. Its only way out is snapgym's
 egress proxy, which listens inside the sandbox's network namespace at
-``127.0.0.1:3128`` while running on the host (:mod:`pool.egress.netns`), so
+``127.0.0.1:3128`` while running on the host (:mod:`pool.egress.onhost.netns`), so
 nothing of it is in the sandbox for the agent to change. Commands get
 ``HTTP_PROXY``/``HTTPS_PROXY`` pointing there; anything else (raw TCP, UDP,
 DNS, ICMP) has no route.
@@ -19,7 +19,7 @@ Modules:
   cached variant while the download cache is on) within :mod:`~pool.egress.limits`.
 - :mod:`~pool.egress.cache`: verify-time downloads that replay offline (record/replay behind the proxy).
 - :mod:`~pool.network.audit`: the records (``Connection``, ``NetworkLog``).
-- :mod:`~pool.egress.gatekeeper`, :mod:`~pool.egress.service`: how a backend attaches the proxy to its sandboxes.
+- :mod:`~pool.egress.onhost`: how the local and Docker backends attach the proxy to their sandboxes.
 """
 
 from pool.egress.settings import EgressSettings

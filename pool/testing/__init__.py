@@ -293,7 +293,7 @@ def check_verification(sandbox: Sandbox, snap: Snapshot, mode: VerifyMode) -> No
             f"ls -A {REWARD_DIR}; cat {TESTS_PATH}/test.sh; cat /workspace/out; cat /etc/agent/conf 2>/dev/null;"
             " ps -eo args 2>/dev/null | grep -c '^sleep 1000'"
         )
-        # toolchain: /etc/agent is a new folder of a package's own, grafted (pool.installs); no process
+        # toolchain: /etc/agent is a new folder of a package's own, grafted (pool.verification.installs); no process
         agent_side = {VerifyMode.SHARED: "mine\n1\n", VerifyMode.TOOLCHAIN: "mine\n0\n"}.get(mode, "0\n")
         want = f"echo 1 > {REWARD_DIR}/reward.txt\nout\n{agent_side}"
         _expect(r.stdout == want, f"{mode.value} verification", f"the verifier saw {r.stdout!r}, not {want!r}")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from pool import CommandRejectedError, LocalBackend, LocalSandbox, SandboxCrashedError, Snapshot
-from pool.backends.local.daemon import Op
+from pool.backends.local.daemon.client import Op
 
 
 @pytest.fixture()

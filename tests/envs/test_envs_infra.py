@@ -17,7 +17,7 @@ import pytest
 
 import envs
 from pool import LocalBackend
-from pool.backends.local.daemon import Op
+from pool.backends.local.daemon.client import Op
 from tests.support.fixtures.envs_fixtures import SOLVE, TASK, write_task
 
 

@@ -1,4 +1,4 @@
-"""The rules of a toolchain verifier's install delta (pool.installs), on a Debian-like image.
+"""The rules of a toolchain verifier's install delta (pool.verification.installs), on a Debian-like image.
 
 The image and the agent's files are plain data here (the backends read them from their layers;
 tests/backends/local/test_verification_toolchain.py runs the whole mode): what the snapshot has,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import posixpath
 
-from pool.installs import KEPT, select
+from pool.verification.installs import KEPT, select
 
 IMAGE = {
     "/usr/bin/curl", "/usr/bin/python3", "/usr/bin/sh", "/usr/local/bin/pip", "/usr/lib/x86_64-linux-gnu/libssl.so.3",

@@ -49,7 +49,7 @@ from pool.backends.docker.settings import MIB, DockerRegistry, DockerSettings, c
 from pool.backends.docker.transport import diskquota, engine, helper, reaper
 from pool.backends.docker.transport.containers import Containers
 from pool.capabilities import Capabilities
-from pool.egress.service import EgressService
+from pool.egress.onhost.service import EgressService
 from pool.egress.settings import EgressSettings
 from pool.errors import BackendError, ConfigError, SnapshotNotFoundError
 from pool.labels import OWNER, check_labels, new_owner, owner_closed

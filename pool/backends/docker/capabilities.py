@@ -40,7 +40,7 @@ from typing import Any
 
 from pool.backends.docker.transport.engine import EngineInfo
 from pool.capabilities import Capabilities, ChangesSource, Enforcement, Location, VerifierIsolation
-from pool.egress.service import EgressService
+from pool.egress.onhost.service import EgressService
 
 
 def declared(

@@ -19,7 +19,7 @@ from pool.backends.docker.images.catalog import ROLE, SNAPSHOT
 from pool.backends.docker.images.checkpoints import Checkpoints
 from pool.backends.docker.settings import DockerSettings
 from pool.backends.docker.transport.containers import Containers, Spec
-from pool.egress.service import EgressService
+from pool.egress.onhost.service import EgressService
 from pool.errors import ConfigError, SandboxClosedError, SnapshotError
 from pool.labels import RUN
 from pool.snapshots import Snapshot

@@ -34,7 +34,7 @@ from pool.backends.docker.link import EngineLink
 from pool.backends.docker.transport import execution, files
 from pool.basesandbox import BaseSandbox, ExecOptions
 from pool.changes import MAX_PATHS, Changes
-from pool.egress import onhost
+from pool.egress.onhost import setnetwork
 from pool.errors import (
     CommandRejectedError,
     ConfigError,
@@ -295,7 +295,7 @@ class DockerSandbox(BaseSandbox):
             SandboxCrashedError: the container is not running.
         """
         container = self._running()
-        return onhost.set_network(
+        return setnetwork.set_network(
             self,
             policy,
             phase,

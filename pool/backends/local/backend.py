@@ -20,7 +20,7 @@ from typing import Any
 
 from pool.backends.local import cgroups, kernel
 from pool.backends.local.building import Builder
-from pool.backends.local.daemon import DaemonClient, Op
+from pool.backends.local.daemon.client import DaemonClient, Op
 from pool.backends.local.ready import ReadySandboxes, Started
 from pool.backends.local.runtime import Runtime
 from pool.backends.local.sandbox import LocalSandbox
@@ -30,7 +30,7 @@ from pool.backends.local.store.catalogue import SnapshotStore, default_runtime_d
 from pool.build import hostview
 from pool.build.registry.settings import RegistrySettings, registry_settings
 from pool.capabilities import Capabilities
-from pool.egress.service import EgressService
+from pool.egress.onhost.service import EgressService
 from pool.egress.settings import EgressSettings
 from pool.errors import (
     ConfigError,

@@ -34,7 +34,7 @@ from pool.build.network import BuildRoute, build_route
 from pool.build.registry.settings import RegistrySettings
 from pool.build.rootfs import RootfsSource
 from pool.contract import Sandbox
-from pool.egress.service import EgressService
+from pool.egress.onhost.service import EgressService
 from pool.errors import BuildError, ConfigError, ImageError, SnapshotError
 from pool.resources import Resources, require_supported
 from pool.snapshots import Snapshot

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pool.capabilities import Capabilities, ChangesSource, Enforcement, Location, VerifierIsolation
-from pool.egress.service import EgressService
+from pool.egress.onhost.service import EgressService
 from pool.errors import UnsupportedError
 from pool.templates import HOST_BASE
 

@@ -15,7 +15,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pool.backends.local.daemon import PendingReply
+    from pool.backends.local.daemon.client import PendingReply
     from pool.backends.local.sandbox import LocalSandbox
 
 Started = tuple["LocalSandbox", "PendingReply"]

@@ -13,18 +13,20 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from pool.backends.local import kernel, native, seal
+from pool.backends.local import kernel
 from pool.backends.local.cgroups import SandboxCgroup
-from pool.backends.local.daemon import DaemonClient, Fields, Op, PendingReply
+from pool.backends.local.daemon import build
+from pool.backends.local.daemon.client import DaemonClient, Fields, Op, PendingReply
+from pool.backends.local.instance import seal
 from pool.backends.local.settings import LocalSettings
 from pool.backends.local.store import layers
 from pool.backends.local.store.catalogue import SnapshotStore
-from pool.egress.service import EgressService
+from pool.egress.onhost.service import EgressService
 from pool.errors import BackendError, ConfigError, SandboxClosedError, SandboxCrashedError, SnapshotError
-from pool.installs import InstallDelta
 from pool.snapshots import Snapshot
 from pool.templates import HOST_BASE
 from pool.verification import VerificationPlan
+from pool.verification.installs import InstallDelta
 
 BACKEND_NAME = "local"
 
@@ -86,7 +88,7 @@ class Runtime:
                 return self._daemon
             if self._closed:
                 raise SandboxClosedError("the backend is closed; create a new LocalBackend")
-            binary = native.daemon_binary(self.store.root)
+            binary = build.daemon_binary(self.store.root)
             self.runtime_root.mkdir(parents=True, exist_ok=True, mode=0o755)
             run_dir = self.runtime_root / self.settings.tag
             (run_dir / "stage").mkdir(parents=True, exist_ok=True)

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from pool.backends.local import seal
 from pool.backends.local.cgroups import Limits, SandboxCgroup, reused_of
-from pool.backends.local.daemon import Op, PendingReply
-from pool.backends.local.instance import checkpoint, commands, viewscan
+from pool.backends.local.daemon.client import Op, PendingReply
+from pool.backends.local.instance import checkpoint, commands, seal, viewscan
 from pool.backends.local.instance.checkpoint import BuildResult
 from pool.backends.local.instance.console import Console
 from pool.backends.local.instance.link import SandboxLink
@@ -24,14 +23,14 @@ from pool.backends.local.store import upperread
 from pool.backends.local.store.changes import read_changes
 from pool.basesandbox import BaseSandbox, ExecOptions
 from pool.changes import MAX_PATHS, Changes
-from pool.egress import onhost
+from pool.egress.onhost import setnetwork
 from pool.errors import SandboxCrashedError, SandboxError
-from pool.installs import InstallDelta
 from pool.network.audit import NetworkLog
 from pool.network.policy import NetworkPolicy, Phase
 from pool.results import ExecResult
 from pool.snapshots import Snapshot
 from pool.verification import VerificationPlan, VerificationReport, VerifyMode
+from pool.verification.installs import InstallDelta
 
 
 class LocalSandbox(BaseSandbox):
@@ -354,7 +353,7 @@ class LocalSandbox(BaseSandbox):
             SandboxCrashedError: the sandbox is not running.
         """
         self._check_open()
-        return onhost.set_network(
+        return setnetwork.set_network(
             self, policy, phase, egress=self._runtime.egress, gatekeeper=self._egress, netns_pid=self._netns_pid
         )
 

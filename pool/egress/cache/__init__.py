@@ -19,10 +19,10 @@ tunnel's host, not only the first.
 What is stored and how it is keyed: :mod:`~pool.egress.cache.key` (method, URL, a body digest
 for methods other than GET/HEAD, a few representation headers), :mod:`~pool.egress.cache.store`
 (``blobs/sha256/<hex>`` bodies, ``index/<key>.json`` entries, each written aside then renamed;
-every blob is checked against its name before it is served), :mod:`~pool.egress.cache.intercept`
-(a connection's requests, each answered by :mod:`~pool.egress.cache.replay` or
-:mod:`~pool.egress.cache.record`, with :mod:`~pool.egress.cache.exchange`), and which responses
-are never stored (:mod:`~pool.egress.cache.record`: those to requests carrying ``Authorization``
+every blob is checked against its name before it is served), :mod:`~pool.egress.cache.serving.intercept`
+(a connection's requests, each answered by :mod:`~pool.egress.cache.serving.replay` or
+:mod:`~pool.egress.cache.serving.record`, with :mod:`~pool.egress.cache.serving.exchange`), and which responses
+are never stored (:mod:`~pool.egress.cache.serving.record`: those to requests carrying ``Authorization``
 or ``Cookie``; ``Set-Cookie`` is dropped from stored headers). Moving a store: ``python -m pool.egress.cache
 export DIR OUT.tar`` and ``import IN.tar DIR`` (:mod:`~pool.egress.cache.archive`). Other modules:
 :mod:`~pool.egress.cache.settings`, :mod:`~pool.egress.cache.authority` (the store's CA),

@@ -2,7 +2,7 @@
 
 The destination is judged exactly as without the cache (policy, addresses, a tunnel's first
 bytes naming its host) before anything is fetched or served; then the HTTP(S) it carries is
-handed to :mod:`pool.egress.cache.intercept`. A replay connects nowhere, so it judges without
+handed to :mod:`pool.egress.cache.serving.intercept`. A replay connects nowhere, so it judges without
 DNS (:func:`~pool.egress.connection.route.permit_offline`).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from pool.egress.cache import intercept
+from pool.egress.cache.serving import intercept
 from pool.egress.connection import opening
 from pool.egress.connection.client import Client
 from pool.egress.connection.head import Authority, RequestHead

@@ -27,7 +27,7 @@ import envs
 from pool import LocalBackend, Snapshot
 from pool.backends.local import cgroups
 from pool.backends.local.sandbox import LocalSandbox
-from pool.egress.netns import listen_in_netns
+from pool.egress.onhost.netns import listen_in_netns
 from tests.support.needs import skip_missing
 
 TRIVIAL = Path(__file__).resolve().parents[3] / "benchmarks" / "tasks" / "trivial"

@@ -13,7 +13,7 @@ import select
 import time
 from dataclasses import dataclass
 
-from pool.backends.local.daemon import STATUS_SIZE, decode_session_status, decode_status
+from pool.backends.local.daemon.client import STATUS_SIZE, decode_session_status, decode_status
 from pool.results import CappedBuffer
 
 _READ_SIZE = 1 << 16

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from pool.backends.local.daemon import Fields, Op
+from pool.backends.local.daemon.client import Fields, Op
 from pool.backends.local.instance import capture, shellsession
 from pool.backends.local.instance.link import NOT_STARTED, SandboxLink
 from pool.errors import CommandRejectedError, SandboxCrashedError, SandboxOutOfMemoryError, UnsupportedError

@@ -20,7 +20,7 @@ from pool.backends.local.cgroups import SandboxCgroup
 from pool.backends.local.instance import commands, shellsession
 from pool.backends.local.instance.link import SandboxLink
 from pool.basesandbox import ExecOptions
-from pool.egress.gatekeeper import Gatekeeper
+from pool.egress.onhost.gatekeeper import Gatekeeper
 from pool.errors import SandboxError
 from pool.results import ExecResult
 from pool.snapshots import Snapshot

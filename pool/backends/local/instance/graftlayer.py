@@ -3,7 +3,7 @@
 The agent's writable layer (``upper``) is copied while its processes are stopped, through
 :mod:`pool.backends.local.store.treecopy` (never following a link the agent made). The copy's
 changes over the known-good layers are listed from the copy itself (overlayfs's own marks, as
-:mod:`pool.backends.local.store.changes` reads them), :func:`pool.installs.select` judges the
+:mod:`pool.backends.local.store.changes` reads them), :func:`pool.verification.installs.select` judges the
 added paths against the known-good snapshot (read on the host, :class:`LayerView`), and
 everything else is removed from the copy: what stays is the grafted files and links and the
 folders that hold them, with no overlay marks (a kept folder never hides the snapshot's
@@ -25,7 +25,7 @@ from pool.backends.local.store.changes import read_changes
 from pool.backends.local.store.layerview import LayerView
 from pool.backends.local.store.treecopy import copy_tree
 from pool.build.hostview import HostView
-from pool.installs import InstallDelta, select
+from pool.verification.installs import InstallDelta, select
 
 MIB = 1 << 20
 MAX_READ_BYTES = 1 << 20
@@ -52,7 +52,7 @@ class KnownGoodFiles:
         return None
 
     def kind(self, path: str) -> str | None:
-        """``"dir"``, ``"file"``, ``"link"`` or None (see :class:`pool.installs.KnownGood`)."""
+        """``"dir"``, ``"file"``, ``"link"`` or None (see :class:`pool.verification.installs.KnownGood`)."""
         host = self._on_host(path)
         if host is not None:
             try:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from pool.backends.local.cgroups import memory_of_process
-from pool.backends.local.daemon import Fields, Op, StatusTimeoutError, read_status
+from pool.backends.local.daemon.client import Fields, Op, StatusTimeoutError, read_status
 from pool.backends.local.runtime import Runtime
 from pool.errors import BackendError, FileOperationError, SandboxCrashedError, SandboxOutOfMemoryError
 

@@ -1,7 +1,7 @@
 """``sandbox.set_network`` for backends whose sandboxes run on this machine (local, Docker).
 
 Both put a gate of the backend's egress proxy into the sandbox's network namespace through a
-:class:`~pool.egress.gatekeeper.Gatekeeper`; they differ only in how they find the namespace
+:class:`~pool.egress.onhost.gatekeeper.Gatekeeper`; they differ only in how they find the namespace
 (the pid of a process in it). What is common lives here: refusing a policy that needs the proxy
 where the backend cannot reach into its sandboxes, and the CA bundle's file access.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from pool.egress.gatekeeper import Gatekeeper
-from pool.egress.service import EgressService
+from pool.egress.onhost.gatekeeper import Gatekeeper
+from pool.egress.onhost.service import EgressService
 from pool.errors import FileOperationError, UnsupportedError
 from pool.network.policy import NetworkPolicy, Phase
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import h11
 
-from pool.egress.cache.exchange import Context, answer, mark, read_body
 from pool.egress.cache.key import BODILESS_METHODS, RequestKey
+from pool.egress.cache.serving.exchange import Context, answer, mark, read_body
 from pool.egress.cache.transport.http import Peer, encoded
 from pool.egress.connection.relay import CHUNK_BYTES
 from pool.network.audit import DENIED, REPLAY_MISS, UNREACHABLE

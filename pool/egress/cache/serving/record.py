@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import h11
 
-from pool.egress.cache.exchange import FAILURES, Context, answer, mark, read_body, why
 from pool.egress.cache.key import BODILESS_METHODS, RequestKey
+from pool.egress.cache.serving.exchange import FAILURES, Context, answer, mark, read_body, why
 from pool.egress.cache.store import BlobWriter
 from pool.egress.cache.transport.http import Peer, encoded, passed_on, text_headers, values
 from pool.egress.cache.transport.origin import Origin, OriginFailed

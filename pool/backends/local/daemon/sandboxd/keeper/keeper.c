@@ -17,7 +17,7 @@
  * they are not gone by then. Unmounting its tmpfs and removing its cgroups
  * (seconds after a million small files) is left to a janitor process.
  *
- * Sealing (OP_SEAL) ends the agent's turn; see pool/verification.py:
+ * Sealing (OP_SEAL) ends the agent's turn; see pool/verification/plan.py:
  *   strict  the agent's instance is killed, its writable layer kept, and a new
  *           instance (verifier/graft.c) becomes current for the verifier;
  *   shared  the agent's instance lives on; the verifier's commands go through

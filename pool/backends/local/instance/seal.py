@@ -23,7 +23,6 @@ from pool.backends.local.settings import LocalSettings
 from pool.backends.local.store import layers
 from pool.backends.local.store.catalogue import SnapshotStore
 from pool.errors import ConfigError, UnsupportedError
-from pool.installs import InstallDelta
 from pool.snapshots import Snapshot
 from pool.templates import HOST_BASE
 from pool.verification import (
@@ -33,6 +32,7 @@ from pool.verification import (
     VerificationReport,
     VerifyMode,
 )
+from pool.verification.installs import InstallDelta
 
 Fields = list[tuple[str, str]]
 

@@ -19,10 +19,10 @@ Three modes:
 
 ``toolchain``
     Strict mode's separation, plus what the agent *added* where packages
-    install (``pool.installs``): the backend lists the agent's changes itself
+    install (``pool.verification.installs``): the backend lists the agent's changes itself
     (its writable layer, which the agent cannot forge), and each path the
     known-good snapshot lacks under the install roots is shown to the
-    verifier unless a rule of ``pool.installs`` drops it (start-up hooks,
+    verifier unless a rule of ``pool.verification.installs`` drops it (start-up hooks,
     shadows of known-good modules and commands, pytest plugins, upgrades of
     known-good distributions, ``/etc`` outside a package's own folder). A
     path the snapshot has, changed or not, is the snapshot's. What was
@@ -53,9 +53,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pool.errors import ConfigError
-from pool.installs import InstallDelta
 from pool.snapshots import Snapshot
 from pool.validation import choose
+from pool.verification.installs import InstallDelta
 
 
 class VerifyMode(enum.Enum):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pool import Snapshot
-from pool.backends.local import native
 from pool.backends.local.backend import LocalBackend
+from pool.backends.local.daemon import build
 from pool.errors import CompilerMissingError
 
 PT_INTERP = 3
@@ -30,7 +30,7 @@ def dynamic_loader(binary: Path) -> bool:
 def test_the_daemon_in_use_is_linked_statically(backend: LocalBackend, snap: Snapshot, store_dir: Path) -> None:
     with backend.create(snap) as sandbox:
         assert sandbox.exec("true").exit_code == 0
-    binary = native.daemon_binary(store_dir)  # the one the backend started: built already, same hash
+    binary = build.daemon_binary(store_dir)  # the one the backend started: built already, same hash
     assert binary.exists()
     assert not dynamic_loader(binary), "CI installs libc6-dev, whose libc.a links the daemon statically"
 
@@ -49,14 +49,14 @@ def test_no_static_c_library_falls_back_to_a_dynamic_daemon_and_says_so(
     )
     wrapper.chmod(0o755)
     monkeypatch.setenv("CC", str(wrapper))
-    with caplog.at_level(logging.WARNING, logger=native.__name__):
-        binary = native.daemon_binary(tmp_path / "cache")
+    with caplog.at_level(logging.WARNING, logger=build.__name__):
+        binary = build.daemon_binary(tmp_path / "cache")
     assert binary.exists() and dynamic_loader(binary)
     warning = " ".join(r.getMessage() for r in caplog.records)
     assert "linked dynamically" in warning and "glibc-static" in warning and str(binary) in warning
     # Cached: no second build, no second warning.
     caplog.clear()
-    assert native.daemon_binary(tmp_path / "cache") == binary
+    assert build.daemon_binary(tmp_path / "cache") == binary
     assert not caplog.records
 
 
@@ -66,6 +66,6 @@ def test_a_compiler_that_fails_both_ways_is_a_clear_error(tmp_path: Path, monkey
     broken.chmod(0o755)
     monkeypatch.setenv("CC", str(broken))
     with pytest.raises(CompilerMissingError, match="libc6-dev") as caught:
-        native.daemon_binary(tmp_path / "cache")
+        build.daemon_binary(tmp_path / "cache")
     assert "sys/types.h" in str(caught.value)
     assert not list((tmp_path / "cache" / "bin").glob("snapgym-sandboxd-*"))

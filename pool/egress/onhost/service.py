@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pool.capabilities import EgressControl
-from pool.egress.gatekeeper import Gatekeeper
+from pool.egress.onhost.gatekeeper import Gatekeeper
 from pool.egress.settings import EgressSettings
 from pool.network.policy import NetworkMode
 

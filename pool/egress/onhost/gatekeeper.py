@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pool.egress.netns import listen_in_netns
+from pool.egress.onhost.netns import listen_in_netns
 from pool.egress.sandboxside import PROXY_PORT, ca_bundle, proxy_environment
 from pool.network.audit import NetworkLog
 from pool.network.policy import NetworkPolicy, Phase

@@ -2,10 +2,10 @@
 
 The proxy has already judged the connection (policy, addresses, the tunnel's first bytes);
 here each request is read with h11, checked (it must name the judged host; no upgrades), and
-answered from the store (:mod:`~pool.egress.cache.replay`) or forwarded to the origin and stored
-on the way back (:mod:`~pool.egress.cache.record`). A tunnel carries as many requests as the
+answered from the store (:mod:`~pool.egress.cache.serving.replay`) or forwarded to the origin and stored
+on the way back (:mod:`~pool.egress.cache.serving.record`). A tunnel carries as many requests as the
 client sends; a plain proxy request carries one. The audit record of the connection says what
-the cache did (:func:`~pool.egress.cache.exchange.mark`): ``hit``, ``stored``, ``passed``
+the cache did (:func:`~pool.egress.cache.serving.exchange.mark`): ``hit``, ``stored``, ``passed``
 (forwarded, not stored) or ``miss``.
 """
 
@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 import h11
 
 from pool.egress.cache.downloads import DownloadCache
-from pool.egress.cache.exchange import ClientFailed, Context, answer
 from pool.egress.cache.key import RequestKey, key_headers, origin_target
-from pool.egress.cache.record import record
-from pool.egress.cache.replay import replay
+from pool.egress.cache.serving.exchange import ClientFailed, Context, answer
+from pool.egress.cache.serving.record import record
+from pool.egress.cache.serving.replay import replay
 from pool.egress.cache.transport.http import Peer, text_headers, values
 from pool.egress.cache.transport.origin import Origin, OriginSpec
 from pool.egress.cache.transport.streams import PlainStream, Stream, TLSStream
