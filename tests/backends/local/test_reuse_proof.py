@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -161,20 +162,34 @@ def test_a_reused_cgroup_starts_with_its_limits_and_zeroed_records(sandbox: Loca
         assert 256 << 20 <= limit <= (256 << 20) + (1 << 20)
 
 
-def test_a_reused_cgroup_counts_only_its_own_instance_s_oom_kills(sandbox: LocalSandbox) -> None:
-    """An OOM kill in a cgroup's past (the kernel's count cannot be zeroed) is not the next instance's."""
+def _oom_killed_then_reused(sandbox: LocalSandbox) -> str | None:
+    """An OOM kill in the current instance's memory cgroup, then restores until that cgroup serves again;
+    None when it did, else why its proof refused it."""
     group = _memory_cgroup(_init_pid(sandbox))
     hog = "x = bytearray(512 << 20)"  # past the 256 MiB limit, with no swap: the OOM killer takes it
     script = f'echo $$ > {group}/cgroup.procs && exec {sys.executable} -c "{hog}"'
+    # The interpreter's files are read once outside the cgroup first: a page of a file first read inside it
+    # stays charged to it while another process maps it, and the proof would rightly refuse the set.
+    subprocess.run(["sh", "-c", f'exec {sys.executable} -c "x = bytearray(1)"'], check=True)
     assert subprocess.run(["sh", "-c", script], capture_output=True).returncode != 0
     assert "oom_kill 1" in (group / "memory.oom_control").read_text() if cgroups._v1_controller("memory") else True
     assert sandbox.exec("echo alive").stdout == "alive\n"
     for _ in range(RESTORES):
         sandbox.restore()
         if _memory_cgroup(_init_pid(sandbox)) == group:
-            break
-    else:
-        pytest.fail(f"{group} was not reused: {_refusals(group)}")
+            return None
+    return f"{group}: {_refusals(group)}"
+
+
+def test_a_reused_cgroup_counts_only_its_own_instance_s_oom_kills(sandbox: LocalSandbox) -> None:
+    """An OOM kill in a cgroup's past (the kernel's count cannot be zeroed) is not the next instance's."""
+    # The proof may rightly refuse a set whose killed process the kernel has not finished uncharging
+    # (a refused set is removed): the scenario is played again, with another set, up to three times.
+    refused = []
+    while len(refused) < 3 and (why := _oom_killed_then_reused(sandbox)) is not None:
+        refused.append(why)
+    if len(refused) == 3:
+        pytest.fail(f"no OOM-killed cgroup was reused: {refused}")
     os.kill(_init_pid(sandbox), signal.SIGKILL)  # killed from the host: not by the OOM killer
     deadline = time.monotonic() + 5
     while sandbox.is_alive and time.monotonic() < deadline:
@@ -241,6 +256,40 @@ def test_a_network_namespace_with_a_leftover_is_refused_not_reused(
             cleanup()
     assert net not in later, f"{net} served again after {plant.__name__}"
     assert sandbox.exec("echo ok").stdout == "ok\n"
+
+
+_NETWORK_VIEW = "cat /proc/net/dev /proc/net/snmp /proc/net/snmp6 /proc/net/netstat /proc/net/ip6_flowlabel"
+"""What an agent can read of its network namespace's history: counters and lingering IPv6 flow labels."""
+
+_SEND_PACKETS = "import socket\nfor _ in range(20): socket.socket().connect_ex(('127.0.0.1', 9))"
+"""Twenty refused connections over loopback: the interface's and TCP's counters go up and stay up."""
+
+_LEAVE_FLOW_LABEL = (
+    "import socket, struct\n"
+    "s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n"
+    "dst = socket.inet_pton(socket.AF_INET6, '::1')\n"
+    "# IPV6_FLOWLABEL_MGR: get label 0x12345, create it, exclusive, lingering 6 s after the socket\n"
+    "s.setsockopt(socket.IPPROTO_IPV6, 32, struct.pack('16sIBBHHHI', dst, socket.htonl(0x12345), 0, 1, 1, 6, 6, 0))\n"
+    "s.close()"
+)
+"""A value of the agent's choosing, left behind in the namespace for the next episode to read."""
+
+
+@pytest.mark.parametrize("leave", [_SEND_PACKETS, _LEAVE_FLOW_LABEL], ids=["packet-counters", "ipv6-flow-label"])
+def test_an_agent_leaves_nothing_in_the_network_namespace_for_a_later_episode(
+    sandbox: LocalSandbox, leave: str
+) -> None:
+    """The kernel never zeroes a namespace's counters, and a flow label outlives its socket: a namespace that
+    holds either is torn down, not handed to a later instance (which would read what this episode did)."""
+    quiet = sandbox.exec(_NETWORK_VIEW)
+    assert quiet.exit_code == 0, quiet.stderr
+    left = sandbox.exec(f"python3 -c {shlex.quote(leave)} && {_NETWORK_VIEW}")
+    assert left.exit_code == 0, left.stderr
+    assert left.stdout != quiet.stdout  # the agent did leave a trace in its own namespace
+    net = _netns(_init_pid(sandbox))
+    later = _later_instances(sandbox, lambda pid: (_netns(pid), sandbox.exec(_NETWORK_VIEW).stdout))
+    assert net not in [ns for ns, _ in later], f"{net} served again after the agent used it"
+    assert all(view == quiet.stdout for _, view in later), "a later episode reads another's network history"
 
 
 # -- records ------------------------------------------------------------------

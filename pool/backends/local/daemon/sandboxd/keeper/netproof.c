@@ -14,7 +14,13 @@
  *   - its interfaces, IPv4 routes and addresses (fib_trie), IPv6 routes and
  *     addresses, legacy iptables tables, nftables tables and a few sysctls read
  *     as those of a new namespace set up as instance/sandbox.c sets up an instance's
- *     (made once per keeper).
+ *     (made once per keeper);
+ *   - so do its counters (each interface's, and the IP, ICMP, TCP and UDP ones of
+ *     snmp, snmp6 and netstat) and its IPv6 flow labels: the kernel never zeroes a
+ *     counter, and an unprivileged socket can leave a label of its choosing behind
+ *     for seconds after it closes, so a namespace that carried a packet (or tried
+ *     to), or holds a label, would show the next episode what the last one did.
+ *     Such a namespace is torn down; a quiet one (no network used) is reused.
  *
  * As root the keeper joins the namespace itself and comes back; rootless (where it could not
  * come back) a child of its does the looking.
@@ -25,7 +31,7 @@
 
 #include "sandboxd.h"
 
-enum { PRINT_MAX = 16384 };
+enum { PRINT_MAX = 32768 }; /* the counters take about 12 KB */
 
 static int no_sockets(void) {
     static const char *counters[] = {"/proc/thread-self/net/sockstat", "/proc/thread-self/net/sockstat6"};
@@ -104,7 +110,11 @@ static int nft_tables(void) {
 /* What a namespace holds besides sockets, as text; in a child that joined it. */
 static size_t fingerprint(char *out) {
     size_t used = 0;
-    add_file(out, &used, "/proc/thread-self/net/dev", 1u << 0);             /* interface names */
+    add_file(out, &used, "/proc/thread-self/net/dev", 0);                   /* interfaces and their counters */
+    add_file(out, &used, "/proc/thread-self/net/snmp", 0);                  /* IP, ICMP, TCP, UDP counters */
+    add_file(out, &used, "/proc/thread-self/net/snmp6", 0);
+    add_file(out, &used, "/proc/thread-self/net/netstat", 0);               /* TCP's and IP's extended ones */
+    add_file(out, &used, "/proc/thread-self/net/ip6_flowlabel", 0);         /* labels lingering after a socket */
     add_file(out, &used, "/proc/thread-self/net/fib_trie", 0);              /* IPv4 routes, addresses */
     add_file(out, &used, "/proc/thread-self/net/ipv6_route", 0x33fu);       /* not the use counters */
     add_file(out, &used, "/proc/thread-self/net/if_inet6", 0);
