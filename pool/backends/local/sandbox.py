@@ -98,7 +98,12 @@ class LocalSandbox(BaseSandbox):
     @property
     def stage_dir(self) -> Path:
         """The sandbox's writable tmpfs (its instance's stage), seen through its keeper's mount namespace."""
-        return Path(f"/proc/{self.keeper_pid}/root") / self.stage_path.lstrip("/")
+        return Path(f"/proc/{self.keeper_pid}/root/{self.stage_path.lstrip('/')}")
+
+    @property
+    def upper_dir(self) -> Path:
+        """The current instance's writable layer (``upper`` in its stage), seen as :attr:`stage_dir` is."""
+        return Path(f"/proc/{self.keeper_pid}/root/{self.stage_path.lstrip('/')}/upper")
 
     # -- identity ---------------------------------------------------------
 
@@ -213,7 +218,7 @@ class LocalSandbox(BaseSandbox):
         its writable layer (see pool.backends.local.store.changes); nothing runs in the sandbox."""
         self._check_open()
         return read_changes(
-            self.stage_dir / "upper",
+            self.upper_dir,
             self._runtime.layer_paths(self.start_snapshot.layers),
             rootless=self._settings.rootless,
             max_paths=max_paths,
@@ -228,7 +233,7 @@ class LocalSandbox(BaseSandbox):
         self._check_open()
         resolved = commands.resolve(self._snapshot.workdir, path)
         if any(resolved.startswith(d + "/") for d in self._private):  # a strict verifier's: no process needed
-            data = upperread.read(self.stage_dir / "upper", resolved, max_bytes)
+            data = upperread.read(self.upper_dir, resolved, max_bytes)
             if data is not None:
                 return data
         return self._link.read_file(resolved, path, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
@@ -262,7 +267,7 @@ class LocalSandbox(BaseSandbox):
             self._runtime,
             sandbox_id=self.id,
             parent=self._snapshot,
-            upper=self.stage_dir / "upper",
+            upper=self.upper_dir,
             pause=self.freeze,
             resume=self.thaw,
             build=build,
@@ -337,7 +342,7 @@ class LocalSandbox(BaseSandbox):
 
     def _install_delta(self, plan: VerificationPlan) -> tuple[Path | None, InstallDelta]:
         """A toolchain verifier's graft of the agent's installs (see seal.graft_installs)."""
-        upper = self.stage_dir / "upper"
+        upper = self.upper_dir
         return self._runtime.graft_installs(self._snapshot, plan, upper, pause=self.freeze, resume=self.thaw)
 
     # -- network ----------------------------------------------------------

@@ -153,7 +153,7 @@ class TestsLayers:
             ConfigError: the folder is missing or holds something other than
                 files, folders and links.
         """
-        key = (str(tests_dir.resolve()), _listing_key(tests_dir))
+        key = (os.path.realpath(tests_dir), _listing_key(tests_dir))
         with self._lock:
             layer_id = self._known.get(key)
             if layer_id is None or not self._store.layers.exists(layer_id):

@@ -43,11 +43,15 @@ class LayerStore:
         root.mkdir(parents=True, exist_ok=True)
         manifests.mkdir(parents=True, exist_ok=True)
         self._verified: dict[str, str] = {}
+        self._paths: dict[str, Path] = {}
         self._lock = threading.Lock()
 
     def path(self, layer_id: str) -> Path:
         """Where a layer's tree lives."""
-        return self.root / layer_id
+        path = self._paths.get(layer_id)
+        if path is None:  # asked for every layer of a snapshot at each instance, seal and end-state diff
+            path = self._paths[layer_id] = self.root / layer_id
+        return path
 
     def exists(self, layer_id: str) -> bool:
         """True when the layer is present."""
