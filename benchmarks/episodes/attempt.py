@@ -232,6 +232,8 @@ def _reset(env: gym.Env[Any, str], spec: EpisodeSpec, result: AttemptResult) -> 
     result.reset_kind = info.get("reset_kind")
     if info.get("resources_not_applied"):  # the ledger says what the backend did not hold the task to
         result.extra["resources_not_applied"] = info["resources_not_applied"]
+    if "reused" in info:  # kernel objects of a dead instance the episode started with, each proven clean
+        result.extra["reused"] = dict(info["reused"])
     return obs, info
 
 

@@ -207,6 +207,7 @@ def test_eval_writes_ledger_tables_summary_and_plots(tmp_path: Path, shared_stor
         assert diff["source"] == "host" and answer in diff["added"], diff
         assert not any(path.startswith("/run/.snapgym") for kind in ("added", "changed") for path in diff[kind])
         assert result["changes"] == {"added": 1, "changed": 0, "removed": 0, "truncated": False}  # counts only
+        assert set(result["reused"]) == {"cgroup", "netns"}  # what its instance got from a dead one, proven clean
 
     episodes = pd.read_parquet(out / "episodes.parquet")
     assert not EPISODE_COLUMNS - set(episodes.columns)
