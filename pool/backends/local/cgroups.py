@@ -53,9 +53,8 @@ def _v2() -> bool:
 def _make_parent(folder: Path) -> None:
     """Create snapgym's folder in a hierarchy unless it is there (it is after the first sandbox).
 
-    Looked at first: a mkdir, even of a folder that exists, waits for the hierarchy's lock on its
-    parent, which every keeper takes in turn to make its instances' cgroups beside the others (a
-    fork of 128 sandboxes spent half a millisecond a child waiting so)."""
+    Looked at first: a mkdir of a folder that exists still locks the hierarchy's root for a create
+    (10 µs a sandbox here, against 5 for the look)."""
     if not os.path.isdir(folder):
         folder.mkdir(exist_ok=True)
 
