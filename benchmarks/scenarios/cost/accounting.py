@@ -7,7 +7,8 @@ by kind (:func:`by_kind`):
 ``runner``           the runner's Python process, all its threads
 ``runner children``  processes the runner started and reaped: the no-isolation baseline's shells, and
                      the last moments of a daemon that ended (after the sampler last saw it)
-``daemon``           the sandbox daemon's main process (its comm is ``snapgym-sandbox``)
+``daemon``           the sandbox daemon's main process (its comm is ``snapgym-sandbox``) and its netmaker
+                     (``snapgym-netstock``), which makes network namespaces ahead for new sandboxes
 ``keepers``          the per-sandbox keepers (``snapgym-keeper``), and keepers that ended
 ``janitors``         the keepers' cleanup processes (``snapgym-janitor``)
 ``instances``        everything a keeper started: each instance's init, its exec helpers, the
@@ -158,6 +159,8 @@ def _kind(pid: int, comm: str, titles: dict[int, str], parents: dict[int, int], 
         return "keepers"
     if titles[pid].startswith("snapgym-janitor"):
         return "janitors"
+    if titles[pid].startswith("snapgym-netstock"):
+        return "daemon"
     if comm.startswith("snapgym-sandbox") and len(chain) == 2:
         return "daemon"
     if any(titles.get(ancestor, "").startswith("snapgym-keeper") for ancestor in chain[1:]):

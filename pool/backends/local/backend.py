@@ -69,7 +69,8 @@ class LocalBackend:
         rootless: run without host root (default: when not root).
         id_offset: host uid that sandbox root maps to in root mode.
         prewarm: keep the next episode's namespaces set up beside each sandbox,
-            so restore is a hand-off (one idle init process per sandbox).
+            so restore is a hand-off (one idle init process per sandbox), and
+            network namespaces made ahead for new sandboxes and forks.
         ready_sandboxes: keep one sandbox started for the next create() of a
             snapshot created more than once (see pool.backends.local.ready).
         prefer_prebuilt: start a Dockerfile template from its prebuilt image

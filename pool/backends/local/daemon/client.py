@@ -93,13 +93,15 @@ class PendingReply:
 class DaemonClient:
     """A running sandboxd and the socket to it. Thread-safe."""
 
-    def __init__(self, binary: Path, *, rootless: bool, stage_dir: Path, log_path: Path) -> None:
+    def __init__(self, binary: Path, *, rootless: bool, stage_dir: Path, log_path: Path, netns_stock: int = 0) -> None:
+        """Start the daemon ``binary``; ``netns_stock``: how many new network namespaces it may keep made
+        ahead for new sandboxes (``sandboxd/netstock.c``; 0: none)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         parent.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         self._log_path = log_path
         with open(log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                [str(binary), "user" if rootless else "root", str(stage_dir), str(child.fileno())],
+                [str(binary), "user" if rootless else "root", str(stage_dir), str(child.fileno()), str(netns_stock)],
                 pass_fds=[child.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

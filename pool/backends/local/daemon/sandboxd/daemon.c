@@ -42,20 +42,27 @@ static void create(msg_t *m) {
         reply(REPLY_ERR, m->sbx, m->seq, "socketpair: %s", strerror(errno));
         return;
     }
+    /* Stocked network namespaces (netstock.c): one for its first instance, one for the spare. */
+    const char *net = field(m, "net"), *spare = field(m, "spare");
+    int nets[2], want = net && strcmp(net, "host") == 0 ? 0 : spare && strcmp(spare, "1") == 0 ? 2 : 1;
+    int nnets = netstock_take(nets, want);
     pid_t pid = fork();
     if (pid < 0) {
         reply(REPLY_ERR, m->sbx, m->seq, "fork a keeper: %s", strerror(errno));
         close(sv[0]);
         close(sv[1]);
+        for (int i = 0; i < nnets; i++) close(nets[i]);
         return;
     }
     if (pid == 0) {
         close(sv[0]);
         close(signal_fd);
         for (int i = 0; i < count; i++) close(sandboxes[i].sock);
+        netstock_forget();
         unblock_signals();
-        keeper_main(m, stage_root, sv[1]); /* replies to Python itself */
+        keeper_main(m, stage_root, sv[1], nets, nnets); /* replies to Python itself */
     }
+    for (int i = 0; i < nnets; i++) close(nets[i]);
     close(sv[1]);
     sandboxes[count++] = (sandbox_t){m->sbx, pid, sv[0], 0};
 }
@@ -104,7 +111,7 @@ static int enter_own_user_namespace(void) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s root|user STAGE_DIR CONTROL_FD\n", argv[0]);
+        fprintf(stderr, "usage: %s root|user STAGE_DIR CONTROL_FD [NETNS_STOCK]\n", argv[0]);
         return 2;
     }
     user_mode = strcmp(argv[1], "user") == 0;
@@ -130,14 +137,24 @@ int main(int argc, char **argv) {
     signal_fd = sigchld_fd();
     msg_t *m = msg_new();
     if (!m) return 1;
+    netstock_start(argc > 4 ? atoi(argv[4]) : 0);
     for (;;) {
-        await_request(control_fd, signal_fd, reap);
+        int refill_in_ms = netstock_refill();
+        struct pollfd p[3] = {{control_fd, POLLIN, 0}, {signal_fd, POLLIN, 0}, {netstock_fd(), POLLIN, 0}};
+        if (poll(p, netstock_fd() >= 0 ? 3 : 2, refill_in_ms) <= 0) continue;
+        if (p[1].revents) {
+            drain_signalfd(signal_fd);
+            reap();
+        }
+        if (netstock_fd() >= 0 && p[2].revents) netstock_receive();
+        if (!p[0].revents) continue;
         if (recv_msg(control_fd, m) < 0) break; /* the host process is gone */
         if (m->op != 0) route(m);
     }
     /* Keepers die with us (parent-death signal) and take their inits along;
      * the stage mounts go with their mount namespaces. Kill them explicitly too. */
     for (int i = 0; i < count; i++) kill(sandboxes[i].keeper, SIGKILL);
+    netstock_forget(); /* the netmaker ends when its channel does */
     while (wait(NULL) > 0) {}
     return 0;
 }

@@ -9,6 +9,7 @@
  *
  *   python (LocalBackend)
  *     `- sandboxd (daemon.c)     private mount ns; routes requests by sandbox id
+ *          |- netmaker (netstock.c)  makes network namespaces ahead, for new keepers
  *          `- keeper (keeper/)   one per sandbox, in a mount ns of its own (its stages);
  *               |                starts, restores and seals the sandbox
  *               |- init          PID 1 of new pid/mount/net/ipc/uts/user namespaces (instance/),
@@ -27,7 +28,8 @@
  * sandbox to the verifier.
  *
  * Files, by the process that runs them:
- *   daemon.c      the daemon; wire.c, children.c, mountapi.c: plumbing every level uses
+ *   daemon.c      the daemon, and netstock.c, its stock of network namespaces made ahead
+ *   wire.c, children.c, mountapi.c: plumbing every level uses
  *   keeper/       keeper.c, and the proofs that let it reuse a dead instance's cgroups
  *                 (cgpool.c) and network namespace (netproof.c)
  *   instance/     the cloned child that becomes init (sandbox.c, seccomp.c, warm.c),
@@ -35,7 +37,9 @@
  *   verifier/     what a seal builds for the verifier: graft.c (strict), shared.c and
  *                 freeze.c (shared), lookup.c (overlayfs lookups both use)
  *
- * Usage: sandboxd root|user STAGE_DIR CONTROL_FD
+ * Usage: sandboxd root|user STAGE_DIR CONTROL_FD [NETNS_STOCK]
+ *   NETNS_STOCK: how many new network namespaces the daemon may keep made ahead (netstock.c; 0, the
+ *   default: none)
  *
  * Wire format (SOCK_SEQPACKET, one message per packet, host byte order):
  *   u32 op, u32 sandbox id, u32 sequence, u32 field count,
@@ -234,7 +238,17 @@ long cgpool_oom_kills(char dirs[][512], int n); /* OOM kills the cgroups have co
 /* keeper/netproof.c: is a dead instance's network namespace empty, as a fresh one? */
 int net_is_empty(int net);
 
-/* keeper/keeper.c */
-void keeper_main(msg_t *create, const char *stage_root, int daemon_sock) __attribute__((noreturn));
+/* netstock.c: new network namespaces made ahead by a helper of the daemon, for new keepers. */
+int net_set_up(void);         /* set up the current network namespace as an instance's: 0, or -1 */
+void netstock_start(int max); /* start the helper; at most max namespaces stocked (0: none) */
+int netstock_fd(void);        /* the helper's channel to poll, -1 when there is none */
+void netstock_receive(void);  /* take in what the helper sent (its channel is readable) */
+int netstock_refill(void);    /* ask the helper for what the stock lacks: -1, or ms to wait first */
+int netstock_take(int *nets, int want); /* up to want stocked namespaces into nets: how many */
+void netstock_forget(void);   /* in a forked child: close the stock and the channel */
+
+/* keeper/keeper.c; nets: new network namespaces (fds) for its first instances */
+void keeper_main(msg_t *create, const char *stage_root, int daemon_sock, const int *nets, int nnets)
+    __attribute__((noreturn));
 
 #endif

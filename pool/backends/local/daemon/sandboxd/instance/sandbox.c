@@ -99,17 +99,6 @@ static void setup_dev(const char *root, const char *root_uid) {
         child_fail("mount /dev/mqueue");
 }
 
-static void loopback_up(void) {
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s < 0) child_fail("socket for loopback");
-    struct ifreq ifr = {0};
-    strcpy(ifr.ifr_name, "lo");
-    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0) child_fail("read loopback flags");
-    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0) child_fail("bring loopback up");
-    close(s);
-}
-
 static int syscall_pivot_root(const char *new_root, const char *put_old) {
     return (int)syscall(SYS_pivot_root, new_root, put_old);
 }
@@ -206,14 +195,8 @@ void sandbox_child(msg_t *cfg, const char *stage, int sock, int syncfd) {
     if (launch.net_fd >= 0) {
         if (setns(launch.net_fd, CLONE_NEWNET) < 0) child_fail("join the network namespace handed over");
         close(launch.net_fd);
-    } else if (!net || strcmp(net, "host") != 0) {
-        loopback_up();
-        /* Loopback has no stray segments for TIME_WAIT to guard against, and a port left in it
-         * would refuse the next server's bind (a restarted one, or the verifier's). */
-        write_file_str("/proc/sys/net/ipv4/tcp_max_tw_buckets", "0");
-        /* The namespace belongs to the daemon's user namespace, where the sandbox's root has no
-         * CAP_NET_BIND_SERVICE: without this, no server in a sandbox could listen on port 80. */
-        write_file_str("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0");
+    } else if ((!net || strcmp(net, "host") != 0) && net_set_up() < 0) {
+        child_fail("set up the network namespace");
     }
 
     if (chdir(root) < 0) child_fail("enter root filesystem");

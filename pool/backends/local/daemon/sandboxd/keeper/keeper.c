@@ -52,10 +52,12 @@ static msg_t *config; /* the layers and settings the sandbox runs with */
 static uint32_t sandbox_id, generation;
 static const char *stages;
 static int daemon_sock = -1, signal_fd = -1, janitor_fd = -1;
-/* Emptied network namespaces of dead instances, for the next ones: a strict episode starts two
- * instances (the agent's, the verifier's) and frees two, so two are kept. */
+/* Network namespaces for the next instances: new ones the daemon made ahead (netstock.c), then
+ * emptied ones of dead instances. A strict episode starts two instances (the agent's, the
+ * verifier's) and frees two, so two are kept. */
 enum { SPARE_NETS = 2 };
 static int spare_nets[SPARE_NETS] = {-1, -1};
+static int spare_net_is_new[SPARE_NETS]; /* never held a process: not a reuse */
 static int nspare_nets;
 static pid_t janitor_pid;
 static int seal_mode = UNSEALED;
@@ -139,17 +141,22 @@ static void janitor(char op, const char *path) { janitor_send(op, path, -1); }
 static void recycle_net(int net) {
     if (net < 0) return;
     if (nspare_nets < SPARE_NETS && net_is_empty(net)) {
+        spare_net_is_new[nspare_nets] = 0;
         spare_nets[nspare_nets++] = net;
         return;
     }
     janitor_send('N', "", net);
 }
 
-/* An emptied network namespace for a new instance (its fd), or -1: the instance makes its own. */
-static int take_spare_net(void) {
+/* A network namespace for a new instance (its fd), or -1: the instance makes its own. *reused:
+ * whether it is a dead instance's. */
+static int take_spare_net(int *reused) {
     if (nspare_nets == 0) return -1;
     int net = spare_nets[0];
-    memmove(spare_nets, spare_nets + 1, sizeof *spare_nets * (size_t)--nspare_nets);
+    *reused = !spare_net_is_new[0];
+    --nspare_nets;
+    memmove(spare_nets, spare_nets + 1, sizeof *spare_nets * (size_t)nspare_nets);
+    memmove(spare_net_is_new, spare_net_is_new + 1, sizeof *spare_net_is_new * (size_t)nspare_nets);
     spare_nets[nspare_nets] = -1;
     return net;
 }
@@ -283,7 +290,7 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
     in->oom_base = in->reused_cgroup ? cgpool_oom_kills(in->cgroups, in->ncgroups) : 0;
     memcpy(launch.cgroups, in->cgroups, sizeof launch.cgroups);
     launch.ncgroups = in->ncgroups;
-    if (!is_host_net(cfg) && (in->net_fd = take_spare_net()) >= 0) in->reused_netns = 1; /* instead of a new one */
+    if (!is_host_net(cfg)) in->net_fd = take_spare_net(&in->reused_netns); /* instead of a new one */
     launch.net_fd = in->net_fd;
     int sv[2], sy[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) goto sockfail;
@@ -713,7 +720,7 @@ static void reap(void) {
     }
 }
 
-void keeper_main(msg_t *create, const char *stage_root, int sock) {
+void keeper_main(msg_t *create, const char *stage_root, int sock, const int *nets, int nnets) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     set_title("snapgym-keeper");
     /* A mount namespace of our own: this sandbox's stages are mounted here only, so the daemon's
@@ -732,6 +739,10 @@ void keeper_main(msg_t *create, const char *stage_root, int sock) {
     instance_reset(&sealed);
     instance_reset(&dying);
     launch.net_fd = -1;
+    for (int i = 0; i < nnets && nspare_nets < SPARE_NETS; i++) {
+        spare_net_is_new[nspare_nets] = 1;
+        spare_nets[nspare_nets++] = nets[i];
+    }
     config = msg_new();
     msg_t *m = msg_new();
     if (!config || !m) _exit(1);

@@ -129,20 +129,6 @@ static size_t fingerprint(char *out) {
     return used;
 }
 
-/* A new namespace as instance/sandbox.c sets one up for an instance: loopback up, TIME_WAIT off, every port bindable. */
-static void set_up_as_an_instance(void) {
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct ifreq ifr = {0};
-    strcpy(ifr.ifr_name, "lo");
-    if (s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
-        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-        ioctl(s, SIOCSIFFLAGS, &ifr);
-    }
-    if (s >= 0) close(s);
-    write_file_str("/proc/sys/net/ipv4/tcp_max_tw_buckets", "0");
-    write_file_str("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0");
-}
-
 /* The fingerprint of `net` (or, with net < 0, of a new namespace with its loopback up), taken in a
  * child: we could not always come back to our own namespace (rootless). "" when it failed. */
 static void fingerprint_of(int net, char *out) {
@@ -154,7 +140,7 @@ static void fingerprint_of(int net, char *out) {
         close(pipefd[0]);
         int joined = net >= 0 ? setns(net, CLONE_NEWNET) : unshare(CLONE_NEWNET);
         if (joined < 0 || (net >= 0 && !no_sockets())) _exit(1);
-        if (net < 0) set_up_as_an_instance();
+        if (net < 0 && net_set_up() < 0) _exit(1);
         static char print[PRINT_MAX + 1];
         size_t n = fingerprint(print);
         _exit(n < PRINT_MAX && write(pipefd[1], print, n) == (ssize_t)n ? 0 : 1);
