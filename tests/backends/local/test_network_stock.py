@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ from tests.support.backends import LIMITS, WORKSPACE_TEMPLATE
 from tests.support.needs import skip_missing
 
 CHILDREN = 24
+REPO = Path(__file__).resolve().parents[3]
 
 PROBE = (
     "readlink /proc/self/ns/net; cat /proc/sys/net/ipv4/tcp_max_tw_buckets "
@@ -145,3 +148,25 @@ def test_no_stock_without_prewarm(tmp_path: Path) -> None:
         assert _netmaker(daemon) is None
         assert not _network_namespaces_held(daemon)
         assert _probe(sandbox)[1:] == ["0", "0", "served"]
+
+
+def test_the_stock_stays_within_an_eighth_of_the_open_file_limit(tmp_path: Path) -> None:
+    """Each stocked namespace is a descriptor of the daemon's: a low limit must not leave none for sandboxes."""
+    if os.geteuid() != 0:
+        skip_missing("needs root (network namespaces of the local backend)")
+    script = f"""
+import resource, time
+from pool import LocalBackend
+from tests.support.backends import LIMITS, WORKSPACE_TEMPLATE
+from tests.backends.local.test_network_stock import _network_namespaces_held
+resource.setrlimit(resource.RLIMIT_NOFILE, (160, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+with LocalBackend(store_dir={str(tmp_path / "store")!r}, **LIMITS) as backend:
+    snap = backend.build(WORKSPACE_TEMPLATE)
+    for child in backend.fork(snap, 40):
+        child.close()
+    time.sleep(1.0)
+    print(len(_network_namespaces_held(backend.runtime.daemon().pid)))
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) == 160 // 8

@@ -81,6 +81,10 @@ static void netmaker(int sock) {
 
 void netstock_start(int max) {
     limit = max < STOCK_MAX ? max : STOCK_MAX;
+    /* Each stocked namespace is a descriptor of the daemon's, beside one per sandbox: an eighth of
+     * its limit at most (128 where the limit is the common 1024). */
+    struct rlimit files;
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur / 8 < (rlim_t)limit) limit = (int)(files.rlim_cur / 8);
     target = limit < STOCK_START ? limit : STOCK_START;
     if (limit <= 0) return;
     int sv[2];
