@@ -139,9 +139,11 @@ class DockerSandbox(BaseSandbox):
             self._explain_missing_status(container)
             # the container lives: the command killed its helper (kill -9 -1), or stopped it past the backstop
             code, timed_out, out_cut, err_cut = 137, outcome.host_deadline_hit, False, False
-            if outcome.helper_pid is None and not timed_out:  # not even the helper started: the sandbox is full
+            if outcome.not_started is not None:  # the engine started nothing, twice
                 code = 126
-                outcome.stderr.add(b"snapgym: the command could not start in the sandbox (its process limit?)\n")
+                outcome.stderr.add(execution.not_started_message(outcome.not_started).encode())
+            elif outcome.helper_pid is None and not timed_out:
+                outcome.stderr.add(b"snapgym: the command's helper died before it could start the command\n")
         else:
             code, timed_out, out_cut, err_cut = outcome.status
         return ExecResult(

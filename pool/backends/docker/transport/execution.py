@@ -8,6 +8,12 @@ out, truncation). The sandbox enforces the timeout itself; the host keeps a
 backstop some seconds later for a helper the sandbox's own processes stopped,
 and then kills the command's tree with ``helper kill``. Stdin, when given, is
 written on the exec's attached socket by a thread and half-closed (EOF).
+
+When the engine cannot start the helper at all (the runtime's ``exec`` failed:
+a sandbox at its process limit, or a passing fault of the runtime), Docker
+writes its error as plain text on the stream and records exit code 126 and no
+pid for the exec. Nothing of the command ran then, so it is started once more;
+a second refusal is reported with the engine's own words.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ MAX_COMMAND_BYTES = 128 * 1024 - 1
 MAX_EXEC_BYTES = 960 * 1024
 """The command and its environment together, under the kernel's limit for execve()."""
 HOST_GRACE_S = 10.0
+RETRY_PAUSE_S = 0.1
+"""How long to wait before starting a command again that the engine could not start."""
 _READ_SIZE = 1 << 16
 
 
@@ -46,6 +54,8 @@ class Outcome:
     """(exit code, timed out, stdout truncated, stderr truncated), or None when the helper died."""
     helper_pid: str | None = None
     host_deadline_hit: bool = False
+    not_started: str | None = None
+    """The engine's reason when it could not start the helper (nothing of the command ran), else None."""
 
 
 def check_command(command: str, env: Mapping[str, str], timeout_s: float | None) -> None:
@@ -98,12 +108,32 @@ def run(
 ) -> Outcome:
     """Run ``command`` with ``sh -c`` in the container through the helper.
 
+    When the engine could not start the helper (nothing of the command ran), it is started once
+    more after :data:`RETRY_PAUSE_S`; a second refusal comes back with ``not_started`` set.
+
     Raises:
         SandboxCrashedError: the container is not running (409 from the engine).
         HostBrokenError: the engine stopped answering.
     """
     timeout_ms = int(timeout_s * 1000) if timeout_s else 0
     argv = [helper.PATH, "run", str(timeout_ms), str(cap), "1" if reap_all else "0", cwd, command]
+    outcome = _run_once(api, container, argv, env=env, timeout_s=timeout_s, stdin=stdin, cap=cap)
+    if outcome.not_started is not None:
+        time.sleep(RETRY_PAUSE_S)
+        outcome = _run_once(api, container, argv, env=env, timeout_s=timeout_s, stdin=stdin, cap=cap)
+    return outcome
+
+
+def _run_once(
+    api: Any,
+    container: str,
+    argv: list[str],
+    *,
+    env: Mapping[str, str],
+    timeout_s: float | None,
+    stdin: bytes | None,
+    cap: int,
+) -> Outcome:
     started = time.monotonic()
     with engine_errors("starting a command in the sandbox", missing=_gone):
         try:
@@ -123,7 +153,7 @@ def run(
     deadline = started + timeout_s + HOST_GRACE_S if timeout_s else None
     try:
         with engine_errors("reading a command's output"):
-            _collect(sock, outcome, deadline)
+            unframed = _collect(sock, outcome, deadline)
     finally:
         if writer is not None:
             writer.join(timeout=1.0)
@@ -132,7 +162,28 @@ def run(
             sock.close()
     if outcome.host_deadline_hit and outcome.helper_pid:
         kill_helper(api, container, outcome.helper_pid)
+    if outcome.status is None and outcome.helper_pid is None and not outcome.host_deadline_hit:
+        outcome.not_started = _start_failure(api, exec_id, unframed)
     return outcome
+
+
+def _start_failure(api: Any, exec_id: str, said: bytes) -> str | None:
+    """The engine's reason when it never started the exec's process (no pid), else None."""
+    with engine_errors("asking the engine about a command"):
+        state = api.exec_inspect(exec_id)
+    if _started(state):
+        return None  # the helper ran and died before its first frame: it may have done something
+    text = said.decode("utf-8", "replace").strip()
+    return text or f"the engine gave no reason (exit code {state.get('ExitCode')})"
+
+
+def not_started_message(reason: str) -> str:
+    """What a command's stderr says when the engine could not start it, twice: the engine's words, and
+    what they usually mean."""
+    hint = ""
+    if "init-p" in reason or "resource temporarily unavailable" in reason:
+        hint = " (the runtime says this when the sandbox is at its process limit: its processes hold every pid)"
+    return f"snapgym: the container engine could not start the command: {reason}{hint}\n"
 
 
 def kill_helper(api: Any, container: str, pid: str) -> None:
@@ -145,9 +196,21 @@ def kill_helper(api: Any, container: str, pid: str) -> None:
 def run_helper(api: Any, container: str, args: list[str], *, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
     """Run one helper operation (not a user command) and wait for it: (exit code, stdout, stderr).
 
+    Started once more when the engine could not start it (as :func:`run`).
+
     Raises:
         SandboxCrashedError: the container is not running.
     """
+    result, started = _run_helper_once(api, container, args, stdin)
+    if not started:
+        time.sleep(RETRY_PAUSE_S)
+        result, _ = _run_helper_once(api, container, args, stdin)
+    return result
+
+
+def _run_helper_once(
+    api: Any, container: str, args: list[str], stdin: bytes | None
+) -> tuple[tuple[int, bytes, bytes], bool]:
     with engine_errors(f"running snapgym's helper ({args[0]}) in the sandbox", missing=_gone):
         try:
             exec_id = api.exec_create(container, [helper.PATH, *args], stdin=stdin is not None)["Id"]
@@ -167,8 +230,14 @@ def run_helper(api: Any, container: str, args: list[str], *, stdin: bytes | None
                 writer.join(timeout=1.0)
             attached.close()
             sock.close()
-        code = api.exec_inspect(exec_id).get("ExitCode")
-    return (code if isinstance(code, int) else -1), bytes(streams[1]), bytes(streams[2])
+        state = api.exec_inspect(exec_id)
+    code = state.get("ExitCode")
+    return ((code if isinstance(code, int) else -1), bytes(streams[1]), bytes(streams[2])), _started(state)
+
+
+def _started(exec_state: Mapping[str, Any]) -> bool:
+    """Whether the engine started an exec's process (it records no pid for one it could not start)."""
+    return bool(exec_state.get("Pid")) or bool(exec_state.get("Running"))
 
 
 def _gone(why: str) -> SandboxCrashedError:
@@ -187,8 +256,12 @@ def _feed_stdin(sock: socket.socket, data: bytes) -> threading.Thread:
     return thread
 
 
-def _collect(sock: socket.socket, outcome: Outcome, deadline: float | None) -> None:
-    """Read the helper's frames until its status record (or the end of the stream, or the backstop)."""
+def _collect(sock: socket.socket, outcome: Outcome, deadline: float | None) -> bytes:
+    """Read the helper's frames until its status record (or the end of the stream, or the backstop).
+
+    Returns the bytes left that are not a whole frame: when the helper never started, the
+    engine's own error message.
+    """
     pending = b""
     helper_err = bytearray()
     for kind, payload in _docker_frames(sock, deadline, outcome):
@@ -203,9 +276,10 @@ def _collect(sock: socket.socket, outcome: Outcome, deadline: float | None) -> N
             tag, body, pending = pending[:1], pending[5 : 5 + length], pending[5 + length :]
             _frame(outcome, tag, body)
             if outcome.status is not None:
-                return
+                return b""
     if helper_err:
         outcome.stderr.add(bytes(helper_err))
+    return pending[:4096]
 
 
 def _frame(outcome: Outcome, tag: bytes, body: bytes) -> None:
