@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _processes_matching(text: str) -> list[str]:
+    """``PID ARGS`` of each process whose command line (not its pid) holds ``text``."""
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if text in line and "ps -eo" not in line]
+    return [line for line in out.splitlines() if text in line.split(None, 1)[-1] and "ps -eo" not in line]
 
 
 def _mounts_under(path: Path) -> list[str]:

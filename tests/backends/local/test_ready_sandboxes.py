@@ -40,7 +40,7 @@ def test_a_snapshot_gets_a_ready_sandbox_from_its_second_create_on(tmp_path: Pat
     finally:
         tag = backend.tag
         backend.close()
-    assert _processes_matching("4711") == []
+    assert _processes_matching("sleep 4711") == []
     assert list((tmp_path / "run").iterdir()) == []
     assert [g for g in cgroups.stale_groups(lambda name: False) if g.name.startswith(f"{tag}-")] == []
 
