@@ -237,6 +237,17 @@ void cgpool_drain(void (*drop)(const char *dir));
 long cgpool_oom_kills(char dirs[][512], int n); /* OOM kills the cgroups have counted */
 /* keeper/netproof.c: is a dead instance's network namespace empty, as a fresh one? */
 int net_is_empty(int net);
+/* keeper/nets.c: the network namespaces a keeper keeps for its next instances (see there). */
+void nets_keep_new(const int *nets, int n); /* new ones from the daemon's stock */
+void nets_recycle(int net);                 /* a dead instance's: kept if proven empty, else dropped */
+int nets_take(int *reused);                 /* one for a new instance, or -1; *reused: a dead one's */
+void nets_drop(int net);                    /* no longer wanted: its teardown goes to the janitor */
+void nets_forget(void);                     /* in a forked child: close them */
+/* keeper/janitor.c: the keeper's child that clears dead instances' remains off the request path. */
+void janitor_send(char op, const char *path, int fd); /* U unmount+remove, R remove, N only close fd */
+void janitor_drain(void);        /* let it finish and wait for it */
+void janitor_reaped(pid_t pid);  /* pid was reaped: if the janitor's, clean up inline from now on */
+void janitor_forget(void);       /* in a forked child: close the channel */
 
 /* netstock.c: new network namespaces made ahead by a helper of the daemon, for new keepers. */
 int net_set_up(void);         /* set up the current network namespace as an instance's: 0, or -1 */

@@ -51,15 +51,7 @@ static int dying_held = -1, dying_net = -1;
 static msg_t *config; /* the layers and settings the sandbox runs with */
 static uint32_t sandbox_id, generation;
 static const char *stages;
-static int daemon_sock = -1, signal_fd = -1, janitor_fd = -1;
-/* Network namespaces for the next instances: new ones the daemon made ahead (netstock.c), then
- * emptied ones of dead instances. A strict episode starts two instances (the agent's, the
- * verifier's) and frees two, so two are kept. */
-enum { SPARE_NETS = 2 };
-static int spare_nets[SPARE_NETS] = {-1, -1};
-static int spare_net_is_new[SPARE_NETS]; /* never held a process: not a reuse */
-static int nspare_nets;
-static pid_t janitor_pid;
+static int daemon_sock = -1, signal_fd = -1;
 static int seal_mode = UNSEALED;
 static int shared_ns[6] = {-1, -1, -1, -1, -1, -1}; /* verifier's mnt; the sandbox's pid net ipc uts user */
 static char shared_cgroups[4][512];
@@ -70,104 +62,13 @@ static void instance_reset(instance_t *in) {
     in->sock = in->sync = in->net_fd = -1;
 }
 
-/* ------------------------------------------------------------- janitor */
-
-/* A child that shares our mount namespace and does the slow cleanup, off the
- * request path: lazy unmounts (whose last reference frees a tmpfs), cgroup
- * removal, and the last reference to a dead instance's mount namespace
- * (tearing one down waits for RCU). Requests are packets with one field
- * "OP=PATH", optionally carrying one fd to close. */
-static void janitor_start(void) {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return;
-    pid_t pid = fork();
-    if (pid < 0) { close(sv[0]); close(sv[1]); return; }
-    if (pid == 0) {
-        /* Nothing of the keeper's but its channel: a descriptor on an instance's namespace
-         * held here would keep that namespace alive. */
-        if (sv[0] > 3) syscall(SYS_close_range, 3, sv[0] - 1, 0);
-        syscall(SYS_close_range, sv[0] + 1, ~0U, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        set_title("snapgym-janitor");
-        msg_t *m = msg_new();
-        while (m && recv_msg(sv[0], m) == 0) {
-            const char *path = m->nfields ? m->val[0] : "";
-            char op = m->nfields ? m->key[0][0] : 0;
-            close_fds(m); /* a namespace held for us: its teardown happens here */
-            if (op == 'U') {
-                umount2(path, MNT_DETACH);
-                rmdir(path);
-            } else if (op == 'R') {
-                for (int i = 0; i < 500 && rmdir(path) < 0 && errno == EBUSY; i++) usleep(10000);
-            }
-        }
-        _exit(0);
-    }
-    close(sv[0]);
-    janitor_fd = sv[1];
-    janitor_pid = pid;
-}
-
-/* Hand the janitor a request (op U unmount and remove, R remove, N only the fd). It starts with
- * the first request: a sandbox that never restores (a warm one in a pool) has no janitor. */
-static void janitor_send(char op, const char *path, int fd) {
-    static int started;
-    if (!started) {
-        started = 1;
-        janitor_start();
-    }
-    char packet[4200 + HDR_SIZE + 4];
-    int len = snprintf(packet + HDR_SIZE + 4, 4200, "%c=%s", op, path);
-    uint32_t h[4] = {0, 0, 0, 1}, l = (uint32_t)len;
-    memcpy(packet, h, HDR_SIZE);
-    memcpy(packet + HDR_SIZE, &l, 4);
-    if (janitor_fd >= 0 && len < 4200 && send_raw(janitor_fd, packet, HDR_SIZE + 4 + len, &fd, fd >= 0) == 0) {
-        if (fd >= 0) close(fd);
-        return;
-    }
-    if (fd >= 0) close(fd);
-    if (op == 'U') { umount2(path, MNT_DETACH); rmdir(path); }
-    else if (op == 'R') rmdir(path);
-}
-
-static void janitor(char op, const char *path) { janitor_send(op, path, -1); }
-
-/* ------------------------------------------------------------ networks */
-
-/* A network namespace is reused for the sandbox's next instance when a dead
- * instance leaves it provably as empty as a new one (netproof.c): creating and
- * tearing one down is the dearest part of an instance. */
-/* Keep a dead instance's network namespace (an fd on it) for a later instance, if empty. */
-static void recycle_net(int net) {
-    if (net < 0) return;
-    if (nspare_nets < SPARE_NETS && net_is_empty(net)) {
-        spare_net_is_new[nspare_nets] = 0;
-        spare_nets[nspare_nets++] = net;
-        return;
-    }
-    janitor_send('N', "", net);
-}
-
-/* A network namespace for a new instance (its fd), or -1: the instance makes its own. *reused:
- * whether it is a dead instance's. */
-static int take_spare_net(int *reused) {
-    if (nspare_nets == 0) return -1;
-    int net = spare_nets[0];
-    *reused = !spare_net_is_new[0];
-    --nspare_nets;
-    memmove(spare_nets, spare_nets + 1, sizeof *spare_nets * (size_t)nspare_nets);
-    memmove(spare_net_is_new, spare_net_is_new + 1, sizeof *spare_net_is_new * (size_t)nspare_nets);
-    spare_nets[nspare_nets] = -1;
-    return net;
-}
-
 /* ------------------------------------------------------------- cgroups */
 
 /* The instance's own cgroup in each of the sandbox's hierarchies: "cgroup" fields name
  * the path it starts with, and the suffix follows a dash (no cgroup per sandbox above
  * the instances: each memory cgroup costs kernel memory per superblock on the machine).
  * The limits of the "cgset" fields (FILE\tVALUE) are written where that file exists. */
-static void drop_cgroup(const char *dir) { janitor('R', dir); }
+static void drop_cgroup(const char *dir) { janitor_send('R', dir, -1); }
 
 /* 1: a proven-clean set of a dead instance's (cgpool.c), its limits set; 0: created here. */
 static int cgroups_create(msg_t *cfg, const char *suffix, char dirs[][512], int *n) {
@@ -201,7 +102,7 @@ static int cgroups_oom_killed(char dirs[][512], int n, long base) {
 /* A dead instance's cgroups go to the pool of emptied ones (proven before reuse), else away. */
 static void cgroups_remove(char dirs[][512], int *n) {
     if (!cgpool_give(dirs, *n))
-        for (int i = 0; i < *n; i++) janitor('R', dirs[i]);
+        for (int i = 0; i < *n; i++) janitor_send('R', dirs[i], -1);
     *n = 0;
 }
 
@@ -265,7 +166,7 @@ static void discard_held(instance_t *in, int keep_stage, int held) {
     in->state = NONE;
     cgroups_remove(in->cgroups, &in->ncgroups);
     if (keep_stage) return;
-    if (in->stage[0]) janitor('U', in->stage);
+    if (in->stage[0]) janitor_send('U', in->stage, -1);
     instance_reset(in);
 }
 
@@ -290,7 +191,7 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
     in->oom_base = in->reused_cgroup ? cgpool_oom_kills(in->cgroups, in->ncgroups) : 0;
     memcpy(launch.cgroups, in->cgroups, sizeof launch.cgroups);
     launch.ncgroups = in->ncgroups;
-    if (!is_host_net(cfg)) in->net_fd = take_spare_net(&in->reused_netns); /* instead of a new one */
+    if (!is_host_net(cfg)) in->net_fd = nets_take(&in->reused_netns); /* instead of a new one */
     launch.net_fd = in->net_fd;
     int sv[2], sy[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) goto sockfail;
@@ -304,13 +205,14 @@ static int begin(instance_t *in, msg_t *cfg, char *err, size_t errlen) {
         return -1;
     }
     if (pid == 0) {
-        int inherited[] = {daemon_sock, control_fd, signal_fd, janitor_fd, current.sock, current.sync,
+        int inherited[] = {daemon_sock, control_fd, signal_fd, current.sock, current.sync,
                            spare.sock, spare.sync, dying.sock, dying.sync, dying_held, dying_net, sv[0], sy[0]};
         for (size_t i = 0; i < sizeof inherited / sizeof *inherited; i++)
             if (inherited[i] >= 0) close(inherited[i]);
         for (int i = 0; i < 6; i++)
             if (shared_ns[i] >= 0) close(shared_ns[i]);
-        for (int i = 0; i < nspare_nets; i++) close(spare_nets[i]);
+        janitor_forget();
+        nets_forget();
         sandbox_child(cfg, in->stage, sv[1], sy[1]);
     }
     close(sv[1]);
@@ -504,7 +406,7 @@ static void seal_strict(msg_t *m) {
         discard(&current);
         reply(REPLY_ERR, sandbox_id, m->seq, "start the verifier: %s", err);
     }
-    recycle_net(net);
+    nets_recycle(net);
     start_spare();
 }
 
@@ -589,7 +491,7 @@ static void shared_run(msg_t *m) {
 
 /* Wait until the instance a restore killed is gone (so is every process of it: they died with
  * its PID namespace's init) and leave its tmpfs, mount namespace and cgroups to the janitor.
- * Returns its network namespace (or -1), for recycle_net() once there is time. */
+ * Returns its network namespace (or -1), for nets_recycle() once there is time. */
 static int settle(void) {
     if (dying.pid > 0) wait_gone(dying.pid);
     dying.pid = 0;
@@ -605,12 +507,7 @@ static int has_remains(void) {
     return dying.pid == 0 && (dying.stage[0] || dying.ncgroups > 0 || dying_held >= 0 || dying_net >= 0);
 }
 
-static void bury(void) { recycle_net(settle()); }
-
-/* A network namespace no one will use again: its last reference goes in the janitor. */
-static void drop_net(int net) {
-    if (net >= 0) janitor_send('N', "", net);
-}
+static void bury(void) { nets_recycle(settle()); }
 
 /* The old instance is killed first (SIGKILL to its init: the kernel then kills every process of
  * its PID namespace, and no new one can start there) and the spare, in namespaces and cgroups
@@ -631,7 +528,7 @@ static void restore(msg_t *m) {
     snprintf(path, sizeof path, "/proc/%d/ns/net", (int)dying.pid);
     dying_net = dying.pid > 0 && !is_host_net(config) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     if (dying.pid > 0) kill(dying.pid, SIGKILL);
-    else drop_net(settle()); /* no process: its remains go now */
+    else nets_drop(settle()); /* no process: its remains go now */
     if (!same_config(m)) {
         discard(&spare);
         adopt_config(m);
@@ -640,27 +537,17 @@ static void restore(msg_t *m) {
     unseal();
     if (rc < 0) reply(REPLY_ERR, sandbox_id, m->seq, "%s", err);
     else reply_started(m->seq, "");
-    recycle_net(earlier_net);
+    nets_recycle(earlier_net);
     start_spare();
 }
 
-/* Let the janitor finish what it was given (it exits at end of input) before we go:
- * it dies with us, and a stage it has not unmounted would hold its memory until the
- * daemon ends. */
-static void drain_janitor(void) {
-    if (janitor_fd < 0) return;
-    close(janitor_fd);
-    janitor_fd = -1;
-    wait_gone(janitor_pid);
-}
-
 static void shutdown_and_exit(int code) {
-    drop_net(settle());
+    nets_drop(settle());
     discard(&current);
     discard(&spare);
     unseal();
     cgpool_drain(drop_cgroup);
-    drain_janitor();
+    janitor_drain();
     _exit(code);
 }
 
@@ -680,13 +567,13 @@ static void serve(msg_t *m) {
         break;
     case OP_CLOSE:
         close_fds(m);
-        drop_net(settle());
+        nets_drop(settle());
         discard(&current);
         discard(&spare);
         unseal();
         cgpool_drain(drop_cgroup);
         reply(REPLY_OK, sandbox_id, m->seq, "pid=0");
-        drain_janitor();
+        janitor_drain();
         _exit(0);
     case OP_EXEC: case OP_READ: case OP_WRITE:
         if (seal_mode == SEALED_SHARED && current.state == READY) { shared_run(m); break; }
@@ -713,10 +600,7 @@ static void reap(void) {
         }
         if (pid == spare.pid) discard(&spare);
         if (pid == dying.pid) dying.pid = 0; /* gone: its remains go when the keeper is idle */
-        if (pid == janitor_pid && janitor_fd >= 0) { /* clean up inline from now on */
-            close(janitor_fd);
-            janitor_fd = -1;
-        }
+        janitor_reaped(pid);
     }
 }
 
@@ -739,10 +623,7 @@ void keeper_main(msg_t *create, const char *stage_root, int sock, const int *net
     instance_reset(&sealed);
     instance_reset(&dying);
     launch.net_fd = -1;
-    for (int i = 0; i < nnets && nspare_nets < SPARE_NETS; i++) {
-        spare_net_is_new[nspare_nets] = 1;
-        spare_nets[nspare_nets++] = nets[i];
-    }
+    nets_keep_new(nets, nnets);
     config = msg_new();
     msg_t *m = msg_new();
     if (!config || !m) _exit(1);
