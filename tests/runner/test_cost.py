@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.scenarios.cost import gateops
 from benchmarks.scenarios.cost.accounting import ProcessTable, ProcessTimes, by_kind
 from benchmarks.scenarios.cost.segments import Sample, Sampled, steady_state
 
@@ -95,7 +96,8 @@ def test_the_cost_scenario_reports_phases_segments_and_kernel_operations(tmp_pat
     assert "Linux" in summary["machine"]
     assert (out / "cost.md").read_text().startswith("Machine: ")
     if summary["kernel_ops_us"]:  # root only
-        assert {"memory cgroup", "network namespace", "tmpfs+overlay"} <= set(summary["kernel_ops_us"])
+        assert {"memory cgroup", "network namespace", "tmpfs+overlay", gateops.NAME} <= set(summary["kernel_ops_us"])
+        assert summary["kernel_ops_us"][gateops.NAME]["us_per_op"] > 0
 
 
 def test_another_tenants_keeper_is_not_counted(tmp_path: Path) -> None:

@@ -30,7 +30,9 @@ Method:
     tenant's load on a shared machine changes it far less than it changes wall
     time or the machine-wide busy time (reported beside it). ``perf`` is not
     needed. In the same run, the kernel operations an instance is made of are
-    timed one by one (:mod:`~benchmarks.scenarios.cost.kernelops`), and the
+    timed one by one (:mod:`~benchmarks.scenarios.cost.kernelops`), and so is
+    the runner's side of an egress gate, two of which a strict episode opens
+    and closes (:mod:`~benchmarks.scenarios.cost.gateops`), and the
     host's memory cgroups are counted before and after each segment (dying
     ones included). Medians over the rounds; figures per episode. Needs
     ``pool=direct`` (Ray would run the episodes in other processes).
@@ -201,13 +203,15 @@ def _kernel_ops(repetitions: int) -> tuple[dict[str, dict[str, float]], str]:
         return {}, "not measured (kernel_op_repetitions=0)"
     if os.geteuid() != 0:
         return {}, "not measured: they need root"
-    done = subprocess.run(
+    result: dict[str, dict[str, float]] = {}
+    for command in (
         [sys.executable, "-I", str(Path(__file__).with_name("kernelops.py")), str(repetitions)],
-        capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
-    if done.returncode != 0:
-        return {}, f"failed: {done.stderr.strip()[-300:]}"
-    result: dict[str, dict[str, float]] = json.loads(done.stdout)
+        [sys.executable, "-m", "benchmarks.scenarios.cost.gateops", str(repetitions)],
+    ):
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
+        if done.returncode != 0:
+            return result, f"failed: {done.stderr.strip()[-300:]}"
+        result.update(json.loads(done.stdout))
     return result, ""
 
 

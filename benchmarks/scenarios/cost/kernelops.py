@@ -111,10 +111,10 @@ def _cgroup(controller: str) -> Callable[[], None] | None:
 
 def _measure(op: Callable[[], None], repetitions: int) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    kernel_before = _kernel_threads_s()
+    kernel_before = kernel_threads_s()
     for _ in range(repetitions):
         op()
-    kernel_s = _kernel_threads_s() - kernel_before
+    kernel_s = kernel_threads_s() - kernel_before
     after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     used = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before, strict=True))
     return {
@@ -123,7 +123,7 @@ def _measure(op: Callable[[], None], repetitions: int) -> dict[str, float]:
     }
 
 
-def _kernel_threads_s() -> float:
+def kernel_threads_s() -> float:
     """User and kernel seconds of the machine's kernel threads (kthreadd's children) so far."""
     total = 0
     for name in os.listdir("/proc"):

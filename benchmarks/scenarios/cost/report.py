@@ -69,7 +69,7 @@ def markdown(figures: dict[str, Any]) -> str:
             f"{ratio['own_steady']:.2f}x of the run's own CPU."
         )
     if figures["kernel_ops_us"]:
-        lines += ["", "| kernel operation | CPU µs per op | kernel threads µs per op |", "|---|---|---|"]
+        lines += ["", "| operation | CPU µs per op | kernel threads µs per op |", "|---|---|---|"]
         for name, op in figures["kernel_ops_us"].items():
             lines.append(f"| {name} | {op['us_per_op']:.0f} | {op['kernel_threads_us_per_op']:.0f} |")
     return "\n".join(lines)
