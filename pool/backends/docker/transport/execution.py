@@ -148,12 +148,13 @@ def _run_once(
                 ) from None
             raise
     sock: socket.socket = getattr(attached, "_sock", attached)
+    early = read_ahead(attached, sock)
     outcome = Outcome(CappedBuffer(cap), CappedBuffer(cap))
     writer = _feed_stdin(sock, stdin) if stdin is not None else None
     deadline = started + timeout_s + HOST_GRACE_S if timeout_s else None
     try:
         with engine_errors("reading a command's output"):
-            unframed = _collect(sock, outcome, deadline)
+            unframed = _collect(sock, outcome, deadline, early)
     finally:
         if writer is not None:
             writer.join(timeout=1.0)
@@ -220,10 +221,11 @@ def _run_helper_once(
                 raise SandboxCrashedError(f"the sandbox's container is not running ({exc})") from None
             raise
         sock: socket.socket = getattr(attached, "_sock", attached)
+        early = read_ahead(attached, sock)
         writer = _feed_stdin(sock, stdin) if stdin is not None else None
         streams: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
         try:
-            for kind, payload in _docker_frames(sock, None, Outcome(CappedBuffer(0), CappedBuffer(0))):
+            for kind, payload in _docker_frames(sock, None, Outcome(CappedBuffer(0), CappedBuffer(0)), early):
                 streams.get(kind, streams[2]).extend(payload)
         finally:
             if writer is not None:
@@ -238,6 +240,29 @@ def _run_helper_once(
 def _started(exec_state: Mapping[str, Any]) -> bool:
     """Whether the engine started an exec's process (it records no pid for one it could not start)."""
     return bool(exec_state.get("Pid")) or bool(exec_state.get("Running"))
+
+
+def read_ahead(attached: Any, sock: socket.socket) -> bytes:
+    """The bytes of the exec's stream that the HTTP client read along with the response's headers.
+
+    docker-py hands over the connection's raw socket, but the response's headers were read through
+    a buffered reader, which takes whatever the socket held at that moment: when the client was
+    slow to read them (a loaded machine), the start of a fast command's output, or all of it, sits
+    in that buffer and would be lost. It is taken from there without waiting for more.
+    """
+    response = getattr(attached, "_response", None)
+    reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    if reader is None or not hasattr(reader, "peek"):
+        return b""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)  # peek() reads the socket only when nothing is buffered: then it must not wait
+    try:
+        held = reader.peek(_READ_SIZE)
+        return bytes(reader.read(len(held))) if held else b""
+    except (BlockingIOError, ValueError):
+        return b""
+    finally:
+        sock.settimeout(timeout)
 
 
 def _gone(why: str) -> SandboxCrashedError:
@@ -256,7 +281,7 @@ def _feed_stdin(sock: socket.socket, data: bytes) -> threading.Thread:
     return thread
 
 
-def _collect(sock: socket.socket, outcome: Outcome, deadline: float | None) -> bytes:
+def _collect(sock: socket.socket, outcome: Outcome, deadline: float | None, early: bytes) -> bytes:
     """Read the helper's frames until its status record (or the end of the stream, or the backstop).
 
     Returns the bytes left that are not a whole frame: when the helper never started, the
@@ -264,7 +289,7 @@ def _collect(sock: socket.socket, outcome: Outcome, deadline: float | None) -> b
     """
     pending = b""
     helper_err = bytearray()
-    for kind, payload in _docker_frames(sock, deadline, outcome):
+    for kind, payload in _docker_frames(sock, deadline, outcome, early):
         if kind != 1:  # the helper's own messages (it could not start the command, ...)
             helper_err.extend(payload[: max(0, 4096 - len(helper_err))])
             continue
@@ -294,10 +319,18 @@ def _frame(outcome: Outcome, tag: bytes, body: bytes) -> None:
         outcome.status = (code, bool(timed_out), bool(out_cut), bool(err_cut))
 
 
-def _docker_frames(sock: socket.socket, deadline: float | None, outcome: Outcome) -> Any:
-    """Docker's multiplexed stream: (stream number, payload) until EOF or the deadline."""
-    buffer = b""
+def _docker_frames(sock: socket.socket, deadline: float | None, outcome: Outcome, early: bytes = b"") -> Any:
+    """Docker's multiplexed stream, starting with the ``early`` bytes: (stream number, payload) until EOF
+    or the deadline."""
+    buffer = early
     while True:
+        while len(buffer) >= 8:
+            kind = buffer[0]
+            (size,) = struct.unpack(">I", buffer[4:8])
+            if len(buffer) < 8 + size:
+                break
+            yield kind, buffer[8 : 8 + size]
+            buffer = buffer[8 + size :]
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             outcome.host_deadline_hit = True
@@ -311,10 +344,3 @@ def _docker_frames(sock: socket.socket, deadline: float | None, outcome: Outcome
         if not chunk:
             return
         buffer += chunk
-        while len(buffer) >= 8:
-            kind = buffer[0]
-            (size,) = struct.unpack(">I", buffer[4:8])
-            if len(buffer) < 8 + size:
-                break
-            yield kind, buffer[8 : 8 + size]
-            buffer = buffer[8 + size :]
