@@ -135,20 +135,7 @@ def _run_once(
     cap: int,
 ) -> Outcome:
     started = time.monotonic()
-    with engine_errors("starting a command in the sandbox", missing=_gone):
-        try:
-            exec_id = api.exec_create(
-                container, argv, stdin=stdin is not None, stdout=True, stderr=True, environment=env_list(env)
-            )["Id"]
-            attached = api.exec_start(exec_id, socket=True)
-        except Exception as exc:
-            if getattr(exc, "status_code", None) == 409:
-                raise SandboxCrashedError(
-                    f"the sandbox's container is not running ({exc}); restore() starts it again"
-                ) from None
-            raise
-    sock: socket.socket = getattr(attached, "_sock", attached)
-    early = read_ahead(attached, sock)
+    exec_id, attached, sock, early = _start(api, container, argv, stdin=stdin, env=env, doing="starting a command")
     outcome = Outcome(CappedBuffer(cap), CappedBuffer(cap))
     writer = _feed_stdin(sock, stdin) if stdin is not None else None
     deadline = started + timeout_s + HOST_GRACE_S if timeout_s else None
@@ -212,16 +199,9 @@ def run_helper(api: Any, container: str, args: list[str], *, stdin: bytes | None
 def _run_helper_once(
     api: Any, container: str, args: list[str], stdin: bytes | None
 ) -> tuple[tuple[int, bytes, bytes], bool]:
-    with engine_errors(f"running snapgym's helper ({args[0]}) in the sandbox", missing=_gone):
-        try:
-            exec_id = api.exec_create(container, [helper.PATH, *args], stdin=stdin is not None)["Id"]
-            attached = api.exec_start(exec_id, socket=True)
-        except Exception as exc:
-            if getattr(exc, "status_code", None) == 409:
-                raise SandboxCrashedError(f"the sandbox's container is not running ({exc})") from None
-            raise
-        sock: socket.socket = getattr(attached, "_sock", attached)
-        early = read_ahead(attached, sock)
+    doing = f"running snapgym's helper ({args[0]})"
+    exec_id, attached, sock, early = _start(api, container, [helper.PATH, *args], stdin=stdin, env=None, doing=doing)
+    with engine_errors(f"{doing} in the sandbox", missing=_gone):
         writer = _feed_stdin(sock, stdin) if stdin is not None else None
         streams: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
         try:
@@ -235,6 +215,34 @@ def _run_helper_once(
         state = api.exec_inspect(exec_id)
     code = state.get("ExitCode")
     return ((code if isinstance(code, int) else -1), bytes(streams[1]), bytes(streams[2])), _started(state)
+
+
+def _start(
+    api: Any, container: str, argv: list[str], *, stdin: bytes | None, env: Mapping[str, str] | None, doing: str
+) -> tuple[str, Any, socket.socket, bytes]:
+    """Create and start an exec attached to its stream: its id, the attached connection, its socket, and
+    the stream's bytes already read with the response (:func:`read_ahead`). ``doing`` names the
+    operation in errors ("starting a command").
+
+    Raises:
+        SandboxCrashedError: the container is not running (409 from the engine), or is gone.
+        HostBrokenError: the engine stopped answering.
+    """
+    with engine_errors(f"{doing} in the sandbox", missing=_gone):
+        try:
+            exec_id = api.exec_create(
+                container, argv, stdin=stdin is not None, stdout=True, stderr=True,
+                environment=env_list(env) if env is not None else None,
+            )["Id"]  # fmt: skip
+            attached = api.exec_start(exec_id, socket=True)
+        except Exception as exc:
+            if getattr(exc, "status_code", None) == 409:
+                raise SandboxCrashedError(
+                    f"the sandbox's container is not running ({exc}); restore() starts it again"
+                ) from None
+            raise
+    sock: socket.socket = getattr(attached, "_sock", attached)
+    return exec_id, attached, sock, read_ahead(attached, sock)
 
 
 def _started(exec_state: Mapping[str, Any]) -> bool:
