@@ -274,8 +274,24 @@ _LEAVE_FLOW_LABEL = (
 )
 """A value of the agent's choosing, left behind in the namespace for the next episode to read."""
 
+_FLOOD_FLOW_LABELS = (
+    "import socket, struct\n"
+    "dst = socket.inet_pton(socket.AF_INET6, '::1')\n"
+    "for sock in range(24):\n"
+    "    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n"
+    "    for label in range(32):  # a socket may hold 32\n"
+    "        value = socket.htonl(0x10000 + 32 * sock + label)\n"
+    "        s.setsockopt(socket.IPPROTO_IPV6, 32, struct.pack('16sIBBHHHI', dst, value, 0, 1, 1, 6, 6, 0))\n"
+    "    s.close()"
+)
+"""768 lingering labels: about 60 KB of ``ip6_flowlabel``, more than the keeper's proof reads (32 KB)."""
 
-@pytest.mark.parametrize("leave", [_SEND_PACKETS, _LEAVE_FLOW_LABEL], ids=["packet-counters", "ipv6-flow-label"])
+
+@pytest.mark.parametrize(
+    "leave",
+    [_SEND_PACKETS, _LEAVE_FLOW_LABEL, _FLOOD_FLOW_LABELS],
+    ids=["packet-counters", "ipv6-flow-label", "more-flow-labels-than-the-proof-reads"],
+)
 def test_an_agent_leaves_nothing_in_the_network_namespace_for_a_later_episode(
     sandbox: LocalSandbox, leave: str
 ) -> None:
@@ -290,6 +306,8 @@ def test_an_agent_leaves_nothing_in_the_network_namespace_for_a_later_episode(
     later = _later_instances(sandbox, lambda pid: (_netns(pid), sandbox.exec(_NETWORK_VIEW).stdout))
     assert net not in [ns for ns, _ in later], f"{net} served again after the agent used it"
     assert all(view == quiet.stdout for _, view in later), "a later episode reads another's network history"
+    # The keeper's proof still works (nothing of it was overwritten): quiet namespaces are reused again.
+    assert any(reused for reused in _later_instances(sandbox, lambda pid: sandbox.reused["netns"]))
 
 
 # -- records ------------------------------------------------------------------
