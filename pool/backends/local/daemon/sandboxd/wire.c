@@ -182,6 +182,8 @@ long long now_ms(void) {
 }
 
 int mkdir_p(const char *path, mode_t mode) {
+    if (mkdir(path, mode) == 0 || errno == EEXIST) return 0; /* the usual case: its parent is there */
+    if (errno != ENOENT) return -1;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s", path);
     for (char *p = tmp + 1; *p; p++) {

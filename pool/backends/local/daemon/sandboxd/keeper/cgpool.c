@@ -70,11 +70,21 @@ static void note_absent(const char *dir, const char *name, int err) {
     nabsent++;
 }
 
+/* The cgroup folder being proved, held open: its files are opened relative to it, not walked to
+ * from / each time (a proof opens some forty). */
+static const char *held_dir;
+static int held_fd = -1;
+
 static int open_in(const char *dir, const char *name, int flags) {
     char path[800];
     if (known_absent(dir, name)) return errno = ENOENT, -1;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    int fd = open(path, flags | O_CLOEXEC);
+    int fd;
+    if (held_fd >= 0 && dir == held_dir) {
+        fd = openat(held_fd, name, flags | O_CLOEXEC);
+    } else {
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        fd = open(path, flags | O_CLOEXEC);
+    }
     if (fd < 0) {
         int err = errno;
         note_absent(dir, name, err);
@@ -204,7 +214,8 @@ static int is_empty(const char *dir, char *why, size_t whylen) {
     const char *members = read_text(dir, "tasks", text, sizeof text) == 0 ? "tasks" : "cgroup.procs";
     if ((members[0] == 't' || read_text(dir, members, text, sizeof text) == 0) && text[0])
         return snprintf(why, whylen, "a process is left in it (%s: %s)", members, text), 0;
-    if (stat(dir, &st) < 0 || st.st_nlink > 2) return snprintf(why, whylen, "it holds a child cgroup"), 0;
+    int got = held_fd >= 0 && dir == held_dir ? fstat(held_fd, &st) : stat(dir, &st);
+    if (got < 0 || st.st_nlink > 2) return snprintf(why, whylen, "it holds a child cgroup"), 0;
     long pids = read_long(dir, "pids.current");
     if (pids > 0) return snprintf(why, whylen, "pids.current is %ld", pids), 0;
     if (read_long(dir, "cgroup.freeze") > 0) return snprintf(why, whylen, "it is frozen"), 0;
@@ -253,6 +264,20 @@ static long memory_left(const char *dir, char *why, size_t whylen) {
     return left;
 }
 
+/* One cgroup of the set: empty, its memory charge re-based, its limits as asked, its records zeroed. */
+static int prove_one(msg_t *cfg, const char *dir, char *why, size_t whylen) {
+    if (!is_empty(dir, why, whylen)) return -1;
+    long kept = memory_left(dir, why, whylen);
+    if (kept < 0 || limits_reset(cfg, dir, kept, why, whylen) < 0) return -1;
+    /* Writing 0 zeroes a failcnt, and sets a max_usage to the usage now (the kept objects). */
+    static const char *records[] = {"memory.failcnt", "memory.memsw.failcnt", "memory.kmem.failcnt",
+                                    "memory.max_usage_in_bytes", "memory.memsw.max_usage_in_bytes"};
+    for (size_t r = 0; r < sizeof records / sizeof *records; r++)
+        if (write_in(dir, records[r], "0") < 0 && errno != ENOENT)
+            return snprintf(why, whylen, "%s could not be re-based: %s", records[r], strerror(errno)), -1;
+    return 0;
+}
+
 int cgpool_prove(msg_t *cfg, char dirs[][512], int n, char *why, size_t whylen) {
     char prefixes[4][512];
     int np = 0;
@@ -262,15 +287,12 @@ int cgpool_prove(msg_t *cfg, char dirs[][512], int n, char *why, size_t whylen) 
     for (int i = 0; i < n; i++) {
         if (strncmp(dirs[i], prefixes[i], strlen(prefixes[i])) != 0)
             return snprintf(why, whylen, "%s is not of this sandbox's hierarchy %s", dirs[i], prefixes[i]), -1;
-        if (!is_empty(dirs[i], why, whylen)) return -1;
-        long kept = memory_left(dirs[i], why, whylen);
-        if (kept < 0 || limits_reset(cfg, dirs[i], kept, why, whylen) < 0) return -1;
-        /* Writing 0 zeroes a failcnt, and sets a max_usage to the usage now (the kept objects). */
-        static const char *records[] = {"memory.failcnt", "memory.memsw.failcnt", "memory.kmem.failcnt",
-                                        "memory.max_usage_in_bytes", "memory.memsw.max_usage_in_bytes"};
-        for (size_t r = 0; r < sizeof records / sizeof *records; r++)
-            if (write_in(dirs[i], records[r], "0") < 0 && errno != ENOENT)
-                return snprintf(why, whylen, "%s could not be re-based: %s", records[r], strerror(errno)), -1;
+        held_dir = dirs[i];
+        held_fd = open(dirs[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+        int proved = prove_one(cfg, dirs[i], why, whylen);
+        if (held_fd >= 0) close(held_fd);
+        held_fd = -1, held_dir = NULL;
+        if (proved < 0) return -1;
     }
     return 0;
 }
