@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scenarios.cost import gateops
+from benchmarks.scenarios.cost import floorops, gateops
 from benchmarks.scenarios.cost.accounting import ProcessTable, ProcessTimes, by_kind
 from benchmarks.scenarios.cost.segments import Sample, Sampled, steady_state
 
@@ -98,6 +98,10 @@ def test_the_cost_scenario_reports_phases_segments_and_kernel_operations(tmp_pat
     if summary["kernel_ops_us"]:  # root only
         assert {"memory cgroup", "network namespace", "tmpfs+overlay", gateops.NAME} <= set(summary["kernel_ops_us"])
         assert summary["kernel_ops_us"][gateops.NAME]["us_per_op"] > 0
+        floor = summary["kernel_ops_us"][floorops.INSTANCE], summary["kernel_ops_us"][floorops.PLAIN]
+        assert floor[0]["us_per_op"] > floor[1]["us_per_op"] > 0  # the same bash, with and without an instance
+        assert summary["floor"]["episode_ms"] > summary["segments"]["baseline"]["own"]
+        assert "A strict episode at the floor" in (out / "cost.md").read_text()
 
 
 def test_another_tenants_keeper_is_not_counted(tmp_path: Path) -> None:

@@ -207,6 +207,7 @@ def _kernel_ops(repetitions: int) -> tuple[dict[str, dict[str, float]], str]:
     for command in (
         [sys.executable, "-I", str(Path(__file__).with_name("kernelops.py")), str(repetitions)],
         [sys.executable, "-m", "benchmarks.scenarios.cost.gateops", str(repetitions)],
+        [sys.executable, "-m", "benchmarks.scenarios.cost.floorops", str(repetitions)],
     ):
         done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
         if done.returncode != 0:

@@ -6,6 +6,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks.scenarios.cost import floorops
 from benchmarks.scenarios.cost.accounting import KERNEL_THREADS, KINDS
 from benchmarks.scenarios.cost.segments import SegmentCost
 
@@ -42,6 +43,7 @@ def summary(
         },
         "memory_cgroups": {name: value["memory cgroups added"] for name, value in segments.items()},
         "kernel_ops_us": kernel_ops,
+        "floor": floor(kernel_ops, baseline, steady),
         "rounds": [[_row(cost) for cost in costs] for costs in rounds],
         "method": method,
     }
@@ -68,11 +70,40 @@ def markdown(figures: dict[str, Any]) -> str:
             f"{ratio['machine_busy']:.2f}x of the machine's busy time; in its steady state "
             f"{ratio['own_steady']:.2f}x of the run's own CPU."
         )
+    at_floor = figures.get("floor")
+    if at_floor:
+        lines.append(
+            f"A strict episode at the floor (the baseline's work and two minimal instances, see the floor rows): "
+            f"{at_floor['episode_ms']:.2f} ms, {at_floor['ratio_to_baseline']:.2f}x the baseline; this run's steady "
+            f"episode is {at_floor['steady_above_ms']:.2f} ms above it."
+        )
     if figures["kernel_ops_us"]:
         lines += ["", "| operation | CPU µs per op | kernel threads µs per op |", "|---|---|---|"]
         for name, op in figures["kernel_ops_us"].items():
             lines.append(f"| {name} | {op['us_per_op']:.0f} | {op['kernel_threads_us_per_op']:.0f} |")
     return "\n".join(lines)
+
+
+def floor(
+    kernel_ops: dict[str, dict[str, float]], baseline: dict[str, float], steady: dict[str, float]
+) -> dict[str, float] | None:
+    """What a strict episode would cost with instances at the floor (:mod:`~benchmarks.scenarios.cost.floorops`):
+    the baseline's own CPU and twice what a minimal fresh instance adds to the same command (with the kernel
+    threads' share); None when the floor was not measured."""
+    instance, plain = kernel_ops.get(floorops.INSTANCE), kernel_ops.get(floorops.PLAIN)
+    if not instance or not plain or not baseline["own"]:
+        return None
+    per_instance_ms = (
+        instance["us_per_op"] + instance["kernel_threads_us_per_op"]
+        - plain["us_per_op"] - plain["kernel_threads_us_per_op"]
+    ) / 1000  # fmt: skip
+    episode_ms = baseline["own"] + 2 * per_instance_ms
+    return {
+        "instance_ms": per_instance_ms,
+        "episode_ms": episode_ms,
+        "ratio_to_baseline": episode_ms / baseline["own"],
+        "steady_above_ms": steady["own"] + steady[KERNEL_THREADS] - baseline[KERNEL_THREADS] - episode_ms,
+    }
 
 
 def _row(cost: SegmentCost) -> dict[str, float]:
