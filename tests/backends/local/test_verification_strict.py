@@ -192,3 +192,31 @@ def test_private_files_read_from_the_host_side_keep_file_semantics(sandbox: Loca
             sandbox.read_file(f"/logs/verifier/{path}", max_bytes=max_bytes)
         assert caught.value.errno == err
     assert sandbox.read_file("/logs/verifier/sub/link/file") == b"via-link\n"  # a link: the sandbox resolves it
+
+
+def test_a_tests_folder_edited_between_episodes_is_the_one_the_next_verifier_sees(
+    backend: LocalBackend, app: Snapshot, tmp_path: Path
+) -> None:
+    """The stored tests layer is keyed by the folder's listing (names, sizes, times, modes, subfolders too):
+    a file changed, added or removed under it, however deep, gives the next seal a new layer."""
+    folder = tmp_path / "tests"
+    (folder / "data" / "deep").mkdir(parents=True)
+    (folder / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    (folder / "data" / "deep" / "case.txt").write_text("first\n")
+    seen = []
+    edits = [
+        lambda: (folder / "data" / "deep" / "case.txt").write_text("second, longer\n"),
+        lambda: (folder / "data" / "added.txt").write_text("new\n"),
+        lambda: (folder / "data" / "added.txt").unlink(),
+    ]
+    for edit in [lambda: None, *edits]:
+        edit()
+        with backend.create(app) as sbx:
+            sbx.begin_verification(strict(folder))
+            seen.append(sbx.exec("cat /tests/data/deep/case.txt; ls /tests/data").stdout)
+    assert seen == [
+        "first\ndeep\n",
+        "second, longer\ndeep\n",
+        "second, longer\nadded.txt\ndeep\n",
+        "second, longer\ndeep\n",
+    ]
