@@ -65,3 +65,29 @@ def test_the_agent_cannot_make_itself_immune_to_the_oom_killer(sandbox: LocalSan
     r = sandbox.exec("cat /proc/self/oom_score_adj; echo -1000 > /proc/self/oom_score_adj 2>/dev/null || echo refused")
     assert r.stdout == "0\nrefused\n"
     assert int(sandbox.exec("cat /proc/1/oom_score_adj").stdout) in (-1000, 0)
+
+
+def test_the_device_nodes_work_and_the_agent_cannot_make_or_change_them(sandbox: LocalSandbox) -> None:
+    """/dev holds the usual character devices, usable by the agent; it may not make one (no CAP_MKNOD) nor change,
+    remove or replace theirs (the host's nodes, bound in: mount points), so /dev/null stays /dev/null for the
+    rest of the episode (a shared verifier runs beside the agent's leftovers). Nodes made with mknod in /dev's
+    tmpfs, which the sandbox's root owns, would cost less to set up but could be removed and replaced."""
+    r = sandbox.exec(
+        "for d in null zero full random urandom tty; do stat -c '%n %F %t:%T %a' /dev/$d; done;"
+        " echo gone > /dev/null && head -c 3 /dev/zero | od -An -tx1 | tr -d ' ' && head -c 5 /dev/urandom | wc -c"
+    )
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "/dev/null character special file 1:3 666",
+        "/dev/zero character special file 1:5 666",
+        "/dev/full character special file 1:7 666",
+        "/dev/random character special file 1:8 666",
+        "/dev/urandom character special file 1:9 666",
+        "/dev/tty character special file 5:0 666",
+        "000000",
+        "5",
+    ]
+    for attempt in ("mknod /tmp/disk b 8 0", "chmod 600 /dev/null", "chown 0 /dev/null", "rm /dev/null"):
+        refused = sandbox.exec(f"{attempt} && echo done")
+        assert refused.exit_code != 0 and "done" not in refused.stdout, f"{attempt}: {refused}"
+    assert sandbox.exec("stat -c '%F %a' /dev/null").stdout == "character special file 666\n"

@@ -57,6 +57,9 @@ int mount_overlay(const char *target, char *const *lowers, int nlowers, const ch
 }
 
 /* /dev: one tmpfs for the device nodes, their links and /dev/shm (its 64 MiB), as in Docker.
+ * The nodes are the host's, bound in rather than made with mknod (about 60 us cheaper per
+ * instance here): the sandbox's root owns this tmpfs, and could remove and replace a node it
+ * made, not a mount point (tests/contract/test_sandbox_holes.py).
  * /dev/shm is a folder of it, bound onto itself for its own flags, not a tmpfs of its own: the
  * kernel keeps per-memory-cgroup bookkeeping for every superblock on the machine, so each one a
  * sandbox adds costs memory in proportion to the number of sandboxes. */
