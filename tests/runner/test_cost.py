@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scenarios.cost import floorops, gateops
+from benchmarks.scenarios.cost import gateops
 from benchmarks.scenarios.cost.accounting import ProcessTable, ProcessTimes, by_kind
+from benchmarks.scenarios.cost.report import FLOOR_INSTANCE, FLOOR_PLAIN
 from benchmarks.scenarios.cost.segments import Sample, Sampled, steady_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,7 +99,7 @@ def test_the_cost_scenario_reports_phases_segments_and_kernel_operations(tmp_pat
     if summary["kernel_ops_us"]:  # root only
         assert {"memory cgroup", "network namespace", "tmpfs+overlay", gateops.NAME} <= set(summary["kernel_ops_us"])
         assert summary["kernel_ops_us"][gateops.NAME]["us_per_op"] > 0
-        floor = summary["kernel_ops_us"][floorops.INSTANCE], summary["kernel_ops_us"][floorops.PLAIN]
+        floor = summary["kernel_ops_us"][FLOOR_INSTANCE], summary["kernel_ops_us"][FLOOR_PLAIN]
         assert floor[0]["us_per_op"] > floor[1]["us_per_op"] > 0  # the same bash, with and without an instance
         assert summary["floor"]["episode_ms"] > summary["segments"]["baseline"]["own"]
         assert "A strict episode at the floor" in (out / "cost.md").read_text()

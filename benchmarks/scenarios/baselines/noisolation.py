@@ -29,7 +29,7 @@ from pathlib import Path
 from pool.errors import SnapgymError
 from pool.snapshots import BASE_ENV
 
-_ENV = {**BASE_ENV, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+SANDBOX_COMMAND_ENV = {**BASE_ENV, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 """A sandbox's commands' environment (its snapshot's PATH), so both run the same programs the same way."""
 
 
@@ -83,7 +83,7 @@ def _episode(test_script: str, actions: list[str], scratch: Path, timeout_s: flo
         test.write_text(test_script.replace("/app", str(app)).replace("/logs/verifier", str(logs)))
         try:
             done = subprocess.run(["bash", str(test)], cwd=app, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=timeout_s, check=False, env=_ENV)  # fmt: skip
+                                  text=True, timeout=timeout_s, check=False, env=SANDBOX_COMMAND_ENV)  # fmt: skip
             output = done.stdout + done.stderr
         except subprocess.TimeoutExpired:
             output = f"[the verifier ran past {timeout_s:g} s]"
@@ -96,7 +96,7 @@ def _episode(test_script: str, actions: list[str], scratch: Path, timeout_s: flo
 def _play_in_one_shell(actions: list[str], cwd: Path) -> None:
     """Each action typed into one bash, waiting for its exit code before the next (a step's round trip)."""
     shell = subprocess.Popen(["bash", "--noprofile", "--norc"], cwd=cwd, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_ENV)  # fmt: skip
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=SANDBOX_COMMAND_ENV)  # fmt: skip
     assert shell.stdin is not None and shell.stdout is not None
     try:
         for action in actions:

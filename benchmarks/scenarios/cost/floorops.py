@@ -13,7 +13,7 @@ between the two rows (see the cost scenario's results). The same program's
 
 The overlay's lower layer is a merged-``/usr`` root made here (``bin``, ``lib``
 and ``lib64`` links into ``/usr``, the host's ``/etc/ld.so.cache``), and the
-command runs in a sandbox's base environment (:data:`pool.snapshots.BASE_ENV`),
+command runs in a sandbox's commands' environment (the no-isolation baseline's ``SANDBOX_COMMAND_ENV``),
 so bash loads the same files in both rows as in an episode.
 
 Run as ``python -m benchmarks.scenarios.cost.floorops REPETITIONS`` (root, a C compiler, a
@@ -30,15 +30,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.scenarios.baselines.noisolation import SANDBOX_COMMAND_ENV
 from benchmarks.scenarios.cost.kernelops import kernel_threads_s
+from benchmarks.scenarios.cost.report import FLOOR_INSTANCE, FLOOR_PLAIN
 from pool.backends import csrc
-from pool.snapshots import BASE_ENV
 
-INSTANCE = "floor: a fresh instance in C running bash -c true (mount, PID, IPC, UTS namespaces, overlay, /proc, /dev)"
-PLAIN = "floor: bash -c true with no new namespace"
-"""The two rows' names in the cost scenario's table of operations."""
 SOURCE = Path(__file__).with_name("floor.c")
-_ENV = {**BASE_ENV, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
 class FloorUnavailableError(RuntimeError):
@@ -56,11 +53,11 @@ def measure(repetitions: int) -> dict[str, dict[str, float]]:
         lower, stage = _lower(Path(scratch)), Path(scratch) / "stage"
         stage.mkdir()
         results = {}
-        for mode, name in (("instance", INSTANCE), ("plain", PLAIN)):
+        for mode, name in (("instance", FLOOR_INSTANCE), ("plain", FLOOR_PLAIN)):
             kernel_before = kernel_threads_s()
             done = subprocess.run(
                 [str(binary), mode, str(repetitions), str(lower), str(stage), "true"],
-                capture_output=True, text=True, env=_ENV, check=False, timeout=300,
+                capture_output=True, text=True, env=SANDBOX_COMMAND_ENV, check=False, timeout=300,
             )  # fmt: skip
             kernel_s = kernel_threads_s() - kernel_before
             if done.returncode != 0:

@@ -6,7 +6,6 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.scenarios.cost import floorops
 from benchmarks.scenarios.cost.accounting import KERNEL_THREADS, KINDS
 from benchmarks.scenarios.cost.segments import SegmentCost
 
@@ -21,6 +20,12 @@ PHASES = (
 """(phase, segment, segment taken off): each phase is the difference of two segments' medians."""
 COLUMNS = (*KINDS, "own", "own kernel", KERNEL_THREADS, "machine busy")
 KERNEL_COLUMNS = tuple(f"{kind} kernel" for kind in KINDS)
+FLOOR_INSTANCE = (
+    "floor: a fresh instance in C running bash -c true (mount, PID, IPC, UTS namespaces, overlay, /proc, /dev)"
+)
+FLOOR_PLAIN = "floor: bash -c true with no new namespace"
+"""The rows :mod:`~benchmarks.scenarios.cost.floorops` adds to the operations table (named here: the scenario's
+package imports this module, and must not import the one it runs with ``python -m``)."""
 
 
 def summary(
@@ -90,7 +95,7 @@ def floor(
     """What a strict episode would cost with instances at the floor (:mod:`~benchmarks.scenarios.cost.floorops`):
     the baseline's own CPU and twice what a minimal fresh instance adds to the same command (with the kernel
     threads' share); None when the floor was not measured."""
-    instance, plain = kernel_ops.get(floorops.INSTANCE), kernel_ops.get(floorops.PLAIN)
+    instance, plain = kernel_ops.get(FLOOR_INSTANCE), kernel_ops.get(FLOOR_PLAIN)
     if not instance or not plain or not baseline["own"]:
         return None
     per_instance_ms = (
