@@ -224,6 +224,16 @@ def test_no_module_is_over_500_lines() -> None:
     assert over == {}
 
 
+def test_no_c_file_of_pool_is_over_500_lines() -> None:
+    """The daemon's and the Docker helper's C keep to the modules' limit: past it a file holds two ideas."""
+    over = {
+        path.relative_to(REPO).as_posix(): n
+        for path in (REPO / "pool").rglob("*.[ch]")
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert over == {}
+
+
 def test_no_folder_holds_more_than_a_dozen_modules() -> None:
     folders = {path.parent for path in module_files().values()}
     over = {

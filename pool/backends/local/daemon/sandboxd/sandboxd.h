@@ -30,12 +30,13 @@
  * Files, by the process that runs them:
  *   daemon.c      the daemon, and netstock.c, its stock of network namespaces made ahead
  *   wire.c, children.c, mountapi.c: plumbing every level uses
- *   keeper/       keeper.c, and the proofs that let it reuse a dead instance's cgroups
- *                 (cgpool.c) and network namespace (netproof.c)
+ *   keeper/       keeper.c, instance.c (one instance, from clone to discard), and the
+ *                 proofs that let it reuse a dead instance's cgroups (cgpool.c) and
+ *                 network namespace (netproof.c)
  *   instance/     the cloned child that becomes init (sandbox.c, seccomp.c, warm.c),
  *                 init.c (PID 1 and each exec's reaper), session.c (a persistent shell)
- *   verifier/     what a seal builds for the verifier: graft.c (strict), shared.c and
- *                 freeze.c (shared), lookup.c (overlayfs lookups both use)
+ *   verifier/     what a seal builds for the verifier: graft.c (strict), shared.c,
+ *                 knowngood.c and freeze.c (shared), lookup.c (overlayfs lookups both use)
  *
  * Usage: sandboxd root|user STAGE_DIR CONTROL_FD [NETNS_STOCK]
  *   NETNS_STOCK: how many new network namespaces the daemon may keep made ahead (netstock.c; 0, the
@@ -136,6 +137,7 @@ void write_status(int fd, int code, int timed_out, int err);
 const char *field(msg_t *m, const char *key);
 /* Write `text` to fd (-1: fails, errno kept) and close it: 0 when all of it went. */
 int write_str_closing(int fd, const char *text);
+int errno_fail(char *err, size_t errlen, const char *what); /* "what: strerror(errno)" into err; -1 */
 int write_file_str(const char *path, const char *text);
 int read_full(int fd, void *buf, size_t len);
 ssize_t read_all(int fd, void *buf, size_t len);
@@ -174,6 +176,17 @@ void set_report(FILE *to);
 /* verifier/shared.c: a shared verifier's mount namespace beside the agent's live processes. */
 int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, size_t errlen);
 void shared_exec(msg_t *m, msg_t *cfg, const int ns_fds[6], char cgroups[][512], int ncg) __attribute__((noreturn));
+
+/* verifier/knowngood.c: what a shared verifier takes from the known-good snapshot (hooks, top-level
+ * links), and detached writable overlays with their uppers in the verifier's scratch tmpfs. */
+void known_good_init(msg_t *cfg, uid_t copies_owner, int scratch_fs);
+int known_good_layers(char ***layers);                        /* how many; top first */
+int known_good_load(msg_t *cfg, char *err, size_t errlen);    /* look the hooks and links up now */
+int writable_overlay(char *const *lowers, int n, mode_t mode, uid_t uid, gid_t gid); /* a mount fd */
+int is_hook(const char *path);
+int is_top_link(const char *name);
+int place_hooks(int troot, char *err, size_t errlen);
+int place_top_links(int troot, char *err, size_t errlen);
 
 /* verifier/freeze.c: a frozen copy of name (an entry of src_dir, never followed) as dst_dir/name. */
 enum { FREEZE_MAX_LIVE = 256 };

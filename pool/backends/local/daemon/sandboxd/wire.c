@@ -147,6 +147,12 @@ int write_str_closing(int fd, const char *text) {
     return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
+/* "what: the errno's message" into err; returns -1, for `return errno_fail(...)`. */
+int errno_fail(char *err, size_t errlen, const char *what) {
+    snprintf(err, errlen, "%s: %s", what, strerror(errno));
+    return -1;
+}
+
 int write_file_str(const char *path, const char *text) {
     return write_str_closing(open(path, O_WRONLY | O_CLOEXEC), text);
 }

@@ -5,11 +5,8 @@
  *
  *   /<dir>        the agent's top-level directories, bound live (recursively)
  *   /<link>       the top-level symbolic links of the known-good snapshot
- *                 (on the host base /bin, /lib... are links the agent could
- *                 otherwise point at its own programs)
  *   /etc, /root   private skeletons: every entry bound from the agent's,
- *                 except the hooks (loader, shell and Python configuration,
- *                 dotfiles) copied from the known-good snapshot
+ *                 except the hooks, from the known-good snapshot (knowngood.c)
  *   /dev          fresh device nodes, a new devpts; shm and mqueue bound
  *   /tests        the task's tests (a stored layer) with their own upper
  *   private dirs  empty (the reward channel); the agent cannot see them
@@ -34,22 +31,9 @@
  */
 #include "sandboxd.h"
 
-enum { MAX_HOOKS = 256, MAX_LAYERS = 512 };
+enum { MAX_LAYERS = 512 };
 
-typedef struct {
-    char path[512]; /* absolute, in the sandbox */
-    char kind;      /* f file, d directory, l link, 0 absent in the known-good snapshot */
-    int fd;         /* f: the known-good file; d: a detached writable overlay of the known-good directory */
-    char link[4096];
-} hook_t;
-
-static hook_t hooks[MAX_HOOKS];
-static int nhooks;
 static uid_t owner;
-static char *known_good[MAX_LAYERS];
-static int nknown;
-static int scratch = -1; /* a private tmpfs, never attached: uppers and layer names live here */
-static int names;
 
 typedef struct {
     char name[256]; /* a top-level directory holding an output */
@@ -62,111 +46,6 @@ static frozen_t frozen[MAX_FROZEN];
 static int nfrozen;
 static int frozen_fs = -1; /* the private tmpfs with the copies */
 static freeze_t copied;
-
-static int fail(char *err, size_t errlen, const char *what) {
-    snprintf(err, errlen, "%s: %s", what, strerror(errno));
-    return -1;
-}
-
-/* A name in the scratch tmpfs for a host path, as /proc/self/fd/N/NAME. */
-static int scratch_name(const char *target, char *out, size_t outlen) {
-    char name[32];
-    snprintf(name, sizeof name, "L%d", names++);
-    if (symlinkat(target, scratch, name) < 0) return -1;
-    snprintf(out, outlen, "/proc/self/fd/%d/%s", scratch, name);
-    return 0;
-}
-
-/* A detached overlay: lowers (host paths, top first) under a fresh upper in the scratch tmpfs. */
-static int writable_overlay(char *const *lowers, int n, mode_t mode, uid_t uid, gid_t gid) {
-    char up[32], wk[32], path[96];
-    int id = names++;
-    snprintf(up, sizeof up, "U%d", id);
-    snprintf(wk, sizeof wk, "W%d", id);
-    if (mkdirat(scratch, up, mode & 07777) < 0 || mkdirat(scratch, wk, 0700) < 0 ||
-        fchownat(scratch, up, uid, gid, 0) < 0 || fchmodat(scratch, up, mode & 07777, 0) < 0)
-        return -1;
-    size_t size = 64 * (size_t)n + 16;
-    char *lowerdir = malloc(size);
-    if (!lowerdir) return -1;
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        if (scratch_name(lowers[i], path, sizeof path) < 0) { free(lowerdir); return -1; }
-        off += snprintf(lowerdir + off, size - off, "%s%s", i ? ":" : "", path);
-    }
-    char upper[96], work[96];
-    snprintf(upper, sizeof upper, "/proc/self/fd/%d/%s", scratch, up);
-    snprintf(work, sizeof work, "/proc/self/fd/%d/%s", scratch, wk);
-    int mnt = overlay_fsmount(lowerdir, upper, work);
-    free(lowerdir);
-    return mnt;
-}
-
-/* The known-good directory at rel as a writable private overlay (-1 and errno on failure). */
-static int known_good_dir(const char *rel, mode_t mode, uid_t uid, gid_t gid) {
-    int idx[MAX_LAYERS], touched;
-    int n = stack_dirs(known_good, nknown, 0, rel, idx, MAX_LAYERS, &touched);
-    char *lowers[MAX_LAYERS];
-    for (int i = 0; i < n; i++)
-        if (asprintf(&lowers[i], "%s/%s", known_good[idx[i]], rel) < 0) return -1;
-    int mnt = n ? writable_overlay(lowers, n, mode, uid, gid) : -1;
-    for (int i = 0; i < n; i++) free(lowers[i]);
-    return mnt;
-}
-
-/* Hooks arrive as "hook=PATH": what the known-good snapshot has there is
- * looked up and opened now, while host paths can still be reached. */
-static int load_hooks(msg_t *cfg, char *err, size_t errlen) {
-    nhooks = 0;
-    for (uint32_t i = 0; i < cfg->nfields && nhooks < MAX_HOOKS; i++) {
-        if (strcmp(cfg->key[i], "hook") != 0) continue;
-        hook_t *h = &hooks[nhooks++];
-        memset(h, 0, sizeof *h);
-        h->fd = -1;
-        snprintf(h->path, sizeof h->path, "%s", cfg->val[i]);
-        struct stat st;
-        int at;
-        if (!stack_lookup(known_good, nknown, h->path + 1, &st, &at)) continue;
-        char source[8192];
-        snprintf(source, sizeof source, "%s%s", known_good[at], h->path);
-        if (S_ISREG(st.st_mode)) {
-            h->kind = 'f';
-            if ((h->fd = open(source, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-                return fail(err, errlen, "open a known-good hook file");
-        } else if (S_ISLNK(st.st_mode)) {
-            ssize_t n = readlink(source, h->link, sizeof h->link - 1);
-            if (n < 0) return fail(err, errlen, "read a known-good hook link");
-            h->link[n] = 0;
-            h->kind = 'l';
-        } else if (S_ISDIR(st.st_mode)) {
-            h->kind = 'd';
-            if ((h->fd = known_good_dir(h->path + 1, st.st_mode, st.st_uid, st.st_gid)) < 0)
-                return fail(err, errlen, "mount a known-good hook directory");
-        }
-    }
-    return 0;
-}
-
-static int is_hook(const char *path) {
-    for (int i = 0; i < nhooks; i++)
-        if (strcmp(hooks[i].path, path) == 0) return 1;
-    return 0;
-}
-
-static int copy_fd_to(int from, int to_dir, const char *name) {
-    int out = openat(to_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (out < 0) return -1;
-    struct stat st;
-    char buf[65536];
-    ssize_t n;
-    lseek(from, 0, SEEK_SET);
-    while ((n = read(from, buf, sizeof buf)) > 0)
-        if (write(out, buf, n) != n) { close(out); return -1; }
-    if (fstat(from, &st) == 0) {
-        if (fchmod(out, st.st_mode & 07777) < 0 || fchown(out, owner, owner) < 0) { close(out); return -1; }
-    }
-    return close(out);
-}
 
 /* Clone the mount tree at dirfd/name (recursively, never following a final
  * link) and attach it at to_dir/name, which is created first. */
@@ -195,7 +74,7 @@ static int mkdir_owned(int dirfd, const char *name, mode_t mode) {
 static int skeleton(int agent_root, const char *name, int troot, char *err, size_t errlen) {
     struct stat st;
     if (fstatat(agent_root, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode)) st.st_mode = 0755;
-    if (mkdir_owned(troot, name, st.st_mode & 07777) < 0) return fail(err, errlen, "create a private directory");
+    if (mkdir_owned(troot, name, st.st_mode & 07777) < 0) return errno_fail(err, errlen, "create a private directory");
     int to = openat(troot, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
     int from = openat(agent_root, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     DIR *d = from >= 0 ? fdopendir(from) : NULL;
@@ -212,71 +91,14 @@ static int skeleton(int agent_root, const char *name, int troot, char *err, size
             ssize_t n = readlinkat(from, e->d_name, target, sizeof target - 1);
             if (n < 0) continue;
             target[n] = 0;
-            if (symlinkat(target, to, e->d_name) < 0) return fail(err, errlen, "copy a link");
+            if (symlinkat(target, to, e->d_name) < 0) return errno_fail(err, errlen, "copy a link");
         } else if ((S_ISDIR(es.st_mode) || S_ISREG(es.st_mode)) &&
                    bind_entry(from, e->d_name, to, S_ISDIR(es.st_mode)) < 0) {
-            return fail(err, errlen, "bind an entry of the agent's filesystem");
+            return errno_fail(err, errlen, "bind an entry of the agent's filesystem");
         }
     }
     if (d) closedir(d);
     close(to);
-    return 0;
-}
-
-/* The hooks, from the known-good snapshot (absent there: absent here too). */
-static int place_hooks(int troot, char *err, size_t errlen) {
-    for (int i = 0; i < nhooks; i++) {
-        hook_t *h = &hooks[i];
-        const char *rel = h->path + 1;
-        int rc = 0;
-        if (h->kind == 'd') rc = mkdirat(troot, rel, 0755) < 0 ? -1 : attach_mount(h->fd, troot, rel);
-        else if (h->kind == 'l') rc = symlinkat(h->link, troot, rel);
-        else if (h->kind == 'f') rc = copy_fd_to(h->fd, troot, rel);
-        if (rc < 0) return fail(err, errlen, "place a known-good hook");
-        if (h->fd >= 0) close(h->fd);
-    }
-    return 0;
-}
-
-/* The known-good snapshot's top-level links (/bin -> usr/bin and the like),
- * read while host paths can still be reached. */
-typedef struct { char name[256], target[1024]; } toplink_t;
-static toplink_t toplinks[128];
-static int ntoplinks;
-
-static void load_top_links(void) {
-    ntoplinks = 0;
-    for (int i = 0; i < nknown; i++) {
-        DIR *d = opendir(known_good[i]);
-        struct dirent *e;
-        while (d && (e = readdir(d)) && ntoplinks < 128) {
-            if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
-            struct stat st;
-            int at;
-            if (!stack_lookup(known_good, nknown, e->d_name, &st, &at) || at != i || !S_ISLNK(st.st_mode)) continue;
-            char source[8192];
-            toplink_t *t = &toplinks[ntoplinks];
-            snprintf(source, sizeof source, "%s/%s", known_good[at], e->d_name);
-            ssize_t n = readlink(source, t->target, sizeof t->target - 1);
-            if (n < 0) continue;
-            t->target[n] = 0;
-            snprintf(t->name, sizeof t->name, "%s", e->d_name);
-            ntoplinks++;
-        }
-        if (d) closedir(d);
-    }
-}
-
-static int is_top_link(const char *name) {
-    for (int i = 0; i < ntoplinks; i++)
-        if (strcmp(toplinks[i].name, name) == 0) return 1;
-    return 0;
-}
-
-static int place_top_links(int troot, char *err, size_t errlen) {
-    for (int i = 0; i < ntoplinks; i++)
-        if (symlinkat(toplinks[i].target, troot, toplinks[i].name) < 0)
-            return fail(err, errlen, "place a known-good top-level link");
     return 0;
 }
 
@@ -298,24 +120,24 @@ enum { NDEV = sizeof devices / sizeof *devices };
 static int fresh_dev(int troot, int agent_root, const int *nodes, int pts, char *err, size_t errlen) {
     int dev = tmpfs_mount("1m", MOUNT_ATTR_NOSUID_);
     if (dev < 0 || mkdirat(troot, "dev", 0755) < 0 || attach_mount(dev, troot, "dev") < 0)
-        return fail(err, errlen, "mount /dev");
+        return errno_fail(err, errlen, "mount /dev");
     for (int i = 0; i < NDEV; i++) {
         int fd = openat(dev, devices[i], O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
-        if (fd < 0) return fail(err, errlen, "create a device node");
+        if (fd < 0) return errno_fail(err, errlen, "create a device node");
         close(fd);
-        if (attach_mount(nodes[i], dev, devices[i]) < 0) return fail(err, errlen, "bind a device node");
+        if (attach_mount(nodes[i], dev, devices[i]) < 0) return errno_fail(err, errlen, "bind a device node");
         close(nodes[i]);
     }
     static const char *links[][2] = {{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
                                      {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
                                      {"pts/ptmx", "ptmx"}};
     for (size_t i = 0; i < sizeof links / sizeof *links; i++)
-        if (symlinkat(links[i][0], dev, links[i][1]) < 0) return fail(err, errlen, "link in /dev");
-    if (mkdirat(dev, "pts", 0755) < 0 || attach_mount(pts, dev, "pts") < 0) return fail(err, errlen, "mount /dev/pts");
+        if (symlinkat(links[i][0], dev, links[i][1]) < 0) return errno_fail(err, errlen, "link in /dev");
+    if (mkdirat(dev, "pts", 0755) < 0 || attach_mount(pts, dev, "pts") < 0) return errno_fail(err, errlen, "mount /dev/pts");
     int agent_dev = openat(agent_root, "dev", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     for (int i = 0; agent_dev >= 0 && i < 2; i++) {
         const char *name = i ? "mqueue" : "shm";
-        if (bind_entry(agent_dev, name, dev, 1) < 0) return fail(err, errlen, "bind /dev/shm or /dev/mqueue");
+        if (bind_entry(agent_dev, name, dev, 1) < 0) return errno_fail(err, errlen, "bind /dev/shm or /dev/mqueue");
     }
     if (agent_dev >= 0) close(agent_dev);
     close(dev);
@@ -366,7 +188,7 @@ static int freeze_outputs(msg_t *cfg, int agent_upper, FILE *report, char *err, 
     if (nfrozen == 0) return 0;
     const char *size = field(cfg, "tmpfs_bytes");
     if ((frozen_fs = tmpfs_mount(size ? size : "1073741824", MOUNT_ATTR_NOSUID_ | MOUNT_ATTR_NODEV_)) < 0)
-        return fail(err, errlen, "mount the space for the frozen outputs");
+        return errno_fail(err, errlen, "mount the space for the frozen outputs");
     char copies[64];
     snprintf(copies, sizeof copies, "/proc/self/fd/%d", frozen_fs);
     char *stack[2 * MAX_LAYERS + 1];
@@ -374,6 +196,8 @@ static int freeze_outputs(msg_t *cfg, int agent_upper, FILE *report, char *err, 
     stack[n++] = copies;
     n += fields_of(cfg, "agent_layer", stack + n, MAX_LAYERS);
     int n_agent = n;
+    char **known_good;
+    int nknown = known_good_layers(&known_good);
     for (int i = 0; i < nknown; i++) stack[n++] = known_good[i];
     for (int f = 0; f < nfrozen; f++) {
         const char *name = frozen[f].name;
@@ -385,19 +209,19 @@ static int freeze_outputs(msg_t *cfg, int agent_upper, FILE *report, char *err, 
         if (found == 0) {
             snprintf(empty, sizeof empty, ".empty-%d", f);
             if (mkdirat(frozen_fs, empty, 0755) < 0 || fchownat(frozen_fs, empty, owner, owner, 0) < 0)
-                return fail(err, errlen, "create an empty output directory");
+                return errno_fail(err, errlen, "create an empty output directory");
             snprintf(empty, sizeof empty, "%s/.empty-%d", copies, f);
             lowers[0] = empty;
             found = 1;
             fprintf(report, "missing=/%s\n", name);
         } else {
             for (int i = 0; i < found; i++)
-                if (asprintf(&lowers[i], "%s/%s", stack[idx[i]], name) < 0) return fail(err, errlen, "out of memory");
+                if (asprintf(&lowers[i], "%s/%s", stack[idx[i]], name) < 0) return errno_fail(err, errlen, "out of memory");
         }
         struct stat st;
-        if (stat(lowers[0], &st) < 0) return fail(err, errlen, "read a frozen output directory");
+        if (stat(lowers[0], &st) < 0) return errno_fail(err, errlen, "read a frozen output directory");
         frozen[f].mount = writable_overlay(lowers, found, st.st_mode, st.st_uid, st.st_gid);
-        if (frozen[f].mount < 0) return fail(err, errlen, "mount a frozen output directory");
+        if (frozen[f].mount < 0) return errno_fail(err, errlen, "mount a frozen output directory");
         if (lowers[0] != empty)
             for (int i = 0; i < found; i++) free(lowers[i]);
         for (int i = 1; i < n_agent && frozen[f].nagent < 64; i++) {
@@ -504,24 +328,26 @@ static int is_mount_root(int agent_root, const char *name) {
 static int detached_mounts(msg_t *cfg, int *tests, int *troot, int *pts, int *nodes, char *err, size_t errlen) {
     const char *size = field(cfg, "tmpfs_bytes");
     if (!size) size = "1073741824";
-    if ((scratch = tmpfs_mount(size, MOUNT_ATTR_NOSUID_ | MOUNT_ATTR_NODEV_)) < 0)
-        return fail(err, errlen, "mount the verifier's scratch space");
+    int scratch = tmpfs_mount(size, MOUNT_ATTR_NOSUID_ | MOUNT_ATTR_NODEV_); /* kept open: the uppers live there */
+    if (scratch < 0)
+        return errno_fail(err, errlen, "mount the verifier's scratch space");
+    known_good_init(cfg, owner, scratch);
     char *lower[1] = {(char *)field(cfg, "tests_lower")};
     if (!lower[0] || (*tests = writable_overlay(lower, 1, 0755, owner, owner)) < 0)
-        return fail(err, errlen, "mount the tests");
+        return errno_fail(err, errlen, "mount the tests");
     if ((*troot = tmpfs_mount(size, MOUNT_ATTR_NOSUID_ | MOUNT_ATTR_NODEV_)) < 0)
-        return fail(err, errlen, "mount the verifier's root");
+        return errno_fail(err, errlen, "mount the verifier's root");
     int fs = sys_fsopen("devpts");
     if (fs < 0 || sys_fsconfig_str(fs, "ptmxmode", "0666") < 0 || sys_fsconfig_str(fs, "mode", "620") < 0 ||
         (*pts = sys_fsmount(fs, MOUNT_ATTR_NOSUID_)) < 0)
-        return fail(err, errlen, "mount /dev/pts");
+        return errno_fail(err, errlen, "mount /dev/pts");
     close(fs);
     for (int i = 0; i < NDEV; i++) {
         char path[64];
         snprintf(path, sizeof path, "/dev/%s", devices[i]);
         /* cloned now: a mount can only be cloned from the namespace it is in */
         if ((nodes[i] = sys_open_tree(AT_FDCWD, path, OPEN_TREE_CLONE_)) < 0)
-            return fail(err, errlen, "clone a host device node");
+            return errno_fail(err, errlen, "clone a host device node");
     }
     return 0;
 }
@@ -530,27 +356,25 @@ int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, 
     const char *uid_s = field(cfg, "root_uid");
     owner = uid_s ? (uid_t)atol(uid_s) : 0;
     int tests = -1, troot = -1, pts = -1, nodes[NDEV];
-    nknown = fields_of(cfg, "known_good", known_good, MAX_LAYERS);
     if (detached_mounts(cfg, &tests, &troot, &pts, nodes, err, errlen) < 0) return -1;
-    if (load_hooks(cfg, err, errlen) < 0) return -1;
-    load_top_links();
+    if (known_good_load(cfg, err, errlen) < 0) return -1;
     /* The agent's writable layer, for the link audit, and the report, while host paths reach them. */
     char path[4200];
     snprintf(path, sizeof path, "%s/upper", stage);
     int agent_upper = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     snprintf(path, sizeof path, "%s/report", stage);
     FILE *report = fopen(path, "w");
-    if (agent_upper < 0 || !report) return fail(err, errlen, "open the agent's writable layer");
+    if (agent_upper < 0 || !report) return errno_fail(err, errlen, "open the agent's writable layer");
     if (freeze_outputs(cfg, agent_upper, report, err, errlen) < 0) return -1;
     snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)init_pid);
     int mnt = open(path, O_RDONLY | O_CLOEXEC);
-    if (mnt < 0 || setns(mnt, CLONE_NEWNS) < 0) return fail(err, errlen, "enter the sandbox's mount namespace");
+    if (mnt < 0 || setns(mnt, CLONE_NEWNS) < 0) return errno_fail(err, errlen, "enter the sandbox's mount namespace");
     close(mnt);
-    if (unshare(CLONE_NEWNS) < 0) return fail(err, errlen, "copy the sandbox's mount namespace");
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return fail(err, errlen, "make mounts private");
+    if (unshare(CLONE_NEWNS) < 0) return errno_fail(err, errlen, "copy the sandbox's mount namespace");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return errno_fail(err, errlen, "make mounts private");
     int agent_root = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (agent_root < 0) return fail(err, errlen, "open the sandbox's root");
-    if (attach_mount(troot, AT_FDCWD, "/") < 0) return fail(err, errlen, "attach the verifier's root");
+    if (agent_root < 0) return errno_fail(err, errlen, "open the sandbox's root");
+    if (attach_mount(troot, AT_FDCWD, "/") < 0) return errno_fail(err, errlen, "attach the verifier's root");
 
     DIR *d = fdopendir(dup(agent_root));
     struct dirent *e;
@@ -562,7 +386,7 @@ int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, 
         struct stat st;
         if (fstatat(agent_root, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
             continue; /* top-level files and links the agent made are not shown */
-        if (bind_entry(agent_root, name, troot, 1) < 0) return fail(err, errlen, "bind a top-level directory");
+        if (bind_entry(agent_root, name, troot, 1) < 0) return errno_fail(err, errlen, "bind a top-level directory");
     }
     if (d) closedir(d);
     for (int f = 0; f < nfrozen; f++) {
@@ -573,7 +397,7 @@ int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, 
         }
         if (frozen[f].mount < 0) continue;
         if (mkdir_owned(troot, frozen[f].name, 0755) < 0 || attach_mount(frozen[f].mount, troot, frozen[f].name) < 0)
-            return fail(err, errlen, "attach a frozen output directory");
+            return errno_fail(err, errlen, "attach a frozen output directory");
         close(frozen[f].mount);
     }
     for (int i = 0; i < copied.nlive; i++) bind_live_endpoint(agent_root, troot, copied.live[i]);
@@ -586,27 +410,27 @@ int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, 
     if (fresh_dev(troot, agent_root, nodes, pts, err, errlen) < 0) return -1;
     const char *tests_at = field(cfg, "tests_at");
     if (!tests_at || mkdir_owned(troot, tests_at + 1, 0755) < 0 || attach_mount(tests, troot, tests_at + 1) < 0)
-        return fail(err, errlen, "attach the tests");
+        return errno_fail(err, errlen, "attach the tests");
     for (uint32_t i = 0; i < cfg->nfields; i++) {
         if (strcmp(cfg->key[i], "private") != 0) continue;
         char rel[4096];
         snprintf(rel, sizeof rel, "%s", cfg->val[i] + 1);
         for (char *slash = strchr(rel, '/');; slash = strchr(slash + 1, '/')) {
             if (slash) *slash = 0;
-            if (mkdir_owned(troot, rel, 0755) < 0) return fail(err, errlen, "create a private directory");
+            if (mkdir_owned(troot, rel, 0755) < 0) return errno_fail(err, errlen, "create a private directory");
             if (!slash) break;
             *slash = '/';
         }
     }
     close(agent_root);
-    if (fchdir(troot) < 0) return fail(err, errlen, "enter the verifier's root");
+    if (fchdir(troot) < 0) return errno_fail(err, errlen, "enter the verifier's root");
     if (syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0)
-        return fail(err, errlen, "switch to the verifier's root");
-    if (chdir("/") < 0) return fail(err, errlen, "chdir /");
+        return errno_fail(err, errlen, "switch to the verifier's root");
+    if (chdir("/") < 0) return errno_fail(err, errlen, "chdir /");
     /* Links the agent left that would lead the verifier into its private paths are removed, as in
      * strict mode (the agent's live processes could make new ones: that is shared mode). */
     int rootfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (rootfd < 0) return fail(err, errlen, "open the verifier's root");
+    if (rootfd < 0) return errno_fail(err, errlen, "open the verifier's root");
     set_report(report);
     /* frozen outputs: the copies and the agent's checkpoint layers there; elsewhere its live layer */
     for (int f = 0; f < nfrozen; f++) {
@@ -623,7 +447,7 @@ int shared_view_build(msg_t *cfg, pid_t init_pid, const char *stage, char *err, 
     }
     if (live) closedir(live);
     remove_links();
-    if (fclose(report) != 0) return fail(err, errlen, "write the verification report");
+    if (fclose(report) != 0) return errno_fail(err, errlen, "write the verification report");
     set_report(NULL);
     return 0;
 }
