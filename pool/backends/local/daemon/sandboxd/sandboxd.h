@@ -179,6 +179,7 @@ void shared_exec(msg_t *m, msg_t *cfg, const int ns_fds[6], char cgroups[][512],
 
 /* verifier/knowngood.c: what a shared verifier takes from the known-good snapshot (hooks, top-level
  * links), and detached writable overlays with their uppers in the verifier's scratch tmpfs. */
+enum { MAX_LAYERS = 512 }; /* known-good and agent layers a shared verifier reads, each */
 void known_good_init(msg_t *cfg, uid_t copies_owner, int scratch_fs);
 int known_good_layers(char ***layers);                        /* how many; top first */
 int known_good_load(msg_t *cfg, char *err, size_t errlen);    /* look the hooks and links up now */

@@ -12,7 +12,7 @@
  */
 #include "sandboxd.h"
 
-enum { MAX_HOOKS = 256, MAX_LAYERS = 512 };
+enum { MAX_HOOKS = 256 };
 
 typedef struct {
     char path[512]; /* absolute, in the sandbox */

@@ -31,8 +31,6 @@
  */
 #include "sandboxd.h"
 
-enum { MAX_LAYERS = 512 };
-
 static uid_t owner;
 
 typedef struct {
