@@ -104,6 +104,7 @@ class Runtime:
                     stage_dir=run_dir / "stage",
                     log_path=run_dir / "daemon.log",
                     netns_stock=NETNS_STOCK if self.settings.prewarm else 0,
+                    keep_mounts=[self.store.root, *(Path(source) for source, _ in self.settings.host.binds)],
                 )
             except BackendError as exc:
                 raise kernel.explain_daemon_failure(str(exc), rootless=rootless) from None

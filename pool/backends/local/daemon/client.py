@@ -93,15 +93,38 @@ class PendingReply:
 class DaemonClient:
     """A running sandboxd and the socket to it. Thread-safe."""
 
-    def __init__(self, binary: Path, *, rootless: bool, stage_dir: Path, log_path: Path, netns_stock: int = 0) -> None:
-        """Start the daemon ``binary``; ``netns_stock``: how many new network namespaces it may keep made
-        ahead for new sandboxes (``sandboxd/netstock.c``; 0: none)."""
+    def __init__(
+        self,
+        binary: Path,
+        *,
+        rootless: bool,
+        stage_dir: Path,
+        log_path: Path,
+        netns_stock: int = 0,
+        keep_mounts: Sequence[Path] = (),
+    ) -> None:
+        """Start the daemon ``binary``.
+
+        Args:
+            netns_stock: how many new network namespaces it may keep made ahead for new sandboxes
+                (``sandboxd/netstock.c``; 0: none).
+            keep_mounts: every host path a sandbox's layers or binds lie under (the store, the host
+                base's bind sources): the daemon's copy of the host's mounts keeps theirs and drops
+                the rest, which every instance would otherwise copy (``sandboxd/hostmounts.c``).
+        """
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         parent.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         self._log_path = log_path
         with open(log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                [str(binary), "user" if rootless else "root", str(stage_dir), str(child.fileno()), str(netns_stock)],
+                [
+                    str(binary),
+                    "user" if rootless else "root",
+                    str(stage_dir),
+                    str(child.fileno()),
+                    str(netns_stock),
+                    *map(str, keep_mounts),
+                ],
                 pass_fds=[child.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -111,7 +111,7 @@ static int enter_own_user_namespace(void) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s root|user STAGE_DIR CONTROL_FD [NETNS_STOCK]\n", argv[0]);
+        fprintf(stderr, "usage: %s root|user STAGE_DIR CONTROL_FD [NETNS_STOCK [KEEP_PATH...]]\n", argv[0]);
         return 2;
     }
     user_mode = strcmp(argv[1], "user") == 0;
@@ -129,6 +129,12 @@ int main(int argc, char **argv) {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
         fprintf(stderr, "snapgym-sandboxd: make mounts private: %s\n", strerror(errno));
         return 3;
+    }
+    if (!user_mode) { /* user mode: the copied mounts are locked (hostmounts.c) */
+        char *keep[65] = {stage_root};
+        int nkeep = 1;
+        for (int i = 5; i < argc && nkeep < 65; i++) keep[nkeep++] = argv[i];
+        prune_host_mounts(keep, nkeep);
     }
     if (mount("tmpfs", stage_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4k") < 0) {
         fprintf(stderr, "snapgym-sandboxd: mount %s: %s\n", stage_root, strerror(errno));

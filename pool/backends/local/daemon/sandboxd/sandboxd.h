@@ -28,7 +28,8 @@
  * sandbox to the verifier.
  *
  * Files, by the process that runs them:
- *   daemon.c      the daemon, and netstock.c, its stock of network namespaces made ahead
+ *   daemon.c      the daemon, netstock.c (its stock of network namespaces made ahead) and
+ *                 hostmounts.c (its copy of the host's mounts, cut down at start)
  *   wire.c, children.c, mountapi.c: plumbing every level uses
  *   keeper/       keeper.c, instance.c (one instance, from clone to discard), and the
  *                 proofs that let it reuse a dead instance's cgroups (cgpool.c) and
@@ -38,9 +39,10 @@
  *   verifier/     what a seal builds for the verifier: graft.c (strict), shared.c,
  *                 knowngood.c and freeze.c (shared), lookup.c (overlayfs lookups both use)
  *
- * Usage: sandboxd root|user STAGE_DIR CONTROL_FD [NETNS_STOCK]
+ * Usage: sandboxd root|user STAGE_DIR CONTROL_FD [NETNS_STOCK [KEEP_PATH...]]
  *   NETNS_STOCK: how many new network namespaces the daemon may keep made ahead (netstock.c; 0, the
- *   default: none)
+ *   default: none). KEEP_PATH: host paths sandboxes reach (the store, the host base's bind
+ *   sources); the daemon's copy of the host's mounts keeps only theirs (hostmounts.c)
  *
  * Wire format (SOCK_SEQPACKET, one message per packet, host byte order):
  *   u32 op, u32 sandbox id, u32 sequence, u32 field count,
@@ -206,6 +208,10 @@ int stack_lookup(char *const *layers, int n, const char *rel, struct stat *st, i
  * *agent_touched: one of the first n_agent layers has or hides something there. */
 int stack_dirs(char *const *layers, int n, int n_agent, const char *rel, int *out, int max, int *agent_touched);
 int fields_of(msg_t *cfg, const char *key, char **out, int max);
+
+/* hostmounts.c: detach the daemon's mounts that are neither on the way to nor under one of paths
+ * (nor /proc, /sys, /dev); how many were detached. */
+int prune_host_mounts(char *const *paths, int npaths);
 
 /* mountapi.c */
 int sys_fsopen(const char *fs);
