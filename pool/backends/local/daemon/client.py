@@ -131,6 +131,10 @@ class DaemonClient:
                 stderr=log,
                 close_fds=True,
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                # Out of the caller's process group: a terminal's Ctrl-C (SIGINT to the whole
+                # foreground group) is the program's to answer, with its sandboxes still alive. The
+                # daemon still ends with the program: its control socket closes.
+                start_new_session=True,
             )
         child.close()
         self._sock = parent
