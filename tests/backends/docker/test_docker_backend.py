@@ -174,7 +174,9 @@ def test_a_command_the_engine_cannot_start_is_tried_once_more_and_reported_in_it
     events = api.events(since=since, until=int(time.time()) + 1, filters={"container": container}, decode=True)
     tries = [e for e in events if e.get("Action", "").startswith("exec_create") and "never-started" in e["Action"]]
     if "cannot start the command: fork failed" in r.stderr:  # a pid or two were free: our helper ran, the shell not
-        assert len(tries) == 1, tries  # the helper ran: never started again
+        # The helper ran, so it was not started again; a first try may still have met the runtime's own
+        # refusal before a pid came free (seen once under load): never more than two.
+        assert 1 <= len(tries) <= 2, tries
     else:  # the usual case: the runtime itself could not enter the container
         assert "the container engine could not start the command: OCI runtime exec failed" in r.stderr, r
         assert len(tries) == 2, tries  # nothing ran, so it was started once more before giving up
