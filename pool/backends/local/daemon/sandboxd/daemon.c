@@ -130,10 +130,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "snapgym-sandboxd: make mounts private: %s\n", strerror(errno));
         return 3;
     }
+    if (argc - 5 > MAX_KEEP_PATHS) {
+        fprintf(stderr, "snapgym-sandboxd: %d paths to keep, at most %d\n", argc - 5, MAX_KEEP_PATHS);
+        return 2;
+    }
     if (!user_mode) { /* user mode: the copied mounts are locked (hostmounts.c) */
-        char *keep[65] = {stage_root};
+        char *keep[MAX_KEEP_PATHS + 1] = {stage_root};
         int nkeep = 1;
-        for (int i = 5; i < argc && nkeep < 65; i++) keep[nkeep++] = argv[i];
+        for (int i = 5; i < argc; i++) keep[nkeep++] = argv[i];
         prune_host_mounts(keep, nkeep);
     }
     if (mount("tmpfs", stage_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4k") < 0) {

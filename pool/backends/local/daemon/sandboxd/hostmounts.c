@@ -14,7 +14,7 @@
  */
 #include "sandboxd.h"
 
-enum { MAX_MOUNTS = 65536, MAX_KEEP = 64, MAX_PASSES = 64 };
+enum { MAX_MOUNTS = 65536, MAX_KEEP = MAX_KEEP_PATHS + 1, MAX_PASSES = 64 };
 
 typedef struct {
     int id, parent;

@@ -211,7 +211,8 @@ int fields_of(msg_t *cfg, const char *key, char **out, int max);
 
 /* hostmounts.c: detach the daemon's mounts that are neither on the way to nor under one of paths
  * (nor /proc, /sys, /dev); how many were detached. */
-int prune_host_mounts(char *const *paths, int npaths);
+enum { MAX_KEEP_PATHS = 64 }; /* the daemon's KEEP_PATH arguments */
+int prune_host_mounts(char *const *paths, int npaths); /* at most MAX_KEEP_PATHS + 1 paths */
 
 /* mountapi.c */
 int sys_fsopen(const char *fs);
