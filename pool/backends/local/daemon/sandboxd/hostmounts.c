@@ -48,35 +48,23 @@ static int needed(const char *point, char *const *keep, int nkeep) {
     return 0;
 }
 
-/* This process's mounts (read whole, then split); *text must be freed. -1: unreadable. */
-static int read_mounts(mount_entry_t *out, int max, char **text) {
-    int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (ssize_t got = 1; buf && got > 0;) {
-        if (len + 1 >= cap) {
-            char *grown = realloc(buf, cap *= 2);
-            if (!grown) { free(buf); buf = NULL; break; }
-            buf = grown;
-        }
-        got = read(fd, buf + len, cap - len - 1);
-        if (got > 0) len += (size_t)got;
-    }
-    close(fd);
-    if (!buf) return -1;
-    buf[len] = 0;
-    *text = buf;
+/* This process's mounts; each point is the caller's to free. -1: unreadable. */
+static int read_mounts(mount_entry_t *out, int max) {
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f) return -1;
+    char *line = NULL;
+    size_t cap = 0;
     int n = 0;
-    for (char *line = strtok(buf, "\n"); line && n < max; line = strtok(NULL, "\n")) {
-        int id, parent, at = 0;
+    while (n < max && getline(&line, &cap, f) > 0) {
+        int id, parent;
+        char *point = NULL;
         /* id parent major:minor root mount-point ... */
-        if (sscanf(line, "%d %d %*s %*s %n", &id, &parent, &at) < 2 || !at) continue;
-        char *point = line + at, *end = strchr(point, ' ');
-        if (end) *end = 0;
+        if (sscanf(line, "%d %d %*s %*s %ms", &id, &parent, &point) < 3) continue;
         unescape(point);
         out[n++] = (mount_entry_t){id, parent, point};
     }
+    free(line);
+    fclose(f);
     return n;
 }
 
@@ -99,8 +87,7 @@ int prune_host_mounts(char *const *paths, int npaths) {
         keep[nkeep++] = real ? real : paths[i];
     }
     for (int pass = 0; pass < MAX_PASSES; pass++) {
-        char *text = NULL;
-        int n = read_mounts(mounts, MAX_MOUNTS, &text);
+        int n = read_mounts(mounts, MAX_MOUNTS);
         if (n < 0) break;
         int progress = 0;
         for (int i = 0; i < n; i++) {
@@ -117,7 +104,7 @@ int prune_host_mounts(char *const *paths, int npaths) {
                 stuck[nstuck++] = mounts[i].id;
             }
         }
-        free(text);
+        for (int i = 0; i < n; i++) free(mounts[i].point);
         if (!progress) break;
     }
     return detached;
