@@ -30,8 +30,8 @@ PROGRAM = textwrap.dedent(
 
     with LocalBackend(store_dir=sys.argv[1], **LIMITS) as backend:
         with backend.create(backend.build(WORKSPACE_TEMPLATE)) as sandbox:
-            print("ready", flush=True)
-            try:
+            try:  # the signal may come as soon as "ready" is out, before the sleep
+                print("ready", flush=True)
                 time.sleep(120)
             except KeyboardInterrupt:
                 print("interrupted", flush=True)
